@@ -1,0 +1,230 @@
+// conv2d forward / backward on the CPU (see conv2d.h).
+//
+// Per block of nb images (nb = conv2d_images_per_block):
+//   col   : (C*R*S, nb*P)  im2col of the block, P = OH*OW, image b owns columns [b*P, (b+1)*P)
+//   stage : (K, nb*P)      GEMM output (forward) or gathered dy (backward), only when nb > 1
+// Group g owns rows [g*Cg*R*S, (g+1)*Cg*R*S) of col and rows [g*Kg, (g+1)*Kg) of stage / w.
+//   forward        y_b      = w_g (Kg, Cg*R*S) @ col_g          then scatter stage -> y (+ bias)
+//   backward_input col_g    = w_g^T @ dy_g (Kg, nb*P)         then col2im -> dx
+//   backward_weight dw_g   += dy_g @ col_g^T                   summed over blocks
+// Data movement (im2col, col2im, scatter, gather) runs in OpenMP loops; the GEMMs use OpenBLAS's
+// own threads, never from inside an OpenMP region.
+#include "kernels/cpu/conv2d.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/im2col.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Columns a GEMM should have before blocking more images into it: below this OpenBLAS's packing
+// overhead dominates (ResNet18 layer3/layer4 at 224 have P = 196 / 49).
+constexpr int64_t kTargetCols = 512;
+
+bool is_pointwise(const Conv2dDesc& d) {
+  return d.R == 1 && d.S == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_h == 0 && d.pad_w == 0;
+}
+
+Im2colGeom geom_of(const Conv2dDesc& d) {
+  return Im2colGeom{d.H,        d.W,        d.R,     d.S,     d.stride_h, d.stride_w,
+                    d.pad_h,    d.pad_w,    d.dil_h, d.dil_w, d.out_h(),  d.out_w()};
+}
+
+// Sizes derived once per call.
+struct Plan {
+  int64_t G, Cg, Kg, P, HW, CRSg, nb;
+  bool direct;  // 1x1 stride-1 pad-0 with one image per block: x itself is the column matrix
+};
+
+Plan plan_of(const Conv2dDesc& d) {
+  Plan p;
+  p.G = d.groups;
+  p.Cg = d.C / d.groups;
+  p.Kg = d.K / d.groups;
+  p.P = d.out_h() * d.out_w();
+  p.HW = d.H * d.W;
+  p.CRSg = p.Cg * d.R * d.S;
+  p.nb = conv2d_images_per_block(d);
+  p.direct = is_pointwise(d) && p.nb == 1;
+  return p;
+}
+
+template <typename T>
+struct Scratch {
+  T* col;
+  T* stage;
+};
+
+template <typename T>
+Scratch<T> carve(const Conv2dDesc& d, const Plan& p, void* workspace) {
+  T* base = static_cast<T*>(workspace);
+  int64_t col_elems = p.direct ? 0 : d.C * d.R * d.S * p.nb * p.P;
+  return Scratch<T>{base, base + col_elems};
+}
+
+// im2col of images [n0, n0+nb) into col (C*R*S, nb*P).
+template <typename T>
+void im2col_block(const Conv2dDesc& d, const Plan& p, const T* x, int64_t n0, int64_t nb, T* col) {
+  const Im2colGeom g = geom_of(d);
+  const int64_t ld = nb * p.P, RS = d.R * d.S;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t c = 0; c < d.C; ++c)
+      im2col_plane(g, x + ((n0 + b) * d.C + c) * p.HW, col + c * RS * ld + b * p.P, ld);
+}
+
+// dy of images [n0, n0+nb): (nb, K, P) -> stage (K, nb*P).
+template <typename T>
+void gather_dy(const Conv2dDesc& d, const Plan& p, const T* dy, int64_t n0, int64_t nb, T* stage) {
+  const int64_t ld = nb * p.P;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t k = 0; k < d.K; ++k)
+      std::memcpy(stage + k * ld + b * p.P, dy + ((n0 + b) * d.K + k) * p.P, (size_t)p.P * sizeof(T));
+}
+
+}  // namespace
+
+int64_t conv2d_images_per_block(const Conv2dDesc& d) {
+  int64_t P = std::max<int64_t>(1, d.out_h() * d.out_w());
+  int64_t nb = (kTargetCols + P - 1) / P;
+  return std::max<int64_t>(1, std::min(nb, d.N));
+}
+
+void conv2d_check(const Conv2dDesc& d, const char* op) {
+  auto desc = [&]() {
+    return str_cat("x (", d.N, ", ", d.C, ", ", d.H, ", ", d.W, "), w (", d.K, ", ",
+                   d.groups > 0 ? d.C / d.groups : d.C, ", ", d.R, ", ", d.S, "), stride (", d.stride_h,
+                   ", ", d.stride_w, "), padding (", d.pad_h, ", ", d.pad_w, "), dilation (", d.dil_h,
+                   ", ", d.dil_w, "), groups ", d.groups);
+  };
+  KILN_CHECK(d.N >= 0 && d.C >= 1 && d.H >= 1 && d.W >= 1 && d.K >= 1 && d.R >= 1 && d.S >= 1, op,
+             ": sizes must be positive: ", desc());
+  KILN_CHECK(d.groups >= 1 && d.C % d.groups == 0 && d.K % d.groups == 0, op,
+             ": groups must divide in and out channels: ", desc());
+  KILN_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.dil_h >= 1 && d.dil_w >= 1 && d.pad_h >= 0 &&
+                 d.pad_w >= 0,
+             op, ": stride and dilation must be >= 1, padding >= 0: ", desc());
+  KILN_CHECK(d.out_h() >= 1 && d.out_w() >= 1, op, ": kernel larger than padded input (output ",
+             d.out_h(), " x ", d.out_w(), "): ", desc());
+}
+
+size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
+  conv2d_check(d, "conv2d_workspace_bytes");
+  Plan p = plan_of(d);
+  int64_t col = p.direct ? 0 : d.C * d.R * d.S * p.nb * p.P;
+  int64_t stage = p.nb > 1 ? d.K * p.nb * p.P : 0;
+  return (size_t)(col + stage) * elem_size;
+}
+
+template <typename T>
+void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
+  conv2d_check(d, "conv2d_forward");
+  const Plan p = plan_of(d);
+  const Scratch<T> s = carve<T>(d, p, workspace);
+  for (int64_t n0 = 0; n0 < d.N; n0 += p.nb) {
+    const int64_t nb = std::min(p.nb, d.N - n0), ld = nb * p.P;
+    if (!p.direct) im2col_block(d, p, x, n0, nb, s.col);
+    for (int64_t g = 0; g < p.G; ++g) {
+      const T* B = p.direct ? x + (n0 * d.C + g * p.Cg) * p.HW : s.col + g * p.CRSg * ld;
+      T* out = nb == 1 ? y + (n0 * d.K + g * p.Kg) * p.P : s.stage + g * p.Kg * ld;
+      gemm<T>(false, false, p.Kg, ld, p.CRSg, T(1), w + g * p.Kg * p.CRSg, p.CRSg, B, ld, T(0), out,
+              ld);
+    }
+    if (nb > 1) {
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t k = 0; k < d.K; ++k) {
+          const T* src = s.stage + k * ld + b * p.P;
+          T* dst = y + ((n0 + b) * d.K + k) * p.P;
+          const T bk = bias ? bias[k] : T(0);
+          for (int64_t i = 0; i < p.P; ++i) dst[i] = src[i] + bk;
+        }
+    } else if (bias) {
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < d.K; ++k) {
+        T* dst = y + (n0 * d.K + k) * p.P;
+        for (int64_t i = 0; i < p.P; ++i) dst[i] += bias[k];
+      }
+    }
+  }
+}
+
+template <typename T>
+void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
+  conv2d_check(d, "conv2d_backward_input");
+  const Plan p = plan_of(d);
+  const Scratch<T> s = carve<T>(d, p, workspace);
+  const Im2colGeom geom = geom_of(d);
+  const int64_t RS = d.R * d.S;
+  for (int64_t n0 = 0; n0 < d.N; n0 += p.nb) {
+    const int64_t nb = std::min(p.nb, d.N - n0), ld = nb * p.P;
+    const T* dyb = dy + n0 * d.K * p.P;
+    if (nb > 1) {
+      gather_dy(d, p, dy, n0, nb, s.stage);
+      dyb = s.stage;
+    }
+    for (int64_t g = 0; g < p.G; ++g) {
+      T* out = p.direct ? dx + (n0 * d.C + g * p.Cg) * p.HW : s.col + g * p.CRSg * ld;
+      gemm<T>(true, false, p.CRSg, ld, p.Kg, T(1), w + g * p.Kg * p.CRSg, p.CRSg, dyb + g * p.Kg * ld,
+              ld, T(0), out, ld);
+    }
+    if (!p.direct) {
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t c = 0; c < d.C; ++c)
+          col2im_plane(geom, s.col + c * RS * ld + b * p.P, ld, dx + ((n0 + b) * d.C + c) * p.HW);
+    }
+  }
+}
+
+template <typename T>
+void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, T* dbias,
+                            void* workspace) {
+  conv2d_check(d, "conv2d_backward_weight");
+  const Plan p = plan_of(d);
+  const Scratch<T> s = carve<T>(d, p, workspace);
+  if (d.N == 0) std::fill(dw, dw + d.K * p.CRSg, T(0));
+  for (int64_t n0 = 0; n0 < d.N; n0 += p.nb) {
+    const int64_t nb = std::min(p.nb, d.N - n0), ld = nb * p.P;
+    if (!p.direct) im2col_block(d, p, x, n0, nb, s.col);
+    const T* dyb = dy + n0 * d.K * p.P;
+    if (nb > 1) {
+      gather_dy(d, p, dy, n0, nb, s.stage);
+      dyb = s.stage;
+    }
+    const T beta = n0 == 0 ? T(0) : T(1);
+    for (int64_t g = 0; g < p.G; ++g) {
+      const T* B = p.direct ? x + (n0 * d.C + g * p.Cg) * p.HW : s.col + g * p.CRSg * ld;
+      gemm<T>(false, true, p.Kg, p.CRSg, ld, T(1), dyb + g * p.Kg * ld, ld, B, ld, beta,
+              dw + g * p.Kg * p.CRSg, p.CRSg);
+    }
+  }
+  if (dbias) {
+    // Summed in double per channel: N*P terms of mixed sign lose digits in float.
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < d.K; ++k) {
+      double acc = 0;
+      for (int64_t n = 0; n < d.N; ++n) {
+        const T* src = dy + (n * d.K + k) * p.P;
+        for (int64_t i = 0; i < p.P; ++i) acc += (double)src[i];
+      }
+      dbias[k] = (T)acc;
+    }
+  }
+}
+
+#define KILN_INSTANTIATE_CONV2D(T)                                                                  \
+  template void conv2d_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*);     \
+  template void conv2d_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
+  template void conv2d_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, T*, void*);
+KILN_INSTANTIATE_CONV2D(float)
+KILN_INSTANTIATE_CONV2D(double)
+#undef KILN_INSTANTIATE_CONV2D
+
+}  // namespace kiln::cpu
