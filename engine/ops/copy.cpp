@@ -1,0 +1,94 @@
+// Copies, casts and device moves (differentiable where they are used in training).
+#include "engine/ops/dispatch.h"
+#if defined(KILN_WITH_CUDA)
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace kiln {
+
+Tensor clone(const Tensor& x) {
+  check_defined(x, "clone", "input");
+  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  launch_copy(out, x);
+  record_op("clone", {x}, {out}, [](FunctionNode&, const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  check_defined(x, "contiguous", "input");
+  if (x.is_contiguous()) return x;
+  return clone(x);
+}
+
+Tensor to_dtype(const Tensor& x, DType dt) {
+  check_defined(x, "to_dtype", "input");
+  if (x.dtype() == dt) return x;
+  Tensor out = empty(x.sizes(), dt, x.device());
+  launch_copy(out, x);
+  if (is_floating(dt) && is_floating(x.dtype())) {
+    DType src = x.dtype();
+    record_op("to_dtype", {x}, {out}, [src](FunctionNode&, const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{to_dtype(g[0], src)};
+    });
+  }
+  return out;
+}
+
+Tensor to_device(const Tensor& x, Device d) {
+  check_defined(x, "to_device", "input");
+  if (x.device() == d) return x;
+  Tensor src = contiguous(x);
+  Tensor out = empty(x.sizes(), x.dtype(), d);
+  if (d.is_meta() || src.device().is_meta()) {
+    KILN_CHECK(d.is_meta(), "to_device: a meta tensor ", x.str(), " has no data to copy to ", d.str());
+  } else if (d.is_cpu() && src.device().is_cpu()) {
+    launch_copy(out, src);
+  } else {
+#if defined(KILN_WITH_CUDA)
+    cuda::copy_bytes(out.data_ptr(), out.device(), src.data_ptr(), src.device(), src.nbytes());
+#else
+    throw Error("to_device: " + d.str() + " is not available in this build (KILN_CUDA=OFF)");
+#endif
+  }
+  Device from = x.device();
+  record_op("to_device", {x}, {out}, [from](FunctionNode&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{to_device(g[0], from)};
+  });
+  return out;
+}
+
+Tensor& copy_(Tensor& dst, const Tensor& src) {
+  check_defined(dst, "copy_", "destination");
+  check_defined(src, "copy_", "source");
+  broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
+  KILN_CHECK(broadcast_shapes(dst.sizes(), src.sizes(), "copy_") == dst.sizes(), "copy_: source ", src.str(),
+             " does not broadcast to destination ", dst.str());
+  Tensor s = src;
+  if (src.device() != dst.device()) s = to_device(src.detach(), dst.device());
+  launch_copy(dst, s);
+  dst.bump_version();
+  if (is_floating(dst.dtype()) && is_floating(src.dtype())) {
+    Shape src_shape = src.sizes();
+    DType src_dt = src.dtype();
+    Device src_dev = src.device();
+    record_inplace_op("copy_", dst, {src}, [src_shape, src_dt, src_dev](FunctionNode&, const std::vector<Tensor>& g) {
+      Tensor gs = to_device(to_dtype(sum_to(g[0], src_shape), src_dt), src_dev);
+      return std::vector<Tensor>{zeros_like(g[0]), gs};
+    });
+  }
+  return dst;
+}
+
+Tensor& fill_(Tensor& t, double v) {
+  check_defined(t, "fill_", "tensor");
+  launch_fill(t, v);
+  t.bump_version();
+  record_inplace_op("fill_", t, {}, [](FunctionNode&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{zeros_like(g[0])};
+  });
+  return t;
+}
+
+Tensor& zero_(Tensor& t) { return fill_(t, 0.0); }
+
+}  // namespace kiln

@@ -1,0 +1,160 @@
+// Reductions over dims. The input is permuted so reduced dims are last and made contiguous,
+// then reduced row by row by the backend.
+#include <algorithm>
+#include <numeric>
+
+#include "engine/ops/dispatch.h"
+#include "kernels/cpu/reduce.h"
+
+namespace kiln {
+namespace {
+
+struct ReducePlan {
+  std::vector<bool> reduced;
+  Shape out_keep;    // output shape with keepdim
+  Shape out_shape;   // output shape as requested
+  int64_t rows = 1, cols = 1;
+  std::vector<int64_t> perm;
+};
+
+ReducePlan plan_reduce(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
+  ReducePlan p;
+  int64_t nd = x.dim();
+  p.reduced.assign(nd, dims.empty());
+  for (int64_t d : dims) {
+    int w = wrap_dim(d, nd, op);
+    if (nd == 0) continue;
+    KILN_CHECK(!p.reduced[w] || dims.empty(), op, ": dim ", w, " given twice");
+    p.reduced[w] = true;
+  }
+  for (int64_t i = 0; i < nd; ++i)
+    if (!p.reduced[i]) p.perm.push_back(i);
+  for (int64_t i = 0; i < nd; ++i)
+    if (p.reduced[i]) p.perm.push_back(i);
+  for (int64_t i = 0; i < nd; ++i) {
+    if (p.reduced[i]) {
+      p.cols *= x.sizes()[i];
+      p.out_keep.push_back(1);
+    } else {
+      p.rows *= x.sizes()[i];
+      p.out_keep.push_back(x.sizes()[i]);
+      p.out_shape.push_back(x.sizes()[i]);
+    }
+  }
+  if (keepdim) p.out_shape = p.out_keep;
+  return p;
+}
+
+// Runs the row reduction; returns (values with out_shape, indices or undefined).
+std::pair<Tensor, Tensor> run_reduce(ReduceOp op, const Tensor& x, const ReducePlan& p, bool want_idx,
+                                     const char* name) {
+  check_floating(x, name);
+  Tensor out = empty(p.out_shape, x.dtype(), x.device());
+  Tensor idx = want_idx ? empty(p.out_shape, DType::i64, x.device()) : Tensor();
+  if (out.numel() == 0) return {out, idx};
+  KILN_CHECK(p.cols > 0, name, ": cannot reduce over an empty dim of ", x.str());
+  Tensor xp = contiguous(permute(x.detach(), p.perm));
+  KILN_DISPATCH(x.device(), reduce_rows, op, x.dtype(), xp.data_ptr(), p.rows, p.cols, out.data_ptr(),
+                want_idx ? idx.data<int64_t>() : nullptr);
+  return {out, idx};
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  check_defined(x, "sum", "input");
+  ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
+  Tensor out = run_reduce(ReduceOp::sum, x, p, false, "sum").first;
+  Shape in_shape = x.sizes(), keep = p.out_keep;
+  record_op("sum", {x}, {out}, [in_shape, keep](FunctionNode&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{contiguous(expand(reshape(g[0], keep), in_shape))};
+  });
+  return out;
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  check_defined(x, "mean", "input");
+  ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
+  Tensor out = run_reduce(ReduceOp::mean, x, p, false, "mean").first;
+  Shape in_shape = x.sizes(), keep = p.out_keep;
+  double inv = 1.0 / (double)std::max<int64_t>(p.cols, 1);
+  record_op("mean", {x}, {out}, [in_shape, keep, inv](FunctionNode&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(expand(reshape(g[0], keep), in_shape), inv)};
+  });
+  return out;
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, bool keepdim) {
+  check_defined(x, "var", "input");
+  ReducePlan p = plan_reduce(x, dims, keepdim, "var");
+  Tensor out = run_reduce(unbiased ? ReduceOp::var_unbiased : ReduceOp::var, x, p, false, "var").first;
+  Shape keep = p.out_keep;
+  std::vector<int64_t> rd;
+  for (size_t i = 0; i < p.reduced.size(); ++i)
+    if (p.reduced[i]) rd.push_back((int64_t)i);
+  double den = (double)(unbiased ? p.cols - 1 : p.cols);
+  auto node = record_op("var", {x}, {out}, [keep, rd, den](FunctionNode& n, const std::vector<Tensor>& g) {
+    // d var / dx = 2 (x - mean) / den
+    Tensor x = n.saved(0);
+    Tensor m = mean(x, rd, true);
+    Tensor gk = reshape(g[0], keep);
+    return std::vector<Tensor>{mul(mul(sub(x, m), gk), 2.0 / den)};
+  });
+  if (node) node->save(x);
+  return out;
+}
+
+static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  check_defined(x, name, "input");
+  ReducePlan p = plan_reduce(x, {dim}, keepdim, name);
+  auto [vals, idx] = run_reduce(is_max ? ReduceOp::max : ReduceOp::min, x, p, true, name);
+  Shape in_shape = x.sizes(), keep = p.out_keep;
+  int d = wrap_dim(dim, x.dim(), name);
+  auto node = record_op(name, {x}, {vals}, [in_shape, keep, d](FunctionNode& n, const std::vector<Tensor>& g) {
+    // Scatter the gradient to the selected index along dim d.
+    Tensor id = n.saved(0);
+    Tensor gi = zeros(in_shape, g[0].dtype(), g[0].device());
+    Tensor gk = contiguous(reshape(g[0], keep));
+    Tensor ik = contiguous(reshape(id, keep));
+    KILN_CHECK(gi.device().is_cpu(), "max/min backward: only on the cpu for now");
+    int64_t outer = 1, inner = 1, n_d = in_shape.empty() ? 1 : in_shape[d];
+    for (int i = 0; i < d; ++i) outer *= in_shape[i];
+    for (size_t i = d + 1; i < in_shape.size(); ++i) inner *= in_shape[i];
+    const int64_t* ip = ik.data<int64_t>();
+    size_t es = dtype_size(gi.dtype());
+    char* gp = static_cast<char*>(gi.data_ptr());
+    const char* gs = static_cast<const char*>(gk.data_ptr());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t k = ip[o * inner + i];
+        std::memcpy(gp + ((o * n_d + k) * inner + i) * es, gs + (o * inner + i) * es, es);
+      }
+    return std::vector<Tensor>{gi};
+  });
+  if (node) node->save(idx);
+  return {vals, idx};
+}
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return max_min(x, dim, keepdim, true); }
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return max_min(x, dim, keepdim, false); }
+Tensor max(const Tensor& x) { return max_min(reshape(x, {-1}), 0, false, true).values; }
+Tensor min(const Tensor& x) { return max_min(reshape(x, {-1}), 0, false, false).values; }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  NoGradGuard ng;
+  return max_min(x, dim, keepdim, true).indices;
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.sizes() == shape) return x;
+  size_t lead = x.sizes().size() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < x.sizes().size(); ++i) {
+    if (i < lead) dims.push_back((int64_t)i);
+    else if (shape[i - lead] == 1 && x.sizes()[i] != 1) dims.push_back((int64_t)i);
+  }
+  if (dims.empty()) return reshape(x, shape);
+  return reshape(sum(x, dims, true), shape);
+}
+
+}  // namespace kiln

@@ -1,0 +1,280 @@
+// CPU elementwise loops. Each op is instantiated with its opcode as a template argument so the
+// switch in unary_math/binary_math folds away and contiguous loops vectorize.
+#include "kernels/cpu/elementwise.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/core/error.h"
+#include "engine/core/half.h"
+#include "engine/core/philox.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <typename T> struct Compute { using type = float; };
+template <> struct Compute<double> { using type = double; };
+
+template <typename T> inline typename Compute<T>::type load(const char* p) {
+  return (typename Compute<T>::type)(*reinterpret_cast<const T*>(p));
+}
+template <typename T> inline void store(char* p, typename Compute<T>::type v) { *reinterpret_cast<T*>(p) = T(v); }
+
+template <typename T> inline double load_d(const char* p) { return (double)*reinterpret_cast<const T*>(p); }
+template <> inline double load_d<half>(const char* p) { return (float)*reinterpret_cast<const half*>(p); }
+template <> inline double load_d<bfloat16>(const char* p) { return (float)*reinterpret_cast<const bfloat16*>(p); }
+template <typename T> inline void store_d(char* p, double v) { *reinterpret_cast<T*>(p) = (T)v; }
+template <> inline void store_d<half>(char* p, double v) { *reinterpret_cast<half*>(p) = half((float)v); }
+template <> inline void store_d<bfloat16>(char* p, double v) { *reinterpret_cast<bfloat16*>(p) = bfloat16((float)v); }
+template <> inline void store_d<uint8_t>(char* p, double v) { *reinterpret_cast<uint8_t*>(p) = (uint8_t)(int64_t)v; }
+
+// Calls body(ptrs, n, byte_strides) for every innermost row; rows are split across threads.
+template <int N, typename F>
+void strided_loop(LoopShape s, StridedOperand* ops, F&& body) {
+  coalesce_dims(s, ops, N);
+  int64_t total = s.numel();
+  if (total == 0) return;
+  int last = s.ndim - 1;
+  int64_t inner = s.sizes[last];
+  int64_t rows = total / inner;
+  int64_t bstride[N][kMaxDims];
+  for (int k = 0; k < N; ++k)
+    for (int d = 0; d < s.ndim; ++d) bstride[k][d] = ops[k].strides[d] * (int64_t)dtype_size(ops[k].dtype);
+  int64_t inner_bs[N];
+  for (int k = 0; k < N; ++k) inner_bs[k] = bstride[k][last];
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      char* p[N];
+      for (int k = 0; k < N; ++k) p[k] = ops[k].data;
+      int64_t rem = r;
+      for (int d = last - 1; d >= 0; --d) {
+        int64_t i = rem % s.sizes[d];
+        rem /= s.sizes[d];
+        for (int k = 0; k < N; ++k) p[k] += i * bstride[k][d];
+      }
+      body(p, inner, inner_bs);
+    }
+  };
+  if (total < 65536 || omp_in_parallel()) {
+    run_rows(0, rows);
+    return;
+  }
+  if (rows == 1) {  // split one long row into chunks
+    int64_t chunks = std::min<int64_t>(omp_get_max_threads() * 4, (inner + 16383) / 16384);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t b = inner * c / chunks, e = inner * (c + 1) / chunks;
+      char* p[N];
+      for (int k = 0; k < N; ++k) p[k] = ops[k].data + b * inner_bs[k];
+      body(p, e - b, inner_bs);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) run_rows(r, r + 1);
+}
+
+template <typename T, UnaryOp OP>
+void unary_t(const LoopShape& s, StridedOperand out, StridedOperand in, double a, double b) {
+  using C = typename Compute<T>::type;
+  StridedOperand ops[2] = {out, in};
+  C ca = (C)a, cb = (C)b;
+  strided_loop<2>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+    if (bs[0] == (int64_t)sizeof(T) && bs[1] == (int64_t)sizeof(T)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* x = reinterpret_cast<const T*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) o[i] = T(unary_math<C>(OP, (C)x[i], ca, cb));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        store<T>(p[0] + i * bs[0], unary_math<C>(OP, load<T>(p[1] + i * bs[1]), ca, cb));
+    }
+  });
+}
+
+template <typename T, BinaryOp OP>
+void binary_t(const LoopShape& s, StridedOperand out, StridedOperand x, StridedOperand y, double a) {
+  using C = typename Compute<T>::type;
+  StridedOperand ops[3] = {out, x, y};
+  C ca = (C)a;
+  strided_loop<3>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+    const int64_t e = sizeof(T);
+    T* o = reinterpret_cast<T*>(p[0]);
+    const T* xp = reinterpret_cast<const T*>(p[1]);
+    const T* yp = reinterpret_cast<const T*>(p[2]);
+    if (bs[0] == e && bs[1] == e && bs[2] == e) {
+      for (int64_t i = 0; i < n; ++i) o[i] = T(binary_math<C>(OP, (C)xp[i], (C)yp[i], ca));
+    } else if (bs[0] == e && bs[1] == e && bs[2] == 0) {
+      C yv = (C)yp[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = T(binary_math<C>(OP, (C)xp[i], yv, ca));
+    } else if (bs[0] == e && bs[1] == 0 && bs[2] == e) {
+      C xv = (C)xp[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = T(binary_math<C>(OP, xv, (C)yp[i], ca));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        store<T>(p[0] + i * bs[0], binary_math<C>(OP, load<T>(p[1] + i * bs[1]), load<T>(p[2] + i * bs[2]), ca));
+    }
+  });
+}
+
+#define KILN_FLOAT_DISPATCH(dt, NAME, ...)                                 \
+  switch (dt) {                                                            \
+    case DType::f32: NAME<float>(__VA_ARGS__); break;                      \
+    case DType::f64: NAME<double>(__VA_ARGS__); break;                     \
+    case DType::f16: NAME<half>(__VA_ARGS__); break;                       \
+    case DType::bf16: NAME<bfloat16>(__VA_ARGS__); break;                  \
+    default: throw Error(str_cat("elementwise: dtype ", dtype_name(dt), " not supported")); \
+  }
+
+template <typename T>
+void unary_dispatch(UnaryOp op, const LoopShape& s, StridedOperand out, StridedOperand in, double a, double b) {
+  switch (op) {
+#define K(o) case UnaryOp::o: unary_t<T, UnaryOp::o>(s, out, in, a, b); break;
+    K(neg) K(exp) K(log) K(sqrt) K(rsqrt) K(abs) K(relu) K(leaky_relu) K(gelu) K(sigmoid) K(tanh) K(clamp)
+    K(pow_scalar) K(add_scalar) K(mul_scalar) K(rsub_scalar) K(gelu_grad) K(sign) K(gt_scalar) K(isfinite)
+#undef K
+  }
+}
+
+template <typename T>
+void binary_dispatch(BinaryOp op, const LoopShape& s, StridedOperand out, StridedOperand x, StridedOperand y,
+                     double a) {
+  switch (op) {
+#define K(o) case BinaryOp::o: binary_t<T, BinaryOp::o>(s, out, x, y, a); break;
+    K(add) K(sub) K(mul) K(div) K(pow) K(maximum) K(minimum) K(gt) K(lt) K(eq) K(relu_grad) K(leaky_relu_grad)
+    K(ge_mask)
+#undef K
+  }
+}
+
+template <typename D, typename S>
+void copy_t(const LoopShape& s, StridedOperand dst, StridedOperand src) {
+  StridedOperand ops[2] = {dst, src};
+  strided_loop<2>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+    if constexpr (std::is_same<D, S>::value) {
+      if (bs[0] == (int64_t)sizeof(D) && bs[1] == (int64_t)sizeof(S))
+        std::memcpy(p[0], p[1], (size_t)n * sizeof(D));
+      else
+        for (int64_t i = 0; i < n; ++i) std::memcpy(p[0] + i * bs[0], p[1] + i * bs[1], sizeof(D));
+    } else if constexpr (std::is_same<D, float>::value && (std::is_same<S, half>::value || std::is_same<S, bfloat16>::value)) {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<float*>(p[0] + i * bs[0]) = (float)*reinterpret_cast<const S*>(p[1] + i * bs[1]);
+    } else if constexpr (std::is_same<S, float>::value && (std::is_same<D, half>::value || std::is_same<D, bfloat16>::value)) {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<D*>(p[0] + i * bs[0]) = D(*reinterpret_cast<const float*>(p[1] + i * bs[1]));
+    } else {
+      for (int64_t i = 0; i < n; ++i) store_d<D>(p[0] + i * bs[0], load_d<S>(p[1] + i * bs[1]));
+    }
+  });
+}
+
+template <typename D>
+void copy_to(const LoopShape& s, StridedOperand dst, StridedOperand src) {
+  switch (src.dtype) {
+    case DType::f32: copy_t<D, float>(s, dst, src); break;
+    case DType::f64: copy_t<D, double>(s, dst, src); break;
+    case DType::f16: copy_t<D, half>(s, dst, src); break;
+    case DType::bf16: copy_t<D, bfloat16>(s, dst, src); break;
+    case DType::i32: copy_t<D, int32_t>(s, dst, src); break;
+    case DType::i64: copy_t<D, int64_t>(s, dst, src); break;
+    case DType::u8: copy_t<D, uint8_t>(s, dst, src); break;
+  }
+}
+
+template <typename T>
+void fill_t(const LoopShape& s, StridedOperand dst, double v) {
+  char buf[8];
+  store_d<T>(buf, v);
+  StridedOperand ops[1] = {dst};
+  strided_loop<1>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+    T val;
+    std::memcpy(&val, buf, sizeof(T));
+    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * bs[0]) = val;
+  });
+}
+
+template <typename T>
+void where_t(const LoopShape& s, StridedOperand out, StridedOperand cond, StridedOperand x, StridedOperand y) {
+  StridedOperand ops[4] = {out, cond, x, y};
+  strided_loop<4>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+    for (int64_t i = 0; i < n; ++i) {
+      bool c = *reinterpret_cast<const uint8_t*>(p[1] + i * bs[1]) != 0;
+      *reinterpret_cast<T*>(p[0] + i * bs[0]) = *reinterpret_cast<const T*>(c ? p[2] + i * bs[2] : p[3] + i * bs[3]);
+    }
+  });
+}
+
+template <typename T>
+void random_t(T* out, int64_t n, int kind, double lo, double hi, uint64_t seed, uint64_t offset) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    double v;
+    if (kind == 0) {
+      v = lo + (hi - lo) * (double)philox_uniform(seed, offset, (uint64_t)i);
+    } else {
+      // Box-Muller on two words of the element's own pair of draws.
+      float u1 = philox_uniform(seed, offset, 2 * (uint64_t)i);
+      float u2 = philox_uniform(seed, offset, 2 * (uint64_t)i + 1);
+      double r = std::sqrt(-2.0 * std::log(1.0 - (double)u1));
+      v = lo + hi * r * std::cos(6.283185307179586 * (double)u2);
+    }
+    store_d<T>(reinterpret_cast<char*>(out + i), v);
+  }
+}
+
+}  // namespace
+
+void copy(const LoopShape& s, StridedOperand dst, StridedOperand src) {
+  switch (dst.dtype) {
+    case DType::f32: copy_to<float>(s, dst, src); break;
+    case DType::f64: copy_to<double>(s, dst, src); break;
+    case DType::f16: copy_to<half>(s, dst, src); break;
+    case DType::bf16: copy_to<bfloat16>(s, dst, src); break;
+    case DType::i32: copy_to<int32_t>(s, dst, src); break;
+    case DType::i64: copy_to<int64_t>(s, dst, src); break;
+    case DType::u8: copy_to<uint8_t>(s, dst, src); break;
+  }
+}
+
+void fill(const LoopShape& s, StridedOperand dst, double v) {
+  switch (dst.dtype) {
+    case DType::f32: fill_t<float>(s, dst, v); break;
+    case DType::f64: fill_t<double>(s, dst, v); break;
+    case DType::f16: fill_t<half>(s, dst, v); break;
+    case DType::bf16: fill_t<bfloat16>(s, dst, v); break;
+    case DType::i32: fill_t<int32_t>(s, dst, v); break;
+    case DType::i64: fill_t<int64_t>(s, dst, v); break;
+    case DType::u8: fill_t<uint8_t>(s, dst, v); break;
+  }
+}
+
+void unary(UnaryOp op, const LoopShape& s, StridedOperand out, StridedOperand in, double a, double b) {
+  KILN_FLOAT_DISPATCH(out.dtype, unary_dispatch, op, s, out, in, a, b);
+}
+
+void binary(BinaryOp op, const LoopShape& s, StridedOperand out, StridedOperand x, StridedOperand y, double a) {
+  KILN_FLOAT_DISPATCH(out.dtype, binary_dispatch, op, s, out, x, y, a);
+}
+
+void where(const LoopShape& s, StridedOperand out, StridedOperand cond, StridedOperand x, StridedOperand y) {
+  switch (dtype_size(out.dtype)) {
+    case 1: where_t<uint8_t>(s, out, cond, x, y); break;
+    case 2: where_t<uint16_t>(s, out, cond, x, y); break;
+    case 4: where_t<uint32_t>(s, out, cond, x, y); break;
+    case 8: where_t<uint64_t>(s, out, cond, x, y); break;
+  }
+}
+
+void random_fill(void* out, DType dt, int64_t n, int kind, double lo, double hi, uint64_t seed, uint64_t offset) {
+  switch (dt) {
+    case DType::f32: random_t(static_cast<float*>(out), n, kind, lo, hi, seed, offset); break;
+    case DType::f64: random_t(static_cast<double*>(out), n, kind, lo, hi, seed, offset); break;
+    case DType::f16: random_t(static_cast<half*>(out), n, kind, lo, hi, seed, offset); break;
+    case DType::bf16: random_t(static_cast<bfloat16*>(out), n, kind, lo, hi, seed, offset); break;
+    default: throw Error(str_cat("random: dtype ", dtype_name(dt), " not supported"));
+  }
+}
+
+}  // namespace kiln::cpu
