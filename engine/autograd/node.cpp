@@ -108,16 +108,23 @@ std::shared_ptr<FunctionNode> record_op(const char* op, const std::vector<Tensor
   return node;
 }
 
-std::shared_ptr<FunctionNode> record_inplace_op(const char* op, const Tensor& self, const std::vector<Tensor>& others,
-                                                FunctionNode::Backward backward) {
+void check_inplace(const char* op, const Tensor& self, const std::vector<Tensor>& others) {
   std::vector<Tensor> inputs = {self};
   inputs.insert(inputs.end(), others.begin(), others.end());
-  if (!any_requires_grad(inputs)) return nullptr;
+  if (!any_requires_grad(inputs)) return;
   KILN_CHECK(!(self.is_leaf() && self.requires_grad()), op, ": a leaf tensor ", self.str(),
              " that requires grad is used in an in-place operation (do it under NoGradGuard)");
   KILN_CHECK(!self.impl()->is_view, op, ": in-place operation on a view ", self.str(),
              " of a tensor that autograd tracks is not supported; apply it to the base tensor or use the "
              "out-of-place op");
+}
+
+std::shared_ptr<FunctionNode> record_inplace_op(const char* op, const Tensor& self, const std::vector<Tensor>& others,
+                                                FunctionNode::Backward backward) {
+  std::vector<Tensor> inputs = {self};
+  inputs.insert(inputs.end(), others.begin(), others.end());
+  if (!any_requires_grad(inputs)) return nullptr;
+  check_inplace(op, self, others);
   auto node = std::make_shared<FunctionNode>(op, std::move(backward));
   node->module = memory_context().module;
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));

@@ -103,6 +103,8 @@ std::shared_ptr<FunctionNode> record_op(const char* op, const std::vector<Tensor
 // history). Throws for a leaf that requires grad or a view of a tracked tensor.
 std::shared_ptr<FunctionNode> record_inplace_op(const char* op, const Tensor& self, const std::vector<Tensor>& others,
                                                 FunctionNode::Backward backward);
+// Throws (before any data is touched) if an in-place op on `self` cannot be recorded.
+void check_inplace(const char* op, const Tensor& self, const std::vector<Tensor>& others);
 // The edge a gradient for `t` must flow into (its grad_fn, or its AccumulateGrad if a leaf).
 Edge gradient_edge(const Tensor& t);
 

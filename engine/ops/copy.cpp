@@ -63,6 +63,7 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
   KILN_CHECK(broadcast_shapes(dst.sizes(), src.sizes(), "copy_") == dst.sizes(), "copy_: source ", src.str(),
              " does not broadcast to destination ", dst.str());
+  check_inplace("copy_", dst, {src});
   Tensor s = src;
   if (src.device() != dst.device()) s = to_device(src.detach(), dst.device());
   launch_copy(dst, s);
@@ -81,6 +82,7 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
 
 Tensor& fill_(Tensor& t, double v) {
   check_defined(t, "fill_", "tensor");
+  check_inplace("fill_", t, {});
   launch_fill(t, v);
   t.bump_version();
   record_inplace_op("fill_", t, {}, [](FunctionNode&, const std::vector<Tensor>& g) {

@@ -296,6 +296,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
   check_same_device(a, b, "add_");
   KILN_CHECK(broadcast_shapes(a.sizes(), b.sizes(), "add_") == a.sizes(), "add_: ", b.str(),
              " does not broadcast to ", a.str());
+  check_inplace("add_", a, {b});
   launch_binary(BinaryOp::add, a, a, b, alpha);
   a.bump_version();
   Shape sb = b.sizes();
@@ -310,6 +311,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
 Tensor& sub_(Tensor& a, const Tensor& b, double alpha) { return add_(a, b, -alpha); }
 Tensor& add_(Tensor& a, double s) {
   check_floating(a, "add_");
+  check_inplace("add_", a, {});
   launch_unary(UnaryOp::add_scalar, a, a, s);
   a.bump_version();
   record_inplace_op("add_scalar_", a, {}, [](FunctionNode&, const Grads& g) { return Grads{g[0]}; });
@@ -317,6 +319,7 @@ Tensor& add_(Tensor& a, double s) {
 }
 Tensor& mul_(Tensor& a, double s) {
   check_floating(a, "mul_");
+  check_inplace("mul_", a, {});
   launch_unary(UnaryOp::mul_scalar, a, a, s);
   a.bump_version();
   record_inplace_op("mul_scalar_", a, {}, [s](FunctionNode&, const Grads& g) { return Grads{mul(g[0], s)}; });
@@ -327,6 +330,7 @@ Tensor& mul_(Tensor& a, const Tensor& b) {
   check_same_device(a, b, "mul_");
   KILN_CHECK(broadcast_shapes(a.sizes(), b.sizes(), "mul_") == a.sizes(), "mul_: ", b.str(),
              " does not broadcast to ", a.str());
+  check_inplace("mul_", a, {b});
   bool track = any_requires_grad({a, b});
   Tensor a_old = track && b.requires_grad() ? clone(a.detach()) : Tensor();
   launch_binary(BinaryOp::mul, a, a, b, 1.0);
@@ -350,6 +354,7 @@ Tensor& div_(Tensor& a, const Tensor& b) {
 }
 Tensor& relu_(Tensor& a) {
   check_floating(a, "relu_");
+  check_inplace("relu_", a, {});
   launch_unary(UnaryOp::relu, a, a);
   a.bump_version();
   auto node = record_inplace_op("relu_", a, {}, [](FunctionNode& n, const Grads& g) {
