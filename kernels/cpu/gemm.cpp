@@ -2,7 +2,9 @@
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "engine/core/error.h"
@@ -17,9 +19,19 @@ int to_blas_int(int64_t v, const char* what) {
   return (int)v;
 }
 
-// OpenBLAS runs a GEMM of at most this many multiply-adds on the calling thread alone, so several
-// of them may run concurrently from OpenMP threads without fighting over its thread pool.
-constexpr double kSmallGemmMacs = 262144.0;
+// Below this many multiply-adds a GEMM runs on the calling thread (an OpenMP fork costs more).
+constexpr double kSmallGemmMacs = 1 << 20;
+
+// Threading: OpenBLAS is kept at one thread and kiln splits each GEMM over OpenMP threads itself.
+// Two thread pools on the same cores (OpenMP's spinning workers and OpenBLAS's pthreads) starve
+// each other: measured 2-3x slower conv2d on 2 cores than a single pool (bench_conv_cpu).
+void blas_single_threaded_once() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
 
 template <typename T>
 void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
@@ -62,13 +74,39 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
             to_blas_int(lda, "lda"), B, to_blas_int(ldb, "ldb"), beta, C, to_blas_int(ldc, "ldc"));
 }
 
+// Splits C's columns (or rows, whichever is longer) across OpenMP threads, one BLAS call each.
+template <typename T>
+void gemm_parallel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  blas_single_threaded_once();
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  double macs = (double)M * (double)N * (double)K;
+  if (nt <= 1 || macs < kSmallGemmMacs) {
+    gemm_one(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const bool split_n = N >= M;
+  const int64_t len = split_n ? N : M, align = split_n ? 16 : 8;
+  int64_t chunk = (len + nt - 1) / nt;
+  chunk = (chunk + align - 1) / align * align;
+  const int64_t parts = (len + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+  for (int64_t t = 0; t < parts; ++t) {
+    const int64_t lo = t * chunk, n = std::min(chunk, len - lo);
+    if (split_n)  // columns [lo, lo+n) of op(B) and C
+      gemm_one(ta, tb, M, n, K, alpha, A, lda, tb ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc);
+    else  // rows [lo, lo+n) of op(A) and C
+      gemm_one(ta, tb, n, N, K, alpha, ta ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc);
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  gemm_one(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_parallel(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template <typename T>
@@ -77,15 +115,18 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
                   T* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   KILN_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
-  double macs = (double)M * (double)N * (double)K;
-  if (batch > 1 && macs <= kSmallGemmMacs) {
-#pragma omp parallel for schedule(static)
+  blas_single_threaded_once();
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const double macs = (double)M * (double)N * (double)K;
+  // One GEMM per thread when they are small or plentiful; otherwise each GEMM is split.
+  if (nt > 1 && batch > 1 && (macs <= kSmallGemmMacs || batch >= 4 * nt)) {
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < batch; ++i)
       gemm_one(trans_a, trans_b, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
                C + i * stride_c, ldc);
   } else {
     for (int64_t i = 0; i < batch; ++i)
-      gemm_one(trans_a, trans_b, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
+      gemm_parallel(trans_a, trans_b, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
                C + i * stride_c, ldc);
   }
 }

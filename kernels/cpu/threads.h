@@ -4,9 +4,19 @@
 
 namespace kiln::cpu {
 
-// Sets both OpenMP's and OpenBLAS's thread counts (n >= 1; throws kiln::Error otherwise).
+// Sets the OpenMP thread count used by every CPU kernel, GEMMs included: kiln::cpu::gemm splits
+// each GEMM over OpenMP threads and keeps OpenBLAS itself at one thread (two thread pools on the
+// same cores starve each other). n >= 1; throws kiln::Error otherwise.
 void set_num_threads(int n);
 // The thread count kernels will use (OpenMP's max threads).
 int num_threads();
+
+// libgomp's default wait policy (spin ~300k PAUSEs, then sleep) stalls kiln's many short parallel
+// regions for tens of ms on the 2-vCPU KVM build machines (measured: ResNet18 convs 850 ms vs
+// 636 ms with OMP_WAIT_POLICY=passive, 600 ms with active; bench_conv_cpu). libgomp reads the
+// variable only at load, so a program's main() calls this first: when OMP_WAIT_POLICY is unset it
+// sets it to `policy` and re-executes itself (/proc/self/exe, same argv); otherwise it returns.
+// Returns only if no re-exec happened (variable already set, or exec failed).
+void ensure_omp_wait_policy(char** argv, const char* policy = "passive");
 
 }  // namespace kiln::cpu

@@ -1,0 +1,152 @@
+// Benchmark: kiln's CPU conv2d (forward, input grad, weight grad) on ResNet18's conv shapes at
+// batch 8 x 224, against torch.nn.functional.conv2d (bench/peers/conv_torch.py, run through
+// /usr/bin/python3 with the same thread count) in the same run. Prints GFLOP/s per shape and the
+// time ratio kiln / torch. Timing only: correctness lives in tests/unit/test_kernels_conv.cpp.
+//
+// usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/nn_desc.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/threads.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int count;  // how many convs of this shape ResNet18 has
+  int64_t C, H, K, R, stride, pad;
+};
+
+// ResNet18 (torchvision) at 224: stem, then per stage the first 3x3 (maybe strided), the other
+// 3x3s, and the 1x1 stride-2 downsample. H is the input size at 224 (scaled for other sizes).
+const Shape kShapes[] = {
+    {"conv1 7x7/2", 1, 3, 224, 64, 7, 2, 3},     {"layer1 3x3", 4, 64, 56, 64, 3, 1, 1},
+    {"layer2.0 3x3/2", 1, 64, 56, 128, 3, 2, 1}, {"layer2 3x3", 3, 128, 28, 128, 3, 1, 1},
+    {"layer2 ds 1x1/2", 1, 64, 56, 128, 1, 2, 0}, {"layer3.0 3x3/2", 1, 128, 28, 256, 3, 2, 1},
+    {"layer3 3x3", 3, 256, 14, 256, 3, 1, 1},    {"layer3 ds 1x1/2", 1, 128, 28, 256, 1, 2, 0},
+    {"layer4.0 3x3/2", 1, 256, 14, 512, 3, 2, 1}, {"layer4 3x3", 3, 512, 7, 512, 3, 1, 1},
+    {"layer4 ds 1x1/2", 1, 256, 14, 512, 1, 2, 0},
+};
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename F>
+double median_ms(int reps, F f) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = now_ms();
+    f();
+    t.push_back(now_ms() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::string peer_path() {
+  std::string f = __FILE__;
+  return f.substr(0, f.find_last_of('/') + 1) + "peers/conv_torch.py";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cpu::ensure_omp_wait_policy(argv);  // as the kiln command does (see threads.h)
+  int threads = 2, reps = 3;
+  int64_t batch = 8, size = 224;
+  bool peer = true;
+  std::string only;  // run only shapes whose name contains this
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
+    if (a == "--threads") threads = (int)next();
+    else if (a == "--batch") batch = next();
+    else if (a == "--size") size = next();
+    else if (a == "--reps") reps = (int)next();
+    else if (a == "--no-peer") peer = false;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME]\n", argv[0]);
+      return 2;
+    }
+  }
+  cpu::set_num_threads(threads);
+
+  std::vector<Conv2dDesc> descs;
+  std::vector<const Shape*> shapes;
+  for (const Shape& s : kShapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
+    shapes.push_back(&s);
+    Conv2dDesc d;
+    d.N = batch, d.C = s.C, d.H = d.W = s.H * size / 224, d.K = s.K, d.R = d.S = s.R;
+    d.stride_h = d.stride_w = s.stride, d.pad_h = d.pad_w = s.pad;
+    descs.push_back(d);
+  }
+
+  // Peer first (its own process, run to completion), so the two never share the cores.
+  std::vector<double> pf(descs.size(), -1), pb(descs.size(), -1);
+  if (peer) {
+    std::string shapes;
+    for (const auto& d : descs)
+      shapes += std::to_string(d.N) + "," + std::to_string(d.C) + "," + std::to_string(d.H) + "," +
+                std::to_string(d.W) + "," + std::to_string(d.K) + "," + std::to_string(d.R) + "," +
+                std::to_string(d.S) + "," + std::to_string(d.stride_h) + "," + std::to_string(d.pad_h) + ";";
+    std::string cmd = "/usr/bin/python3 " + peer_path() + " --threads " + std::to_string(threads) +
+                      " --reps " + std::to_string(reps) + " --shapes '" + shapes + "'";
+    FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+    size_t i = 0;
+    if (p) {
+      double f, b;
+      while (i < descs.size() && std::fscanf(p, "%lf %lf", &f, &b) == 2) pf[i] = f, pb[i++] = b;
+      pclose(p);
+    }
+    if (i != descs.size()) std::fprintf(stderr, "peer failed (%s); printing kiln only\n", cmd.c_str());
+  }
+
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  std::printf("conv2d CPU, batch %lld x %lld, %d threads, OMP_WAIT_POLICY=%s, median of %d (ms; GFLOP/s = "
+              "2*MACs/time)\n",
+              (long long)batch, (long long)size, threads, policy ? policy : "(default)", reps);
+  std::printf("%-16s %3s %8s %8s %8s %7s %7s %7s | %8s %8s | %6s %6s\n", "shape", "n", "fwd", "bwd_in",
+              "bwd_w", "GF/s f", "GF/s bi", "GF/s bw", "torch f", "torch b", "x fwd", "x bwd");
+  double tot_k = 0, tot_t = 0;
+  std::mt19937 g(0);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (size_t si = 0; si < descs.size(); ++si) {
+    const Conv2dDesc& d = descs[si];
+    std::vector<float> x(d.N * d.C * d.H * d.W), w(d.K * d.C * d.R * d.S), y(d.N * d.K * d.out_h() * d.out_w());
+    std::vector<float> dx(x.size()), dw(w.size()), dy(y.size());
+    for (auto& v : x) v = u(g);
+    for (auto& v : w) v = u(g);
+    for (auto& v : dy) v = u(g);
+    std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
+    double tf = median_ms(reps, [&] { cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data()); });
+    double ti = median_ms(reps, [&] { cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data()); });
+    double tw = median_ms(reps, [&] {
+      cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
+    });
+    double gflop = 2.0 * d.forward_macs() * 1e-9;
+    int cnt = shapes[si]->count;
+    std::printf("%-16s %3d %8.2f %8.2f %8.2f %7.1f %7.1f %7.1f | %8.2f %8.2f | %6.2f %6.2f\n", shapes[si]->name,
+                cnt, tf, ti, tw, gflop / tf * 1e3, gflop / ti * 1e3, gflop / tw * 1e3, pf[si], pb[si],
+                pf[si] > 0 ? tf / pf[si] : 0.0, pb[si] > 0 ? (ti + tw) / pb[si] : 0.0);
+    tot_k += cnt * (tf + ti + tw);
+    tot_t += cnt * (pf[si] + pb[si]);
+  }
+  std::printf("ResNet18 convs fwd+bwd (weighted by count): kiln %.1f ms", tot_k);
+  if (peer && tot_t > 0) std::printf(", torch %.1f ms, ratio kiln/torch %.2f", tot_t, tot_k / tot_t);
+  std::printf("\n");
+  return 0;
+}
