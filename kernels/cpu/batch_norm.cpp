@@ -1,0 +1,165 @@
+// Batch norm kernels (see batch_norm.h). Each channel c touches the N strided runs
+// x[n, c, 0:HW]; one OpenMP task per channel, sums in double (two passes for the variance, so
+// large means do not cancel digits).
+#include "kernels/cpu/batch_norm.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
+  KILN_CHECK(N >= 0 && C >= 1 && HW >= 0, op, ": bad sizes N=", N, " C=", C, " HW=", HW);
+}
+
+// Per-channel sums of dy and dy * (x - mean), in double.
+template <typename T>
+void channel_grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, int64_t c, double mean,
+                       double* sum_dy, double* sum_dy_xmu) {
+  double a = 0, b = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = dy + (n * C + c) * HW;
+    const T* xp = x + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) {
+      a += (double)g[i];
+      b += (double)g[i] * ((double)xp[i] - mean);
+    }
+  }
+  *sum_dy = a;
+  *sum_dy_xmu = b;
+}
+
+}  // namespace
+
+template <typename T>
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
+                              double eps, T* y, T* save_mean, T* save_invstd, T* running_mean,
+                              T* running_var, double momentum) {
+  check_sizes(N, C, HW, "batch_norm_forward_train");
+  const int64_t M = N * HW;
+  KILN_CHECK(M > 1, "batch_norm_forward_train: expected more than 1 value per channel when training, got input (",
+             N, ", ", C, ", ", HW, ")");
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xp = x + (n * C + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) s += (double)xp[i];
+    }
+    const double mean = s / (double)M;
+    double ss = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xp = x + (n * C + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) {
+        const double dlt = (double)xp[i] - mean;
+        ss += dlt * dlt;
+      }
+    }
+    const double var = ss / (double)M;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    save_mean[c] = (T)mean;
+    save_invstd[c] = (T)invstd;
+    if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
+    if (running_var)
+      running_var[c] = (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)M / (double)(M - 1));
+    // y = x * scale + shift
+    const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
+    const T scale = (T)(g * invstd), shift = (T)(b - mean * g * invstd);
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xp = x + (n * C + c) * HW;
+      T* yp = y + (n * C + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * scale + shift;
+    }
+  }
+}
+
+template <typename T>
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
+                             const T* running_mean, const T* running_var, double eps, T* y) {
+  check_sizes(N, C, HW, "batch_norm_forward_eval");
+  KILN_CHECK(running_mean && running_var, "batch_norm_forward_eval: running_mean and running_var are required");
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const double invstd = 1.0 / std::sqrt((double)running_var[c] + eps);
+      const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
+      const T scale = (T)(g * invstd), shift = (T)(b - (double)running_mean[c] * g * invstd);
+      const T* xp = x + (n * C + c) * HW;
+      T* yp = y + (n * C + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * scale + shift;
+    }
+}
+
+template <typename T>
+void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
+                               const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+  check_sizes(N, C, HW, "batch_norm_backward_train");
+  const int64_t M = N * HW;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    const double mean = (double)save_mean[c], invstd = (double)save_invstd[c];
+    double sum_dy, sum_dy_xmu;
+    channel_grad_sums(N, C, HW, dy, x, c, mean, &sum_dy, &sum_dy_xmu);
+    if (dbeta) dbeta[c] = (T)sum_dy;
+    if (dgamma) dgamma[c] = (T)(sum_dy_xmu * invstd);
+    if (dx) {
+      // dx = k * (dy - mean_dy - (x - mean) * proj), k = gamma * invstd,
+      // proj = sum(dy * (x - mean)) * invstd^2 / M
+      const double g = gamma ? (double)gamma[c] : 1.0;
+      const T k = (T)(g * invstd);
+      const T mean_dy = (T)(sum_dy / (double)M);
+      const T proj = (T)(sum_dy_xmu * invstd * invstd / (double)M);
+      const T mu = (T)mean;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* g_ = dy + (n * C + c) * HW;
+        const T* xp = x + (n * C + c) * HW;
+        T* o = dx + (n * C + c) * HW;
+        for (int64_t i = 0; i < HW; ++i) o[i] = k * (g_[i] - mean_dy - (xp[i] - mu) * proj);
+      }
+    }
+  }
+}
+
+template <typename T>
+void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
+                              const T* running_mean, const T* running_var, double eps, T* dx, T* dgamma,
+                              T* dbeta) {
+  check_sizes(N, C, HW, "batch_norm_backward_eval");
+  KILN_CHECK(running_mean && running_var, "batch_norm_backward_eval: running_mean and running_var are required");
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    const double invstd = 1.0 / std::sqrt((double)running_var[c] + eps);
+    if (dgamma || dbeta) {
+      double sum_dy, sum_dy_xmu;
+      channel_grad_sums(N, C, HW, dy, x, c, (double)running_mean[c], &sum_dy, &sum_dy_xmu);
+      if (dbeta) dbeta[c] = (T)sum_dy;
+      if (dgamma) dgamma[c] = (T)(sum_dy_xmu * invstd);
+    }
+    if (dx) {
+      const T k = (T)((gamma ? (double)gamma[c] : 1.0) * invstd);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* g = dy + (n * C + c) * HW;
+        T* o = dx + (n * C + c) * HW;
+        for (int64_t i = 0; i < HW; ++i) o[i] = g[i] * k;
+      }
+    }
+  }
+}
+
+#define KILN_INSTANTIATE_BN(T)                                                                            \
+  template void batch_norm_forward_train<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, double, \
+                                            T*, T*, T*, T*, T*, double);                                 \
+  template void batch_norm_forward_eval<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,        \
+                                           const T*, const T*, double, T*);                               \
+  template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,      \
+                                             const T*, const T*, T*, T*, T*);                             \
+  template void batch_norm_backward_eval<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,       \
+                                            const T*, const T*, double, T*, T*, T*);
+KILN_INSTANTIATE_BN(float)
+KILN_INSTANTIATE_BN(double)
+#undef KILN_INSTANTIATE_BN
+
+}  // namespace kiln::cpu
