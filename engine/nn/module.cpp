@@ -81,6 +81,11 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   return out;
 }
 
+void Module::apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& prefix) {
+  fn(prefix, *this);
+  for (const auto& [n, m] : children_) m->apply(fn, join(prefix, n));
+}
+
 NamedTensors Module::named_parameters(const std::string& prefix) const {
   NamedTensors out;
   for (const auto& [n, t] : params_) out.emplace_back(join(prefix, n), t);
