@@ -65,6 +65,9 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
   // Moves every parameter and buffer to d in place (the Tensor handles stay valid; grads dropped).
   Module& to(Device d);
+  // Casts every floating parameter and buffer to dt in place (integer buffers such as
+  // num_batches_tracked keep their dtype); f64 modules are what gradient checks run on.
+  Module& to(DType dt);
   void zero_grad();  // drops every parameter's .grad
   // Sets each parameter's and buffer's Tensor::name to its dotted name (for reports).
   void name_tensors();

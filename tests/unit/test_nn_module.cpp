@@ -11,6 +11,8 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/generator.h"
 #include "engine/io/tensor_io.h"
+#include "engine/autograd/node.h"
+#include "engine/memory/tag.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/sequential.h"
 #include "engine/ops/ops.h"
@@ -212,4 +214,45 @@ TEST_CASE("Sequential names children by index and a module cannot have two paren
   CHECK(names[3].first == "1.bias");
   nn::Sequential other;
   CHECK_THROWS_AS(other.push_back(l), Error);
+}
+
+TEST_CASE("forward pushes the module path: recorded ops name the module that ran them") {
+  auto m = models::small_cnn(10, 1, 28);
+  Tensor x = randn({2, 1, 28, 28});
+  Tensor y = (*m)(x);
+  CHECK(y.sizes() == Shape{2, 10});
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->module == "fc2");
+  CHECK(memory_context().module.empty());  // restored after the forward
+  auto r = models::resnet18(3, 1, true);
+  Tensor z = (*r)(randn({1, 1, 28, 28}));  // any input size; 1 channel
+  CHECK(z.sizes() == Shape{1, 3});
+  CHECK(z.grad_fn()->module == "fc");
+}
+
+TEST_CASE("BatchNorm2d counts batches in train mode only; Dropout is identity in eval") {
+  auto m = models::small_cnn(10, 1, 28);
+  Tensor x = randn({2, 1, 28, 28});
+  (*m)(x);
+  (*m)(x);
+  CHECK(m->bn1->num_batches_tracked.item() == 2);
+  m->eval();
+  Tensor a = (*m)(x), b = (*m)(x);
+  CHECK(a.to_vector<float>() == b.to_vector<float>());
+  CHECK(m->bn1->num_batches_tracked.item() == 2);
+}
+
+TEST_CASE("tensor_io: npy round trip of a non-contiguous tensor and to(DType) keeps i64 buffers") {
+  std::string dir = temp_dir("npy");
+  Tensor t = transpose(reshape(arange(12, DType::f32), {3, 4}), 0, 1);  // (4, 3) strided
+  save_npy(dir + "/t.npy", t);
+  Tensor u = load_npy(dir + "/t.npy");
+  CHECK(u.sizes() == Shape{4, 3});
+  CHECK(u.to_vector<float>() == t.to_vector<float>());
+  CHECK_THROWS_AS(load_npy(dir + "/missing.npy"), Error);
+  std::filesystem::remove_all(dir);
+  auto m = models::small_cnn(10, 1, 28);
+  m->to(DType::f64);
+  CHECK(m->conv1->weight.dtype() == DType::f64);
+  CHECK(m->bn1->num_batches_tracked.dtype() == DType::i64);
 }
