@@ -130,14 +130,13 @@ void CachingAllocator::deallocate(void* ptr) {
   KILN_CHECK(b, "free on ", device_.str(), ": pointer ", ptr,
              " was not allocated by this allocator (double free or foreign pointer)");
   if (recording_ && b->rec >= 0 && b->rec_gen == rec_gen_) rec_[(size_t)b->rec].end = rec_clock_++;
+  account_free(b, b->planned ? Pool::plan : b->seg->pool);
   if (ring_) trace(TraceKind::free, b->id, (uintptr_t)b->ptr, b->requested, b->stream, b->tag, b->module);
   if (b->planned) {
-    account_free(b, Pool::plan);
     arena_live_.erase((size_t)(b->ptr - arena_->base));
     recycle_block(b);
     return;
   }
-  account_free(b, b->seg->pool);
   b->requested = 0;
   if (!extra_streams_.empty()) {
     auto it = extra_streams_.find(b);
