@@ -67,6 +67,8 @@ void AllocatorConfig::validate() const {
              small_segment, " must be >= small_max=", small_max, " and a multiple of round=", round);
   KILN_CHECK(large_round >= round && large_round % round == 0, "allocator config: large_round=",
              large_round, " must be a multiple of round=", round);
+  KILN_CHECK(large_segment % large_round == 0, "allocator config: large_segment=", large_segment,
+             " must be a multiple of large_round=", large_round);
   KILN_CHECK(max_split > small_max, "allocator config: max_split=", max_split,
              " must exceed small_max=", small_max);
 }
@@ -91,11 +93,12 @@ AllocatorConfig parse_alloc_conf(const std::string& text, AllocatorConfig c) {
     else if (key == "small_max") c.small_max = need();
     else if (key == "small_segment") c.small_segment = need();
     else if (key == "large_round") c.large_round = need();
+    else if (key == "large_segment") c.large_segment = need();
     else if (key == "max_split") c.max_split = need();
     else if (key == "trace") c.trace_capacity = need();
     else
       throw Error(str_cat("KILN_ALLOC_CONF: unknown key '", key, "' in '", text,
-                          "' (known: round, small_max, small_segment, large_round, max_split, debug, trace)"));
+                          "' (known: round, small_max, small_segment, large_round, large_segment, max_split, debug, trace)"));
   }
   c.validate();
   return c;

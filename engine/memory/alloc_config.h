@@ -13,6 +13,9 @@ struct AllocatorConfig {
   size_t small_max = size_t(1) << 20;    // requests <= this go to the small pool
   size_t small_segment = size_t(2) << 20;  // segment size of the small pool
   size_t large_round = size_t(2) << 20;  // large segments are rounded up to this
+  // Large requests below half of this share segments of this size (so their blocks can split
+  // and coalesce); bigger ones map their own segment. 0: every large request maps its own.
+  size_t large_segment = size_t(20) << 20;
   size_t max_split = SIZE_MAX;           // free blocks >= this are never split (fragmentation cap)
   bool debug = false;                    // poison freed memory, check it on reuse (host memory only)
   size_t trace_capacity = 0;             // event ring entries; 0 = tracing off

@@ -51,10 +51,9 @@ CachingAllocator::~CachingAllocator() {
   for (Block* b : spare_blocks_) delete b;
 }
 
-size_t CachingAllocator::round_size(size_t n) const {
+void CachingAllocator::bad_size(size_t n) const {
   KILN_CHECK(n > 0, "allocate on ", device_.str(), ": zero bytes requested");
-  KILN_CHECK(n <= (size_t(1) << 60), "allocate on ", device_.str(), ": ", n, " bytes is not a plausible size");
-  return (n + cfg_.round - 1) & ~(cfg_.round - 1);
+  throw Error(str_cat("allocate on ", device_.str(), ": ", n, " bytes is not a plausible size"));
 }
 
 uint32_t CachingAllocator::intern_module(const std::string& m) {
@@ -88,7 +87,7 @@ void CachingAllocator::recycle_block(Block* b) { spare_blocks_.push_back(b); }
 
 void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   const MemoryContext& ctx = memory_context();
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   size_t rounded = round_size(nbytes);
   if (stream != 0) multi_stream_ = true;
   Block* b = nullptr;
@@ -125,7 +124,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
 
 void CachingAllocator::deallocate(void* ptr) {
   if (!ptr) return;
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   Block* b = live_.erase(ptr);
   KILN_CHECK(b, "free on ", device_.str(), ": pointer ", ptr,
              " was not allocated by this allocator (double free or foreign pointer)");
@@ -191,7 +190,7 @@ void CachingAllocator::account_free(Block* b, Pool pool) {
 }
 
 void CachingAllocator::retag(void* ptr, MemoryTag tag) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   Block* b = live_.find(ptr);
   KILN_CHECK(b, "retag on ", device_.str(), ": pointer ", ptr, " is not a live block of this allocator");
   if (b->tag == tag) return;
@@ -204,7 +203,7 @@ void CachingAllocator::retag(void* ptr, MemoryTag tag) {
 }
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   Block* b = live_.find(ptr);
   KILN_CHECK(b, "record_stream on ", device_.str(), ": pointer ", ptr, " is not a live block");
   if (stream == b->stream || b->planned) return;
@@ -216,14 +215,14 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
 }
 
 size_t CachingAllocator::block_size(const void* ptr) const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   Block* b = live_.find(ptr);
   KILN_CHECK(b, "block_size on ", device_.str(), ": pointer ", ptr, " is not a live block");
   return b->size;
 }
 
 void CachingAllocator::set_event_source(EventSource* events) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   events_ = events;
 }
 
@@ -288,13 +287,17 @@ CachingAllocator::Block* CachingAllocator::alloc_block(size_t rounded, size_t re
                           " (", b->size, "-byte free block) was written after it was freed"));
     bins_[(int)pool].remove(b);
   } else {
-    size_t seg_bytes = pool == Pool::small ? cfg_.small_segment
-                                           : (rounded + cfg_.large_round - 1) / cfg_.large_round * cfg_.large_round;
+    // Own segment rounded to large_round; mid-size large requests prefer a shared
+    // large_segment, and fall back to their own size when that does not fit.
+    size_t own = pool == Pool::small ? cfg_.small_segment
+                                     : (rounded + cfg_.large_round - 1) / cfg_.large_round * cfg_.large_round;
+    size_t seg_bytes = pool == Pool::large && rounded < cfg_.large_segment / 2 ? cfg_.large_segment : own;
     Segment* s = map_segment(seg_bytes, pool);
+    if (!s && seg_bytes != own) s = map_segment(own, pool);
     if (!s) {
       ++stats_.num_retries;
       release_cached();
-      s = map_segment(seg_bytes, pool);
+      s = map_segment(own, pool);
       if (!s) throw_oom(requested, rounded);
     }
     b = s->first;
@@ -463,7 +466,7 @@ void CachingAllocator::release_cached() {
 }
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   release_cached();
 }
 
@@ -482,19 +485,19 @@ void CachingAllocator::fill_derived(MemoryStats& s) const {
 }
 
 MemoryStats CachingAllocator::stats() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   MemoryStats s = stats_;
   fill_derived(s);
   return s;
 }
 
 void CachingAllocator::reset_peak() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   stats_.reset_peak();
 }
 
 std::vector<std::pair<std::string, int64_t>> CachingAllocator::top_modules(size_t n) const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   std::vector<std::pair<std::string, int64_t>> v;
   for (size_t i = 0; i < module_live_.size(); ++i)
     if (module_live_[i] > 0) v.push_back({module_names_[i], module_live_[i]});
@@ -520,7 +523,7 @@ void CachingAllocator::trace(TraceKind kind, uint64_t id, uintptr_t addr, size_t
 }
 
 void CachingAllocator::enable_trace(size_t capacity) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   cfg_.trace_capacity = capacity;
   ring_.reset(capacity ? new EventRing(capacity) : nullptr);
 }

@@ -1,6 +1,8 @@
 // CachingAllocator: kiln's bump-and-bin allocator over a Provider, with exact accounting.
 //   - small pool: requests <= small_max (1 MiB) share small_segment (2 MiB) segments; large pool:
-//     each request maps its own segment rounded to large_round (2 MiB);
+//     requests below large_segment/2 (10 MiB) share large_segment (20 MiB) segments so their
+//     blocks coalesce (falling back to their own size when 20 MiB does not fit), bigger ones map
+//     their own segment rounded to large_round (2 MiB);
 //   - a fresh segment is one free block that requests carve from its front (bump); freed blocks go
 //     to size-class bins (4 per power of two, bitmap, best fit inside the class), are split when
 //     the rest is worth keeping and coalesce with free neighbours;
@@ -31,6 +33,7 @@
 #include "engine/memory/event_source.h"
 #include "engine/memory/event_trace.h"
 #include "engine/memory/provider.h"
+#include "engine/memory/spin_lock.h"
 #include "engine/memory/stats.h"
 
 namespace kiln {
@@ -120,7 +123,11 @@ class CachingAllocator : public Allocator {
   using Block = detail::Block;
   using Segment = detail::Segment;
 
-  size_t round_size(size_t n) const;
+  size_t round_size(size_t n) const {
+    if (n - 1 >= (size_t(1) << 60)) bad_size(n);  // 0 or absurd
+    return (n + cfg_.round - 1) & ~(cfg_.round - 1);
+  }
+  [[noreturn]] void bad_size(size_t n) const;
   Pool pool_for(size_t rounded) const { return rounded <= cfg_.small_max ? Pool::small : Pool::large; }
   uint32_t intern_module(const std::string& m);
   Block* new_block();
@@ -153,7 +160,7 @@ class CachingAllocator : public Allocator {
   Provider* provider_;
   AllocatorConfig cfg_;
   bool poison_ = false;  // debug and host-accessible
-  mutable std::mutex mu_;
+  mutable SpinLock mu_;
   EventSource* events_ = nullptr;
   bool multi_stream_ = false;  // a stream other than 0 was seen: record events on free
 

@@ -9,7 +9,7 @@
 namespace kiln {
 
 void CachingAllocator::begin_record() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   KILN_CHECK(!replaying_, "begin_record on ", device_.str(), ": a replay is in progress (call end_replay first)");
   recording_ = true;
   ++rec_gen_;
@@ -18,7 +18,7 @@ void CachingAllocator::begin_record() {
 }
 
 void CachingAllocator::end_record() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   KILN_CHECK(recording_, "end_record on ", device_.str(), ": begin_record was not called");
   recording_ = false;
   for (PlanRequest& r : rec_)
@@ -53,7 +53,7 @@ bool CachingAllocator::map_arena() {
 }
 
 void CachingAllocator::begin_replay() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   KILN_CHECK(has_plan_, "begin_replay on ", device_.str(), ": no plan (record a step with begin_record/end_record)");
   KILN_CHECK(!recording_, "begin_replay on ", device_.str(), ": a recording is in progress");
   replaying_ = true;
@@ -68,7 +68,7 @@ void CachingAllocator::begin_replay() {
 }
 
 void CachingAllocator::end_replay() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   KILN_CHECK(replaying_, "end_replay on ", device_.str(), ": begin_replay was not called");
   if (!diverged_ && cursor_ != plan_.requests.size()) {  // a shorter step also differs
     ++plan_stats_.diverged_steps;
@@ -78,7 +78,7 @@ void CachingAllocator::end_replay() {
 }
 
 void CachingAllocator::discard_plan() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   KILN_CHECK(!replaying_, "discard_plan on ", device_.str(), ": a replay is in progress");
   has_plan_ = false;
   plan_ = AllocPlan();
@@ -90,7 +90,7 @@ void CachingAllocator::discard_plan() {
 }
 
 PlanReport CachingAllocator::plan_report() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   PlanReport r = plan_stats_;
   r.has_plan = has_plan_;
   r.arena_bytes = plan_.arena_bytes;

@@ -67,12 +67,12 @@ std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
 }
 
 std::vector<SegmentInfo> CachingAllocator::segments() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   return segments_locked();
 }
 
 nlohmann::json CachingAllocator::snapshot() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   nlohmann::json j;
   j["device"] = device_.str();
   j["provider"] = provider_->name();
@@ -108,7 +108,7 @@ nlohmann::json CachingAllocator::snapshot() const {
 }
 
 nlohmann::json CachingAllocator::chrome_trace() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   nlohmann::json ev = nlohmann::json::array();
   const int pid = 1;
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
@@ -148,7 +148,7 @@ nlohmann::json CachingAllocator::chrome_trace() const {
 }
 
 void CachingAllocator::write_trace_file(const std::string& path) const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   KILN_CHECK(ring_, "write_trace_file(", path, "): tracing is off (enable_trace or KILN_ALLOC_CONF=trace=N)");
   std::ofstream f(path);
   KILN_CHECK(f, "write_trace_file: cannot open '", path, "' for writing");
@@ -167,7 +167,7 @@ void CachingAllocator::write_trace_file(const std::string& path) const {
 }
 
 void CachingAllocator::verify() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   const std::string where = "allocator verify (" + device_.str() + "): ";
   int64_t alloc[kNumPools] = {}, reserved[kNumPools] = {}, requested[kNumPools] = {}, pending[kNumPools] = {};
   int64_t tag_alloc[kNumMemoryTags] = {}, tag_req[kNumMemoryTags] = {};

@@ -42,9 +42,9 @@ TEST_CASE("alloc config: KILN_ALLOC_CONF strings") {
   CHECK_THROWS_AS(parse_alloc_conf("round"), Error);
 }
 
-TEST_CASE("alloc policy: rounding, pools, segment sizes and splitting") {
+TEST_CASE("alloc policy: rounding, pools, own large segments and splitting") {
   HostProvider host;
-  CachingAllocator a(Device::cpu(), &host, AllocatorConfig{});
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("large_segment=0"));
   void* s1 = a.allocate(1);
   void* s2 = a.allocate(700);
   CHECK(a.block_size(s1) == 512);
@@ -71,9 +71,32 @@ TEST_CASE("alloc policy: rounding, pools, segment sizes and splitting") {
   CHECK(a.stats().num_segment_unmaps == 3);
 }
 
+TEST_CASE("alloc policy: mid-size large requests share 20 MiB segments and coalesce there") {
+  HostProvider host;
+  LimitedProvider lim(&host, 32 * MiB);
+  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  void* x = a.allocate(3 * MiB);
+  void* y = a.allocate(5 * MiB + 1);
+  CHECK((char*)y == (char*)x + 3 * MiB);  // carved from the same segment
+  CHECK(a.block_size(y) == 5 * MiB + 512);
+  CHECK(a.stats().pool[(int)Pool::large].reserved.current == (int64_t)(20 * MiB));
+  void* w = a.allocate(9 * MiB);  // the segment's rest still holds it
+  CHECK((char*)w == (char*)y + 5 * MiB + 512);
+  // A second shared segment does not fit the 32 MiB device: the request maps its own size,
+  // without releasing the cache.
+  void* v = a.allocate(6 * MiB);
+  CHECK(a.block_size(v) == 6 * MiB);
+  MemoryStats st = a.stats();
+  CHECK(st.pool[(int)Pool::large].reserved.current == (int64_t)(26 * MiB));
+  CHECK(st.num_retries == 0);
+  for (void* p : {x, y, w, v}) a.deallocate(p);
+  a.verify();
+  for (const SegmentInfo& s : a.segments()) CHECK(s.blocks.size() == 1);
+}
+
 TEST_CASE("alloc policy: max_split keeps oversize blocks whole") {
   HostProvider host;
-  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("max_split=4M"));
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("max_split=4M,large_segment=0"));
   void* big = a.allocate(8 * MiB);
   a.deallocate(big);
   void* mid = a.allocate(2 * MiB);  // must not carve the 8 MiB block
