@@ -21,9 +21,23 @@ struct TjHandle {
   }
 };
 
-tjhandle thread_decompressor() {
+TjHandle& thread_handle() {
   thread_local TjHandle t;
-  return t.h;
+  return t;
+}
+tjhandle thread_decompressor() { return thread_handle().h; }
+
+// libjpeg-turbo 2.1 can leave a handle in a bad state after a failed header read (the next
+// header then reads as 0x0), so a handle that saw an error is replaced before the next file.
+void reset_decompressor() {
+  TjHandle& t = thread_handle();
+  if (t.h) tjDestroy(t.h);
+  t.h = tjInitDecompress();
+}
+
+[[noreturn]] void fail(const std::string& name, const std::string& reason) {
+  reset_decompressor();
+  throw DecodeError(name, reason);
 }
 
 // (255 - C) (255 - K) / 255 with PIL's rounding (MULDIV255). Values stored in the file are
@@ -50,10 +64,10 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
   if (!tj) throw DecodeError(name, "cannot create a TurboJPEG decompressor");
   int w = 0, h = 0, subsamp = 0, cs = 0;
   if (tjDecompressHeader3(tj, data, (unsigned long)n, &w, &h, &subsamp, &cs) != 0)
-    throw DecodeError(name, str_cat("bad JPEG header (", tjGetErrorStr2(tj), ")"));
-  if (w <= 0 || h <= 0) throw DecodeError(name, "JPEG with zero width or height");
+    fail(name, str_cat("bad JPEG header (", tjGetErrorStr2(tj), ")"));
+  if (w <= 0 || h <= 0) fail(name, "JPEG with zero width or height");
   if ((uint64_t)w * (uint64_t)h > opt.max_pixels)
-    throw DecodeError(name, str_cat("declared size ", w, "x", h, " exceeds the pixel limit ", opt.max_pixels,
+    fail(name, str_cat("declared size ", w, "x", h, " exceeds the pixel limit ", opt.max_pixels,
                                     " (decompression bomb?)"));
   JpegMarkers mk = opt.apply_exif ? scan_jpeg_markers(data, n) : JpegMarkers{};
 
@@ -102,7 +116,8 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
     // Harmless warnings (extraneous bytes, ...) leave a complete image; a premature end of data
     // means the file is truncated and the rest of the picture is made up: reject it.
     if (!warning || std::strstr(msg, "Premature end") != nullptr)
-      throw DecodeError(name, str_cat(warning ? "truncated JPEG (" : "corrupt JPEG (", msg, ")"));
+      fail(name, str_cat(warning ? "truncated JPEG (" : "corrupt JPEG (", msg, ")"));
+    reset_decompressor();
   }
   if (cmyk) {
     im.px.resize((size_t)sw * sh * im.c);
@@ -132,7 +147,11 @@ bool jpeg_probe_size(const uint8_t* data, size_t n, bool apply_exif, int* w, int
   if (n < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) return false;
   tjhandle tj = thread_decompressor();
   int sub = 0, cs = 0;
-  if (!tj || tjDecompressHeader3(tj, data, (unsigned long)n, w, h, &sub, &cs) != 0) return false;
+  if (!tj) return false;
+  if (tjDecompressHeader3(tj, data, (unsigned long)n, w, h, &sub, &cs) != 0) {
+    reset_decompressor();
+    return false;
+  }
   if (apply_exif && orientation_swaps_axes(scan_jpeg_markers(data, n).orientation)) std::swap(*w, *h);
   return *w > 0 && *h > 0;
 }

@@ -45,11 +45,39 @@ std::string mode_name(const char* fmt, const uint8_t* d, size_t n, int comp, boo
   return is16 ? str_cat(base, ";16") : std::string(base);
 }
 
+// Width and height as declared in the header (PNG IHDR, GIF screen, BMP info header), read before
+// stb so a bomb is reported as one (stb's own "too large" gets lost when it falls through formats).
+bool declared_size(const char* fmt, const uint8_t* d, size_t n, uint64_t* w, uint64_t* h) {
+  auto be32 = [&](size_t o) { return ((uint64_t)d[o] << 24) | ((uint64_t)d[o + 1] << 16) | ((uint64_t)d[o + 2] << 8) | d[o + 3]; };
+  auto le32 = [&](size_t o) { return (int64_t)(int32_t)((uint32_t)d[o] | ((uint32_t)d[o + 1] << 8) | ((uint32_t)d[o + 2] << 16) | ((uint32_t)d[o + 3] << 24)); };
+  if (std::strcmp(fmt, "PNG") == 0 && n >= 24) {
+    *w = be32(16);
+    *h = be32(20);
+    return true;
+  }
+  if (std::strcmp(fmt, "GIF") == 0 && n >= 10) {
+    *w = (uint64_t)(d[6] | (d[7] << 8));
+    *h = (uint64_t)(d[8] | (d[9] << 8));
+    return true;
+  }
+  if (std::strcmp(fmt, "BMP") == 0 && n >= 26) {
+    int64_t bw = le32(18), bh = le32(22);
+    *w = (uint64_t)(bw < 0 ? -bw : bw);
+    *h = (uint64_t)(bh < 0 ? -bh : bh);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Image decode_stb(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
   const char* fmt = sniff_format(data, n);
   if (n > (size_t)0x7fffffff) throw DecodeError(name, "file too large for the decoder");
+  uint64_t dw = 0, dh = 0;
+  if (declared_size(fmt, data, n, &dw, &dh) && dw * dh > opt.max_pixels)
+    throw DecodeError(name, str_cat("declared size ", dw, "x", dh, " exceeds the pixel limit ", opt.max_pixels,
+                                    " (decompression bomb?)"));
   int w = 0, h = 0, comp = 0;
   if (!stbi_info_from_memory(data, (int)n, &w, &h, &comp)) {
     const char* why = stbi_failure_reason();
