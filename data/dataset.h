@@ -26,7 +26,9 @@ bool is_image_extension(const std::string& path);
 
 // root/<class>/**/<image>: classes are the sorted subfolder names, samples sorted by path within a
 // class (as ImageFolder). Hidden entries (".name") are skipped. Throws kiln::Error naming the path
-// when it is missing, not a folder, has no class folders or no images.
+// when it is missing, not a folder, has no class folders or no images at all. A class folder
+// with no images stays a class with 0 samples (unlike ImageFolder, which refuses), so `kiln data`
+// can report it.
 ImageDataset image_folder(const std::string& root);
 
 // A folder holding train/ and val/ (or test/): the two splits, with the train split's classes
