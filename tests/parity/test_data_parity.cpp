@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "data/decode.h"
 #include "data/resize.h"
 #include "data/sample_pipeline.h"
@@ -21,26 +23,33 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Generated once per script version into the build folder (keyed by a hash of the script), so the
+// test processes ctest starts share it; written to a temp name and renamed, so concurrent test
+// processes never see half a corpus.
 struct Corpus {
   std::string dir;
   Corpus() {
-    char tmpl[] = "/tmp/kiln_data_parity_XXXXXX";
-    char* d = mkdtemp(tmpl);
-    REQUIRE(d != nullptr);
-    dir = d;
-    std::string cmd = std::string("/usr/bin/python3 ") + KILN_SOURCE_DIR + "/tests/support/data/make_corpus.py " +
-                      dir + " > " + dir + "/log.txt 2>&1";
+    const std::string script = std::string(KILN_SOURCE_DIR) + "/tests/support/data/make_corpus.py";
+    std::ifstream in(script, std::ios::binary);
+    REQUIRE_MESSAGE(in.good(), "missing " << script);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    dir = std::string(KILN_BINARY_DIR) + "/data_parity_corpus_" + std::to_string(h);
+    if (fs::exists(dir + "/manifest.txt")) return;
+    std::string tmp = dir + ".tmp" + std::to_string(::getpid());
+    fs::create_directories(tmp);
+    std::string cmd = "/usr/bin/python3 " + script + " " + tmp + " > " + tmp + "/log.txt 2>&1";
     int rc = std::system(cmd.c_str());
     if (rc != 0) {
-      std::ifstream log(dir + "/log.txt");
+      std::ifstream log(tmp + "/log.txt");
       std::stringstream ss;
       ss << log.rdbuf();
       FAIL("make_corpus.py failed: " << ss.str());
     }
-  }
-  ~Corpus() {
     std::error_code ec;
-    fs::remove_all(dir, ec);
+    fs::rename(tmp, dir, ec);
+    if (ec) fs::remove_all(tmp, ec);  // another process won the race: use its copy
   }
   std::string path(const std::string& f) const { return dir + "/" + f; }
 };
