@@ -2,6 +2,8 @@
 // error formatting of check.h. Host code only; compiled with the CUDA build.
 #include "kernels/cuda/runtime.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -45,7 +47,10 @@ const Probe& probe() {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      if (vis && !*vis)
+      if (access("/proc/driver/nvidia/version", R_OK) != 0 && e != cudaErrorNoDevice)
+        r.reason = str_cat("no NVIDIA driver is loaded (/proc/driver/nvidia/version is missing; CUDA says: ",
+                           cudaGetErrorString(e), ")");
+      else if (vis && !*vis)
         r.reason = "CUDA_VISIBLE_DEVICES is set but empty, so no GPU is visible";
       else if (e == cudaErrorInsufficientDriver)
         r.reason = "the NVIDIA driver is older than this CUDA runtime (cudaErrorInsufficientDriver)";
