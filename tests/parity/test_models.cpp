@@ -42,8 +42,19 @@ std::string oracle_dir() {
   return env ? std::string(env) : std::string(KILN_SOURCE_DIR) + "/tests/support/oracle";
 }
 
+fs::path root_dir() { return fs::temp_directory_path() / ("kiln_parity_models_" + std::to_string(::getpid())); }
+
+// The exports are reused by every subcase; the folder goes when the test program exits.
 std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("kiln_parity_models_" + std::to_string(::getpid())) / name;
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(root_dir(), ec);
+    });
+  }
+  fs::path p = root_dir() / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
