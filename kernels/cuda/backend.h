@@ -2,9 +2,8 @@
 // the signatures of the CPU backend (kernels/cpu/*.h): pointers are device pointers on the current
 // device, work is queued on compute_stream(current device) and is asynchronous unless noted. Same
 // math as the CPU (kernels/common/, engine/core/philox.h), so random draws agree bit for bit.
-// The NN kernels (conv, pool, batch norm, softmax, losses, dropout) are declared in nn_backend.h:
-// it needs kernels/common/nn_desc.h, whose Reduction clashes with engine/ops/ops.h's until the op
-// layer takes Reduction from nn_desc.h; then this header should include nn_backend.h.
+// The NN kernels (conv, pool, batch norm, softmax, losses, dropout) are declared in nn_backend.h,
+// included here so the op layer's KILN_DISPATCH finds them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include "kernels/common/elementwise_math.h"
 #include "kernels/common/reduce_op.h"
 #include "kernels/common/strided.h"
+#include "kernels/cuda/nn_backend.h"
 
 namespace kiln::cuda {
 

@@ -8,11 +8,10 @@
 #include <mutex>
 #include <tuple>
 
-#include "engine/memory/allocator.h"
-#include "engine/memory/tag.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
 #include "kernels/cuda/nn_backend.h"
+#include "kernels/cuda/workspace.h"
 
 namespace kiln::cuda {
 
@@ -125,25 +124,6 @@ Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, int dev, cudnnHa
   cache[k] = c;
   return c;
 }
-
-// Workspace from kiln's allocator (tag temporary), freed at scope exit; the allocator orders reuse
-// on the compute stream after this call's kernels.
-class Workspace {
- public:
-  Workspace(int dev, size_t n) : alloc_(n ? allocator_for(Device::cuda(dev)) : nullptr) {
-    if (!n) return;
-    MemoryScope s(MemoryTag::temporary);
-    ptr_ = alloc_->allocate(n);
-  }
-  ~Workspace() {
-    if (ptr_) alloc_->deallocate(ptr_);
-  }
-  void* get() const { return ptr_; }
-
- private:
-  Allocator* alloc_;
-  void* ptr_ = nullptr;
-};
 
 template <typename T>
 struct Scalars {  // alpha/beta in cuDNN's scaling type (float for float data, double for double)

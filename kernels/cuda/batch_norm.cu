@@ -1,0 +1,196 @@
+// CUDA batch normalization over (N, C, HW) contiguous data, as kernels/cpu/batch_norm.h: training
+// forward (batch statistics, two-pass variance in f64, running-stat update with momentum and the
+// unbiased variance M / (M - 1)), eval forward, and both backwards.
+// Geometry: the per-channel reductions run one block per channel (grid-stride over channels),
+// each block reducing the channel's M = N * HW values with block_sum in f64; the elementwise parts
+// (eval forward, eval dx) are flat grid-stride loops. Limitation: few channels with a huge M use
+// only C blocks (a split-M two-stage reduction would fill the GPU better).
+#include <cmath>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/nn_backend.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kBnThreads = 512;
+
+// Element j (0 <= j < M) of channel c: x[n, c, i] with n = j / HW, i = j % HW.
+__device__ __forceinline__ int64_t chan_offset(int64_t j, int64_t c, int64_t C, int64_t HW) {
+  return ((j / HW) * C + c) * HW + j % HW;
+}
+
+template <typename T>
+__global__ void bn_train_fwd_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ x,
+                                    const T* __restrict__ gamma, const T* __restrict__ beta, double eps,
+                                    T* __restrict__ y, T* __restrict__ save_mean, T* __restrict__ save_invstd,
+                                    T* __restrict__ running_mean, T* __restrict__ running_var, double momentum) {
+  __shared__ double scratch[32];
+  const int64_t M = N * HW;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += (double)x[chan_offset(j, c, C, HW)];
+    const double mean = block_sum(s, scratch) / (double)M;
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const double dlt = (double)x[chan_offset(j, c, C, HW)] - mean;
+      ss += dlt * dlt;
+    }
+    const double var = block_sum(ss, scratch) / (double)M;
+    const double invstd = 1.0 / sqrt(var + eps);
+    if (threadIdx.x == 0) {
+      save_mean[c] = (T)mean;
+      save_invstd[c] = (T)invstd;
+      if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
+      if (running_var)
+        running_var[c] =
+            (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)M / (double)(M - 1));
+    }
+    const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
+    const T scale = (T)(g * invstd), shift = (T)(b - mean * g * invstd);
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t o = chan_offset(j, c, C, HW);
+      y[o] = x[o] * scale + shift;
+    }
+  }
+}
+
+template <typename T>
+__global__ void bn_eval_fwd_kernel(int64_t C, int64_t HW, const T* __restrict__ x, const T* __restrict__ gamma,
+                                   const T* __restrict__ beta, const T* __restrict__ running_mean,
+                                   const T* __restrict__ running_var, double eps, T* __restrict__ y, int64_t total) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = (e / HW) % C;
+    const double invstd = 1.0 / sqrt((double)running_var[c] + eps);
+    const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
+    const T scale = (T)(g * invstd), shift = (T)(b - (double)running_mean[c] * g * invstd);
+    y[e] = x[e] * scale + shift;
+  }
+}
+
+// Per channel: sum dy and sum dy * (x - mean) in f64 (mean from save_mean, or the running mean in
+// eval mode), then dgamma / dbeta, and in training mode dx (all optional).
+// TRAIN: dx = k * (dy - mean_dy - (x - mean) * proj), k = gamma * invstd,
+//        proj = sum(dy * (x - mean)) * invstd^2 / M.  invstd = save_invstd.
+// eval:  invstd = 1 / sqrt(running_var + eps); dx is done by bn_eval_dx_kernel.
+template <typename T, bool TRAIN>
+__global__ void bn_bwd_reduce_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ dy,
+                                     const T* __restrict__ x, const T* __restrict__ gamma,
+                                     const T* __restrict__ mean_in, const T* __restrict__ stat_in, double eps,
+                                     T* __restrict__ dx, T* __restrict__ dgamma, T* __restrict__ dbeta) {
+  __shared__ double scratch[32];
+  const int64_t M = N * HW;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const double mean = (double)mean_in[c];
+    const double invstd = TRAIN ? (double)stat_in[c] : 1.0 / sqrt((double)stat_in[c] + eps);
+    double a = 0, b = 0;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t o = chan_offset(j, c, C, HW);
+      const double g = (double)dy[o];
+      a += g;
+      b += g * ((double)x[o] - mean);
+    }
+    const double sum_dy = block_sum(a, scratch);
+    const double sum_dy_xmu = block_sum(b, scratch);
+    if (threadIdx.x == 0) {
+      if (dbeta) dbeta[c] = (T)sum_dy;
+      if (dgamma) dgamma[c] = (T)(sum_dy_xmu * invstd);
+    }
+    if (TRAIN && dx) {
+      const T k = (T)((gamma ? (double)gamma[c] : 1.0) * invstd);
+      const T mean_dy = (T)(sum_dy / (double)M);
+      const T proj = (T)(sum_dy_xmu * invstd * invstd / (double)M);
+      const T mu = (T)mean;
+      for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+        const int64_t o = chan_offset(j, c, C, HW);
+        dx[o] = k * (dy[o] - mean_dy - (x[o] - mu) * proj);
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void bn_eval_dx_kernel(int64_t C, int64_t HW, const T* __restrict__ dy, const T* __restrict__ gamma,
+                                  const T* __restrict__ running_var, double eps, T* __restrict__ dx, int64_t total) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = (e / HW) % C;
+    const T k = (T)((gamma ? (double)gamma[c] : 1.0) / sqrt((double)running_var[c] + eps));
+    dx[e] = dy[e] * k;
+  }
+}
+
+void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
+  KILN_CHECK(N >= 0 && C >= 1 && HW >= 0, op, ": bad sizes N=", N, " C=", C, " HW=", HW);
+}
+
+unsigned channel_grid(int64_t C) { return (unsigned)(C < 65535 ? C : 65535); }
+
+}  // namespace
+
+template <typename T>
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
+                              double eps, T* y, T* save_mean, T* save_invstd, T* running_mean, T* running_var,
+                              double momentum) {
+  check_sizes(N, C, HW, "batch_norm_forward_train (cuda)");
+  KILN_CHECK(N * HW > 1, "batch_norm_forward_train (cuda): expected more than 1 value per channel when training, ",
+             "got input (", N, ", ", C, ", ", HW, ")");
+  bn_train_fwd_kernel<T><<<channel_grid(C), kBnThreads, 0, stream()>>>(
+      N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_forward_train (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
+                             const T* running_mean, const T* running_var, double eps, T* y) {
+  check_sizes(N, C, HW, "batch_norm_forward_eval (cuda)");
+  KILN_CHECK(running_mean && running_var,
+             "batch_norm_forward_eval (cuda): running_mean and running_var are required");
+  const int64_t total = N * C * HW;
+  if (total == 0) return;
+  bn_eval_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(C, HW, x, gamma, beta, running_mean,
+                                                                    running_var, eps, y, total);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_forward_eval (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
+                               const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+  check_sizes(N, C, HW, "batch_norm_backward_train (cuda)");
+  if (!dx && !dgamma && !dbeta) return;
+  bn_bwd_reduce_kernel<T, true><<<channel_grid(C), kBnThreads, 0, stream()>>>(N, C, HW, dy, x, gamma, save_mean,
+                                                                             save_invstd, 0.0, dx, dgamma, dbeta);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_train (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
+                              const T* running_mean, const T* running_var, double eps, T* dx, T* dgamma, T* dbeta) {
+  check_sizes(N, C, HW, "batch_norm_backward_eval (cuda)");
+  KILN_CHECK(running_mean && running_var,
+             "batch_norm_backward_eval (cuda): running_mean and running_var are required");
+  if (dgamma || dbeta) {
+    bn_bwd_reduce_kernel<T, false><<<channel_grid(C), kBnThreads, 0, stream()>>>(
+        N, C, HW, dy, x, gamma, running_mean, running_var, eps, nullptr, dgamma, dbeta);
+    KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_eval (cuda) x (", N, ", ", C, ", ", HW, ")"));
+  }
+  const int64_t total = N * C * HW;
+  if (dx && total > 0) {
+    bn_eval_dx_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(C, HW, dy, gamma, running_var, eps, dx, total);
+    KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_eval (cuda) dx, x (", N, ", ", C, ", ", HW, ")"));
+  }
+}
+
+#define KILN_INSTANTIATE_BN(T)                                                                               \
+  template void batch_norm_forward_train<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, double,  \
+                                            T*, T*, T*, T*, T*, double);                                     \
+  template void batch_norm_forward_eval<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, \
+                                           const T*, double, T*);                                            \
+  template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,         \
+                                             const T*, const T*, T*, T*, T*);                                \
+  template void batch_norm_backward_eval<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,          \
+                                            const T*, const T*, double, T*, T*, T*);
+KILN_INSTANTIATE_BN(float)
+KILN_INSTANTIATE_BN(double)
+#undef KILN_INSTANTIATE_BN
+
+}  // namespace kiln::cuda

@@ -1,0 +1,338 @@
+// CUDA losses with PyTorch 1.13 semantics, as kernels/cpu/loss.h: cross_entropy over class-index
+// targets (class weights, label smoothing, ignore_index, none/mean/sum), nll_loss, mse_loss.
+// Sums run in f64 and are deterministic (per-sample values, then one block sums them in a fixed
+// order; no floating-point atomics).
+// Targets are validated on the device: a one-block kernel computes D = sum of w_t over
+// non-ignored samples (and the label-smoothing mass) and records the first out-of-range position
+// with an integer atomicMin in a device flag. The host reads the flag after the call's kernels
+// (one stream sync) and throws kiln::Error naming the position, the target and K like the CPU.
+// Scratch (stats, per-sample sums) comes from kiln's allocator (workspace.h).
+#include <climits>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/nn_backend.h"
+#include "kernels/cuda/workspace.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kStatThreads = 1024;
+
+struct TargetStats {
+  double D;                     // sum of w_t over non-ignored samples
+  double smooth_mass;           // sum_c (ls / K) * w_c (0 without smoothing)
+  unsigned long long bad_pos;   // first out-of-range position, ULLONG_MAX when none
+  unsigned long long pad_;
+};
+
+template <typename T>
+__device__ __forceinline__ double wt(const T* weight, int64_t c) {
+  return weight ? (double)weight[c] : 1.0;
+}
+
+template <typename T>
+__global__ void target_stats_kernel(int64_t N, int64_t K, const int64_t* __restrict__ targets,
+                                    const T* __restrict__ weight, int64_t ignore_index, double ls,
+                                    TargetStats* st) {
+  __shared__ double scratch[32];
+  double d = 0;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+    const int64_t t = targets[i];
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= K) {
+      atomicMin(&st->bad_pos, (unsigned long long)i);
+      continue;
+    }
+    d += wt(weight, t);
+  }
+  d = block_sum(d, scratch);
+  double sm = 0;
+  if (ls > 0)
+    for (int64_t c = threadIdx.x; c < K; c += blockDim.x) sm += ls / (double)K * wt(weight, c);
+  sm = block_sum(sm, scratch);
+  if (threadIdx.x == 0) {
+    st->D = d;
+    st->smooth_mass = sm;
+  }
+}
+
+// Is target t a real class of sample i? (ignored and out-of-range targets contribute nothing; the
+// latter throw on the host after the call.)
+__device__ __forceinline__ bool live(int64_t t, int64_t K, int64_t ignore_index) {
+  return t != ignore_index && t >= 0 && t < K;
+}
+
+// Cross-entropy per sample, one warp per row: loss_i = -(1 - ls) w_t logp[t] - ls/K sum_c w_c logp[c].
+template <typename T>
+__global__ void ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
+                                 const T* __restrict__ weight, double ls, int64_t ignore_index, Reduction r,
+                                 T* __restrict__ out, double* __restrict__ per) {
+  const int wpb = blockDim.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t i = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); i < N; i += (int64_t)gridDim.x * wpb) {
+    const int64_t t = targets[i];
+    double li = 0;
+    if (live(t, K, ignore_index)) {
+      const T* lp = logp + i * K;
+      li = -(1.0 - ls) * wt(weight, t) * (double)lp[t];
+      if (ls > 0) {
+        double s = 0;
+        for (int64_t c = lane; c < K; c += 32) s += wt(weight, c) * (double)lp[c];
+        li -= ls / (double)K * warp_sum(s);
+      }
+    }
+    if (lane == 0) {
+      if (r == Reduction::none) out[i] = (T)li;
+      else per[i] = li;
+    }
+  }
+}
+
+template <typename T>
+__global__ void nll_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
+                                  const T* __restrict__ weight, int64_t ignore_index, Reduction r, T* __restrict__ out,
+                                  double* __restrict__ per) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = targets[i];
+    const double li = live(t, K, ignore_index) ? -wt(weight, t) * (double)logp[i * K + t] : 0.0;
+    if (r == Reduction::none) out[i] = (T)li;
+    else per[i] = li;
+  }
+}
+
+// out[0] = sum(parts) for sum, sum(parts) / divisor for mean (divisor = *dev_div when given, else
+// host_div; 0 / 0 -> NaN like PyTorch). One block, fixed order: deterministic.
+template <typename T>
+__global__ void finish_sum_kernel(const double* __restrict__ parts, int64_t n, Reduction r,
+                                  const TargetStats* __restrict__ st, double host_div, T* __restrict__ out) {
+  __shared__ double scratch[32];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += parts[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) out[0] = (T)(r == Reduction::sum ? s : s / (st ? st->D : host_div));
+}
+
+// Upstream gradient of sample i, divided by D for mean.
+template <typename T>
+__device__ __forceinline__ double grad_scale(Reduction r, const T* grad_out, int64_t i, double D) {
+  if (r == Reduction::none) return (double)grad_out[i];
+  if (r == Reduction::sum) return (double)grad_out[0];
+  return (double)grad_out[0] / D;
+}
+
+// dlogits[i, c] = g_i * (p_c * sum(q) - q_c), q_c = (ls/K) w_c + (1 - ls) w_t [c == t]; 0 when ignored.
+template <typename T>
+__global__ void ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out, const T* __restrict__ logp,
+                              const int64_t* __restrict__ targets, const T* __restrict__ weight, double ls,
+                              int64_t ignore_index, Reduction r, const TargetStats* __restrict__ st,
+                              T* __restrict__ dlogits) {
+  const int64_t total = N * K;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e / K, c = e % K, t = targets[i];
+    if (!live(t, K, ignore_index)) {
+      dlogits[e] = T(0);
+      continue;
+    }
+    const double g = grad_scale(r, grad_out, i, st->D);
+    const double w_t = wt(weight, t);
+    const double qsum = (1.0 - ls) * w_t + st->smooth_mass;
+    const double qc = (ls > 0 ? ls / (double)K * wt(weight, c) : 0.0) + (c == t ? (1.0 - ls) * w_t : 0.0);
+    dlogits[e] = (T)(g * (exp((double)logp[e]) * qsum - qc));
+  }
+}
+
+template <typename T>
+__global__ void nll_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out,
+                               const int64_t* __restrict__ targets, const T* __restrict__ weight,
+                               int64_t ignore_index, Reduction r, const TargetStats* __restrict__ st,
+                               T* __restrict__ dlogp) {
+  const int64_t total = N * K;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e / K, c = e % K, t = targets[i];
+    dlogp[e] = live(t, K, ignore_index) && c == t ? (T)(-grad_scale(r, grad_out, i, st->D) * wt(weight, t)) : T(0);
+  }
+}
+
+// mse: none writes (x - t)^2 per element; otherwise each block writes its f64 partial sum.
+template <typename T>
+__global__ void mse_fwd_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ target, Reduction r,
+                               T* __restrict__ out, double* __restrict__ parts) {
+  __shared__ double scratch[32];
+  double s = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const double d = (double)x[i] - (double)target[i];
+    if (r == Reduction::none) out[i] = (T)(d * d);
+    s += d * d;
+  }
+  if (r == Reduction::none) return;  // uniform across the block
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) parts[blockIdx.x] = s;
+}
+
+template <typename T>
+__global__ void mse_bwd_kernel(int64_t n, const T* __restrict__ grad_out, const T* __restrict__ x,
+                               const T* __restrict__ target, Reduction r, T* __restrict__ dx) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const T g = r == Reduction::none ? grad_out[i]
+                : r == Reduction::sum ? grad_out[0]
+                                      : (T)((double)grad_out[0] / (double)n);
+    dx[i] = T(2) * (x[i] - target[i]) * g;
+  }
+}
+
+void check_sizes(int64_t N, int64_t K, const char* op) {
+  KILN_CHECK(N >= 0 && K >= 1, op, ": bad sizes (N ", N, ", K ", K, ")");
+}
+
+// Device scratch of one classification-loss call: the TargetStats header, then N doubles.
+struct ClassScratch {
+  Workspace ws;
+  TargetStats* st;
+  double* per;
+  explicit ClassScratch(int64_t N) : ws(current_device(), sizeof(TargetStats) + sizeof(double) * (size_t)(N > 0 ? N : 1)) {
+    st = static_cast<TargetStats*>(ws.get());
+    per = reinterpret_cast<double*>(st + 1);
+  }
+};
+
+// Queues target validation and D on the stream.
+template <typename T>
+void launch_target_stats(int64_t N, int64_t K, const int64_t* targets, const T* weight, int64_t ignore_index,
+                         double ls, TargetStats* st, const char* op) {
+  cudaStream_t s = stream();
+  KILN_CUDA_CHECK(cudaMemsetAsync(st, 0xff, sizeof(TargetStats), s), op);
+  target_stats_kernel<T><<<1, kStatThreads, 0, s>>>(N, K, targets, weight, ignore_index, ls, st);
+  KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) target check, N ", N, ", K ", K));
+}
+
+// Waits for the call's kernels and throws when a target was out of range (the CPU's message).
+void throw_if_bad_target(const TargetStats* st, const int64_t* targets, int64_t K, int64_t ignore_index,
+                         const char* op) {
+  cudaStream_t s = stream();
+  unsigned long long bad = ULLONG_MAX;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(&bad, &st->bad_pos, sizeof(bad), cudaMemcpyDeviceToHost, s), op);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s), op);
+  if (bad == ULLONG_MAX) return;
+  int64_t t = 0;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(&t, targets + bad, sizeof(t), cudaMemcpyDeviceToHost, s), op);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s), op);
+  throw Error(str_cat(op, ": target ", t, " at position ", (int64_t)bad, " is out of range for K=", K,
+                      " classes (ignore_index ", ignore_index, ")"));
+}
+
+template <typename T>
+void launch_finish(const double* parts, int64_t n, Reduction r, const TargetStats* st, double host_div, T* out,
+                   const char* op) {
+  finish_sum_kernel<T><<<1, kStatThreads, 0, stream()>>>(parts, n, r, st, host_div, out);
+  KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) reduction over ", n));
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t* targets, const T* weight,
+                           double label_smoothing, int64_t ignore_index, Reduction reduction, T* out, T* logp) {
+  const char* op = "cross_entropy_forward";
+  check_sizes(N, K, op);
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
+             label_smoothing);
+  ClassScratch sc(N);
+  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st, op);
+  log_softmax_forward<T>(N, K, logits, logp);
+  if (N > 0) {
+    ce_sample_kernel<T><<<grid_for(N * 32), kThreads, 0, stream()>>>(N, K, logp, targets, weight, label_smoothing,
+                                                                     ignore_index, reduction, out, sc.per);
+    KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
+  }
+  if (reduction != Reduction::none) launch_finish(sc.per, N, reduction, sc.st, 0.0, out, op);
+  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
+}
+
+template <typename T>
+void cross_entropy_backward(int64_t N, int64_t K, const T* grad_out, const T* logp, const int64_t* targets,
+                            const T* weight, double label_smoothing, int64_t ignore_index, Reduction reduction,
+                            T* dlogits) {
+  const char* op = "cross_entropy_backward";
+  check_sizes(N, K, op);
+  ClassScratch sc(0);
+  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st, op);
+  if (N > 0) {
+    ce_bwd_kernel<T><<<grid_for(N * K), kThreads, 0, stream()>>>(N, K, grad_out, logp, targets, weight,
+                                                                 label_smoothing, ignore_index, reduction, sc.st,
+                                                                 dlogits);
+    KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
+  }
+  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
+}
+
+template <typename T>
+void nll_loss_forward(int64_t N, int64_t K, const T* logp, const int64_t* targets, const T* weight,
+                      int64_t ignore_index, Reduction reduction, T* out) {
+  const char* op = "nll_loss_forward";
+  check_sizes(N, K, op);
+  ClassScratch sc(N);
+  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, op);
+  if (N > 0) {
+    nll_sample_kernel<T><<<grid_for(N), kThreads, 0, stream()>>>(N, K, logp, targets, weight, ignore_index,
+                                                                 reduction, out, sc.per);
+    KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
+  }
+  if (reduction != Reduction::none) launch_finish(sc.per, N, reduction, sc.st, 0.0, out, op);
+  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
+}
+
+template <typename T>
+void nll_loss_backward(int64_t N, int64_t K, const T* grad_out, const int64_t* targets, const T* weight,
+                       int64_t ignore_index, Reduction reduction, T* dlogp) {
+  const char* op = "nll_loss_backward";
+  check_sizes(N, K, op);
+  ClassScratch sc(0);
+  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, op);
+  if (N > 0) {
+    nll_bwd_kernel<T><<<grid_for(N * K), kThreads, 0, stream()>>>(N, K, grad_out, targets, weight, ignore_index,
+                                                                  reduction, sc.st, dlogp);
+    KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
+  }
+  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
+}
+
+template <typename T>
+void mse_loss_forward(int64_t n, const T* x, const T* target, Reduction reduction, T* out) {
+  KILN_CHECK(n >= 0, "mse_loss_forward (cuda): bad size ", n);
+  const unsigned blocks = grid_for(n);
+  if (reduction == Reduction::none) {
+    if (n == 0) return;
+    mse_fwd_kernel<T><<<blocks, kThreads, 0, stream()>>>(n, x, target, reduction, out, nullptr);
+    KILN_CUDA_LAUNCH_CHECK(str_cat("mse_loss_forward (cuda) n ", n));
+    return;
+  }
+  Workspace ws(current_device(), sizeof(double) * blocks);
+  double* parts = static_cast<double*>(ws.get());
+  mse_fwd_kernel<T><<<blocks, kThreads, 0, stream()>>>(n, x, target, reduction, out, parts);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("mse_loss_forward (cuda) n ", n));
+  launch_finish(parts, (int64_t)blocks, reduction, nullptr, (double)n, out, "mse_loss_forward");
+}
+
+template <typename T>
+void mse_loss_backward(int64_t n, const T* grad_out, const T* x, const T* target, Reduction reduction, T* dx) {
+  KILN_CHECK(n >= 0, "mse_loss_backward (cuda): bad size ", n);
+  if (n == 0) return;
+  mse_bwd_kernel<T><<<grid_for(n), kThreads, 0, stream()>>>(n, grad_out, x, target, reduction, dx);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("mse_loss_backward (cuda) n ", n));
+}
+
+#define KILN_INSTANTIATE_LOSS(T)                                                                              \
+  template void cross_entropy_forward<T>(int64_t, int64_t, const T*, const int64_t*, const T*, double,       \
+                                         int64_t, Reduction, T*, T*);                                        \
+  template void cross_entropy_backward<T>(int64_t, int64_t, const T*, const T*, const int64_t*, const T*,    \
+                                          double, int64_t, Reduction, T*);                                   \
+  template void nll_loss_forward<T>(int64_t, int64_t, const T*, const int64_t*, const T*, int64_t, Reduction, \
+                                    T*);                                                                     \
+  template void nll_loss_backward<T>(int64_t, int64_t, const T*, const int64_t*, const T*, int64_t,          \
+                                     Reduction, T*);                                                         \
+  template void mse_loss_forward<T>(int64_t, const T*, const T*, Reduction, T*);                             \
+  template void mse_loss_backward<T>(int64_t, const T*, const T*, const T*, Reduction, T*);
+KILN_INSTANTIATE_LOSS(float)
+KILN_INSTANTIATE_LOSS(double)
+#undef KILN_INSTANTIATE_LOSS
+
+}  // namespace kiln::cuda
