@@ -57,12 +57,14 @@ std::vector<uint8_t> gunzip(const uint8_t* data, size_t size, const std::string&
       break;
     }
     if (rc == Z_OK) continue;
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && consumed == size) {
+    // Z_BUF_ERROR means no progress was possible: with a fresh output buffer every call, that is
+    // the input running out (more to feed, or the file ends mid-stream).
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
+      if (consumed < size) continue;
       inflateEnd(&zs);
       throw Error(str_cat(source, ": gzip: stream truncated after ", size, " compressed bytes (", out.size(),
                           " bytes inflated)"));
     }
-    if (rc == Z_BUF_ERROR) continue;  // output buffer was full; loop drains it
     std::string msg = zs.msg ? zs.msg : "error";
     inflateEnd(&zs);
     throw Error(str_cat(source, ": gzip: corrupt stream (zlib: ", msg, ")"));

@@ -8,6 +8,7 @@
 
 #include "engine/core/generator.h"
 #include "engine/tensor/tensor.h"
+#include "kernels/common/nn_desc.h"
 
 namespace kiln {
 
@@ -127,7 +128,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 Tensor dropout(const Tensor& x, double p, bool training);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-enum class Reduction { none, mean, sum };
 // logits (N, K), target (N) i64.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),
                      Reduction reduction = Reduction::mean, int64_t ignore_index = -100, double label_smoothing = 0.0);

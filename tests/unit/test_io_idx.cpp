@@ -86,6 +86,12 @@ TEST_CASE("idx: u8 images, plain and gzip (detected by content, whatever the nam
     CHECK(a.shape == Shape{3, 4, 5});
     CHECK(a.bytes == pixels);
   }
+  // Larger than zlib's 64 KiB output chunks, so the inflate loop runs many times.
+  std::vector<uint8_t> big_pixels = image_bytes(50 * 80 * 80);
+  std::vector<uint8_t> big = gzip(raw_idx(0x08, {50, 80, 80}, big_pixels));
+  HostArray b = parse_idx(big.data(), big.size(), "big.gz");
+  CHECK(b.shape == Shape{50, 80, 80});
+  CHECK(b.bytes == big_pixels);
   // Two concatenated gzip members inflate to their concatenation.
   std::vector<uint8_t> half1(file.begin(), file.begin() + 20), half2(file.begin() + 20, file.end());
   std::vector<uint8_t> two = gzip(half1), g2 = gzip(half2);

@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""PyTorch peer of kiln's small-CNN training: trains the exact small CNN of
+tests/support/oracle/small_cnn.py on Fashion-MNIST (IDX files, gzip or plain, read with numpy; by
+default Debian's /usr/share/datasets/fashion-mnist) and prints one JSON line with the test accuracy
+per epoch, wall time and images/s. It is the side-by-side reference for `kiln train`, not a test.
+
+  /usr/bin/python3 bench/peers/train_small_cnn_torch.py [--data DIR] [--epochs 2] [--batch 128]
+      [--optimizer sgd|adamw] [--lr 0.05] [--momentum 0.9] [--weight-decay 0] [--threads 2] [--seed 0]
+      [--limit N]
+
+Data: pixels / 255, then normalized with the mean and std of the training pixels; training order
+reshuffled every epoch from --seed; no augmentation. Evaluation: model.eval() on the whole test
+split after every epoch. images/s counts training images over training time (evaluation excluded).
+"""
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+sys.path[:] = [p for p in sys.path if not p.startswith("/usr/local/lib/python3")]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support",
+                                "oracle"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from small_cnn import SmallCNN  # noqa: E402
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path}: not a u8 IDX file")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {data.size} bytes of data for shape {dims}")
+    return data.reshape(dims)
+
+
+def find(folder, stem):
+    for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
+        if os.path.exists(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    raise FileNotFoundError(f"{folder}: no {stem}(.gz)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke runs)")
+    args = p.parse_args()
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(args.seed)
+    xtr = read_idx(find(args.data, "train-images-idx3-ubyte"))
+    ytr = read_idx(find(args.data, "train-labels-idx1-ubyte"))
+    xte = read_idx(find(args.data, "t10k-images-idx3-ubyte"))
+    yte = read_idx(find(args.data, "t10k-labels-idx1-ubyte"))
+    if args.limit:
+        xtr, ytr = xtr[:args.limit], ytr[:args.limit]
+    xtr = torch.from_numpy(xtr.astype(np.float32) / 255.0)
+    mean, std = float(xtr.mean()), float(xtr.std())
+    xtr = ((xtr - mean) / std).unsqueeze(1)                     # (N, 1, 28, 28)
+    xte = ((torch.from_numpy(xte.astype(np.float32) / 255.0) - mean) / std).unsqueeze(1)
+    ytr, yte = torch.from_numpy(ytr.astype(np.int64)), torch.from_numpy(yte.astype(np.int64))
+
+    model = SmallCNN(num_classes=10)
+    if args.optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    gen = torch.Generator().manual_seed(args.seed)
+    accs, losses, train_s, seen = [], [], 0.0, 0
+    for _ in range(args.epochs):
+        model.train()
+        t0 = time.perf_counter()
+        order = torch.randperm(len(xtr), generator=gen)
+        total, n = 0.0, 0
+        for i in range(0, len(order), args.batch):
+            idx = order[i:i + args.batch]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(idx)
+            n += len(idx)
+        train_s += time.perf_counter() - t0
+        seen += n
+        losses.append(total / n)
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for i in range(0, len(xte), 1000):
+                correct += int((model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum())
+        accs.append(correct / len(xte))
+    print(json.dumps({
+        "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data,
+        "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
+        "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
+        "images_per_s": round(seen / train_s, 1)}))
+
+
+if __name__ == "__main__":
+    main()

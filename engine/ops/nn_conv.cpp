@@ -1,0 +1,81 @@
+// conv2d: x (N, C, H, W), w (K, C/groups, R, S), b (K) -> y (N, K, OH, OW).
+#include "engine/ops/nn_common.h"
+#include "kernels/cpu/conv2d.h"
+
+namespace kiln {
+
+std::vector<int64_t> expand_pair(const std::vector<int64_t>& v, const char* op, const char* what) {
+  KILN_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " needs 1 or 2 values, got ", v.size());
+  return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int64_t> stride,
+              std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
+  check_defined(x, "conv2d", "input");
+  check_defined(w, "conv2d", "weight");
+  check_same_dtype(x, w, "conv2d");
+  check_same_device(x, w, "conv2d");
+  if (is_16bit(x.dtype())) {
+    Tensor b32 = b.defined() ? to_dtype(b, DType::f32) : b;
+    return to_dtype(conv2d(to_dtype(x, DType::f32), to_dtype(w, DType::f32), b32, stride, padding, dilation, groups),
+                    x.dtype());
+  }
+  KILN_CHECK(x.dim() == 4, "conv2d: input must be 4-D (N, C, H, W), got ", x.str());
+  KILN_CHECK(w.dim() == 4, "conv2d: weight must be 4-D (K, C/groups, R, S), got ", w.str());
+  stride = expand_pair(stride, "conv2d", "stride");
+  padding = expand_pair(padding, "conv2d", "padding");
+  dilation = expand_pair(dilation, "conv2d", "dilation");
+  Conv2dDesc d;
+  d.N = x.size(0), d.C = x.size(1), d.H = x.size(2), d.W = x.size(3);
+  d.K = w.size(0), d.R = w.size(2), d.S = w.size(3);
+  d.stride_h = stride[0], d.stride_w = stride[1], d.pad_h = padding[0], d.pad_w = padding[1];
+  d.dil_h = dilation[0], d.dil_w = dilation[1], d.groups = groups;
+  KILN_CHECK(groups >= 1 && d.C % groups == 0 && d.K % groups == 0, "conv2d: groups ", groups,
+             " must divide input channels ", d.C, " and output channels ", d.K);
+  KILN_CHECK(w.size(1) * groups == d.C, "conv2d: weight ", w.str(), " expects ", w.size(1) * groups,
+             " input channels but input ", x.str(), " has ", d.C);
+  if (b.defined())
+    KILN_CHECK(b.dim() == 1 && b.size(0) == d.K, "conv2d: bias ", b.str(), " does not match ", d.K, " output channels");
+  KILN_CHECK(d.out_h() > 0 && d.out_w() > 0, "conv2d: input ", x.str(), " is too small for kernel ", d.R, "x", d.S,
+             " with padding ", d.pad_h, ",", d.pad_w, " and dilation ", d.dil_h, ",", d.dil_w);
+  cpu::conv2d_check(d, "conv2d");
+  Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
+  Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
+  Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, x.dtype(), x.device());
+  {
+    Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(x.dtype())), x.device());
+    KILN_NN_TYPED(x.dtype(), "conv2d",
+                  KILN_DISPATCH(x.device(), conv2d_forward<T>, d, ptr<T>(xc), ptr<T>(wc), ptr<T>(bc), ptr<T>(y),
+                                ws.data_ptr()));
+  }
+  bool has_bias = b.defined();
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, has_bias](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor x = n.saved(0), w = n.saved(1);
+    Tensor dy = contiguous(g[0]);
+    std::vector<Tensor> r(3);
+    Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(x.dtype())), x.device());
+    if (n.needs_input_grad(0)) {
+      r[0] = empty(x.sizes(), x.dtype(), x.device());
+      KILN_NN_TYPED(x.dtype(), "conv2d backward",
+                    KILN_DISPATCH(x.device(), conv2d_backward_input<T>, d, ptr<T>(dy), ptr<T>(w), ptr<T>(r[0]),
+                                  ws.data_ptr()));
+    }
+    if (n.needs_input_grad(1) || n.needs_input_grad(2)) {
+      Tensor dw = empty(w.sizes(), w.dtype(), w.device());
+      Tensor db = has_bias ? empty({d.K}, w.dtype(), w.device()) : Tensor();
+      KILN_NN_TYPED(x.dtype(), "conv2d backward",
+                    KILN_DISPATCH(x.device(), conv2d_backward_weight<T>, d, ptr<T>(x), ptr<T>(dy), ptr<T>(dw),
+                                  ptr<T>(db), ws.data_ptr()));
+      r[1] = dw;
+      r[2] = db;
+    }
+    return r;
+  });
+  if (node) {
+    node->save(xc);
+    node->save(wc);
+  }
+  return y;
+}
+
+}  // namespace kiln

@@ -1,0 +1,101 @@
+// Losses: cross_entropy (class weights, label smoothing, ignore_index), nll_loss, mse_loss,
+// with PyTorch's reductions. logits (N, K), target (N) i64.
+#include "engine/ops/nn_common.h"
+#include "kernels/cpu/loss.h"
+
+namespace kiln {
+namespace {
+
+void check_targets(const Tensor& logits, const Tensor& target, const Tensor& weight, const char* op) {
+  check_defined(logits, op, "input");
+  check_defined(target, op, "target");
+  KILN_CHECK(logits.dim() == 2, op, ": input must be (N, K), got ", logits.str());
+  KILN_CHECK(target.dtype() == DType::i64 && target.dim() == 1 && target.size(0) == logits.size(0), op,
+             ": target must be i64 (N,) with N = ", logits.size(0), ", got ", target.str());
+  check_same_device(logits, target, op);
+  if (weight.defined()) {
+    KILN_CHECK(weight.dim() == 1 && weight.size(0) == logits.size(1), op, ": weight ", weight.str(),
+               " must have one entry per class (", logits.size(1), ")");
+    check_same_dtype(logits, weight, op);
+  }
+}
+
+Shape loss_shape(Reduction r, int64_t n) { return r == Reduction::none ? Shape{n} : Shape{}; }
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, Reduction reduction,
+                     int64_t ignore_index, double label_smoothing) {
+  check_targets(logits, target, weight, "cross_entropy");
+  if (is_16bit(logits.dtype())) {  // losses run in f32 (autocast rule)
+    Tensor w = weight.defined() ? to_dtype(weight, DType::f32) : weight;
+    return cross_entropy(to_dtype(logits, DType::f32), target, w, reduction, ignore_index, label_smoothing);
+  }
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing ", label_smoothing,
+             " must be in [0, 1]");
+  int64_t N = logits.size(0), K = logits.size(1);
+  Tensor lc = contiguous(logits.detach()), tc = contiguous(target), wc = weight.defined() ? contiguous(weight) : Tensor();
+  Tensor out = empty(loss_shape(reduction, N), logits.dtype(), logits.device());
+  Tensor logp = empty({N, K}, logits.dtype(), logits.device());
+  KILN_NN_TYPED(logits.dtype(), "cross_entropy",
+                KILN_DISPATCH(logits.device(), cross_entropy_forward<T>, N, K, ptr<T>(lc), ptr<int64_t>(tc), ptr<T>(wc),
+                              label_smoothing, ignore_index, reduction, ptr<T>(out), ptr<T>(logp)));
+  auto node = record_op("cross_entropy", {logits}, {out}, [=](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor lp = n.saved(0), t = n.saved(1), w = n.saved(2);
+    Tensor go = contiguous(g[0]);
+    Tensor dl = empty({N, K}, lp.dtype(), lp.device());
+    KILN_NN_TYPED(lp.dtype(), "cross_entropy backward",
+                  KILN_DISPATCH(lp.device(), cross_entropy_backward<T>, N, K, ptr<T>(go), ptr<T>(lp), ptr<int64_t>(t),
+                                ptr<T>(w), label_smoothing, ignore_index, reduction, ptr<T>(dl)));
+    return std::vector<Tensor>{dl};
+  });
+  if (node) {
+    node->save(logp);
+    node->save(tc);
+    node->save(wc);
+  }
+  return out;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
+  check_targets(log_probs, target, weight, "nll_loss");
+  if (is_16bit(log_probs.dtype())) {
+    Tensor w = weight.defined() ? to_dtype(weight, DType::f32) : weight;
+    return nll_loss(to_dtype(log_probs, DType::f32), target, w, reduction, ignore_index);
+  }
+  int64_t N = log_probs.size(0), K = log_probs.size(1);
+  Tensor lc = contiguous(log_probs.detach()), tc = contiguous(target), wc = weight.defined() ? contiguous(weight) : Tensor();
+  Tensor out = empty(loss_shape(reduction, N), log_probs.dtype(), log_probs.device());
+  KILN_NN_TYPED(log_probs.dtype(), "nll_loss",
+                KILN_DISPATCH(log_probs.device(), nll_loss_forward<T>, N, K, ptr<T>(lc), ptr<int64_t>(tc), ptr<T>(wc),
+                              ignore_index, reduction, ptr<T>(out)));
+  auto node = record_op("nll_loss", {log_probs}, {out}, [=](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor t = n.saved(0), w = n.saved(1);
+    Tensor go = contiguous(g[0]);
+    Tensor dl = empty({N, K}, go.dtype(), go.device());
+    KILN_NN_TYPED(go.dtype(), "nll_loss backward",
+                  KILN_DISPATCH(go.device(), nll_loss_backward<T>, N, K, ptr<T>(go), ptr<int64_t>(t), ptr<T>(w),
+                                ignore_index, reduction, ptr<T>(dl)));
+    return std::vector<Tensor>{dl};
+  });
+  if (node) {
+    node->save(tc);
+    node->save(wc);
+  }
+  return out;
+}
+
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  check_defined(a, "mse_loss", "input");
+  check_defined(b, "mse_loss", "target");
+  check_same_dtype(a, b, "mse_loss");
+  check_same_device(a, b, "mse_loss");
+  KILN_CHECK(a.sizes() == b.sizes(), "mse_loss: input ", a.str(), " and target ", b.str(), " differ in shape");
+  Tensor d = sub(a, b);
+  Tensor sq = mul(d, d);
+  if (reduction == Reduction::none) return sq;
+  return reduction == Reduction::sum ? sum(sq) : mean(sq);
+}
+
+}  // namespace kiln

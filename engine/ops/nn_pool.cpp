@@ -1,0 +1,93 @@
+// Pooling: max (with indices saved for backward), average, adaptive average. x (N, C, H, W).
+#include "engine/ops/nn_common.h"
+#include "kernels/cpu/pool.h"
+
+namespace kiln {
+namespace {
+
+Pool2dDesc pool_desc(const Tensor& x, std::vector<int64_t> k, std::vector<int64_t> s, std::vector<int64_t> p,
+                     std::vector<int64_t> dil, bool ceil_mode, const char* op) {
+  KILN_CHECK(x.dim() == 4, op, ": input must be 4-D (N, C, H, W), got ", x.str());
+  k = expand_pair(k, op, "kernel_size");
+  s = s.empty() ? k : expand_pair(s, op, "stride");
+  p = expand_pair(p, op, "padding");
+  dil = expand_pair(dil, op, "dilation");
+  Pool2dDesc d;
+  d.N = x.size(0), d.C = x.size(1), d.H = x.size(2), d.W = x.size(3);
+  d.kh = k[0], d.kw = k[1], d.stride_h = s[0], d.stride_w = s[1], d.pad_h = p[0], d.pad_w = p[1];
+  d.dil_h = dil[0], d.dil_w = dil[1], d.ceil_mode = ceil_mode;
+  cpu::pool2d_check(d, op);
+  KILN_CHECK(d.out_h() > 0 && d.out_w() > 0, op, ": input ", x.str(), " is too small for kernel ", d.kh, "x", d.kw);
+  return d;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, std::vector<int64_t> dilation, bool ceil_mode) {
+  check_defined(x, "max_pool2d", "input");
+  if (is_16bit(x.dtype()))
+    return to_dtype(max_pool2d(to_dtype(x, DType::f32), kernel, stride, padding, dilation, ceil_mode), x.dtype());
+  Pool2dDesc d = pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
+  Tensor xc = contiguous(x.detach());
+  Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, x.dtype(), x.device());
+  Tensor idx = empty(y.sizes(), DType::i64, x.device());
+  KILN_NN_TYPED(x.dtype(), "max_pool2d",
+                KILN_DISPATCH(x.device(), max_pool2d_forward<T>, d, ptr<T>(xc), ptr<T>(y), ptr<int64_t>(idx)));
+  auto node = record_op("max_pool2d", {x}, {y}, [d](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor idx = n.saved(0);
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty({d.N, d.C, d.H, d.W}, dy.dtype(), dy.device());
+    KILN_NN_TYPED(dy.dtype(), "max_pool2d backward",
+                  KILN_DISPATCH(dy.device(), max_pool2d_backward<T>, d, ptr<T>(dy), ptr<int64_t>(idx), ptr<T>(dx)));
+    return std::vector<Tensor>{dx};
+  });
+  if (node) node->save(idx);
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, bool ceil_mode, bool count_include_pad) {
+  check_defined(x, "avg_pool2d", "input");
+  if (is_16bit(x.dtype()))
+    return to_dtype(avg_pool2d(to_dtype(x, DType::f32), kernel, stride, padding, ceil_mode, count_include_pad),
+                    x.dtype());
+  Pool2dDesc d = pool_desc(x, kernel, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
+  Tensor xc = contiguous(x.detach());
+  Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, x.dtype(), x.device());
+  KILN_NN_TYPED(x.dtype(), "avg_pool2d",
+                KILN_DISPATCH(x.device(), avg_pool2d_forward<T>, d, count_include_pad, ptr<T>(xc), ptr<T>(y)));
+  record_op("avg_pool2d", {x}, {y}, [d, count_include_pad](FunctionNode&, const std::vector<Tensor>& g) {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty({d.N, d.C, d.H, d.W}, dy.dtype(), dy.device());
+    KILN_NN_TYPED(dy.dtype(), "avg_pool2d backward",
+                  KILN_DISPATCH(dy.device(), avg_pool2d_backward<T>, d, count_include_pad, ptr<T>(dy), ptr<T>(dx)));
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
+  check_defined(x, "adaptive_avg_pool2d", "input");
+  if (is_16bit(x.dtype())) return to_dtype(adaptive_avg_pool2d(to_dtype(x, DType::f32), output_size), x.dtype());
+  KILN_CHECK(x.dim() == 4, "adaptive_avg_pool2d: input must be 4-D (N, C, H, W), got ", x.str());
+  auto os = expand_pair(output_size, "adaptive_avg_pool2d", "output_size");
+  KILN_CHECK(os[0] > 0 && os[1] > 0, "adaptive_avg_pool2d: output size must be positive");
+  int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = os[0], OW = os[1];
+  KILN_CHECK(H > 0 && W > 0, "adaptive_avg_pool2d: empty input ", x.str());
+  Tensor xc = contiguous(x.detach());
+  Tensor y = empty({N, C, OH, OW}, x.dtype(), x.device());
+  KILN_NN_TYPED(x.dtype(), "adaptive_avg_pool2d",
+                KILN_DISPATCH(x.device(), adaptive_avg_pool2d_forward<T>, N, C, H, W, OH, OW, ptr<T>(xc), ptr<T>(y)));
+  record_op("adaptive_avg_pool2d", {x}, {y}, [=](FunctionNode&, const std::vector<Tensor>& g) {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty({N, C, H, W}, dy.dtype(), dy.device());
+    KILN_NN_TYPED(dy.dtype(), "adaptive_avg_pool2d backward",
+                  KILN_DISPATCH(dy.device(), adaptive_avg_pool2d_backward<T>, N, C, H, W, OH, OW, ptr<T>(dy),
+                                ptr<T>(dx)));
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+}  // namespace kiln
