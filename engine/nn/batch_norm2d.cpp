@@ -1,0 +1,43 @@
+// BatchNorm2d module over ops::batch_norm, plus the num_batches_tracked counter.
+#include "engine/nn/batch_norm2d.h"
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+
+namespace kiln::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t c, double eps, double momentum)
+    : Module("BatchNorm2d"), c_(c), eps_(eps), momentum_(momentum) {
+  KILN_CHECK(c > 0 && eps > 0 && momentum >= 0 && momentum <= 1, "BatchNorm2d: bad options num_features=", c,
+             " eps=", eps, " momentum=", momentum);
+  MemoryScope ms(MemoryTag::param);
+  weight = register_parameter("weight", ones({c}));
+  bias = register_parameter("bias", zeros({c}));
+  running_mean = register_buffer("running_mean", zeros({c}));
+  running_var = register_buffer("running_var", ones({c}));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+}
+
+// num_batches_tracked += 1 (an i64 scalar; elementwise ops are floating-only, so go through the host).
+static void increment_counter(Tensor& t) {
+  if (t.device().is_meta()) return;
+  NoGradGuard ng;
+  if (t.device().is_cpu()) {
+    ++*t.data<int64_t>();
+    t.bump_version();
+    return;
+  }
+  Tensor h = to_device(t, Device::cpu());
+  ++*h.data<int64_t>();
+  copy_(t, h);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() == 4 && x.size(1) == c_, "BatchNorm2d(", c_, "): expected input (N, ", c_, ", H, W), got ",
+             x.str());
+  if (is_training()) increment_counter(num_batches_tracked);
+  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum_, eps_);
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,33 @@
+// Global-norm gradient clipping.
+#include "engine/optim/clip_grad.h"
+
+#include <cmath>
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+
+namespace kiln::optim {
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  NoGradGuard ng;
+  MemoryScope ms(MemoryTag::temporary);
+  double sq = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor g64 = to_dtype(g, DType::f64);
+    sq += sum(mul(g64, g64)).item();
+  }
+  double norm = std::sqrt(sq);
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) mul_(g, coef);
+    }
+  return norm;
+}
+
+}  // namespace kiln::optim

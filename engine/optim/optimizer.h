@@ -1,0 +1,73 @@
+// Optimizer base: parameter groups (each with its own lr and weight decay), zero_grad, step
+// (under NoGradGuard; state allocated under MemoryScope(MemoryTag::optimizer)), learning-rate
+// factors for schedules, and state dicts of named Tensors for checkpoints. SGD and AdamW
+// implement update(); parameters without a gradient are skipped, like PyTorch.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/io/tensor_io.h"
+
+namespace kiln::optim {
+
+struct ParamGroup {
+  NamedTensors params;      // (name, parameter); names key the optimizer state
+  double lr = 0.0;          // current learning rate (schedules rewrite it)
+  double weight_decay = 0.0;
+  double initial_lr = -1;   // base of schedules; < 0: set to lr by the optimizer
+};
+
+// true: the parameter gets no weight decay.
+using NoDecayFn = std::function<bool(const std::string& name, const Tensor& p)>;
+// Biases and normalization weights (every parameter with dim <= 1).
+bool no_decay_bias_and_norm(const std::string& name, const Tensor& p);
+// One group with weight decay (and, when no_decay is given and matches something, a second
+// group with weight_decay 0 holding the excluded parameters). Empty groups are dropped.
+std::vector<ParamGroup> make_param_groups(const NamedTensors& params, double lr, double weight_decay,
+                                          const NoDecayFn& no_decay = nullptr);
+
+class Optimizer {
+ public:
+  Optimizer(std::string type, std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+
+  void zero_grad();  // drops every parameter's .grad
+  void step();
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  double lr() const { return groups_.at(0).lr; }        // of the first group
+  void set_lr_factor(double f);                         // every group: lr = initial_lr * f
+  const std::string& type() const { return type_; }
+  int64_t steps_taken() const { return steps_; }
+  // CPU f32 contiguous tensors use fused per-element loops (update_rules.h) unless disabled;
+  // everything else goes through in-place tensor ops.
+  void set_fused(bool on) { fused_ = on; }
+
+  // "step" (i64), "group.<k>.lr", "group.<k>.initial_lr" (f64), "state.<param>.<key>" for every
+  // state tensor (momentum_buffer; exp_avg, exp_avg_sq, step). Entries alias live state.
+  NamedTensors state_dict() const;
+  // Restores the above; parameter names and state shapes must match (errors name them).
+  void load_state_dict(const NamedTensors& state);
+
+ protected:
+  // One parameter's update; g is its gradient (same shape, device and dtype).
+  virtual void update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) = 0;
+  // The named state tensor of a parameter; created zero-filled (under the optimizer memory tag)
+  // when absent. created is set when it was.
+  Tensor& state(const std::string& param, const std::string& key, const Tensor& like, bool* created = nullptr);
+  Tensor* find_state(const std::string& param, const std::string& key);
+  bool use_fused(const Tensor& p, const Tensor& g) const;
+
+  std::map<std::string, std::map<std::string, Tensor>> state_;
+
+ private:
+  std::string type_;
+  std::vector<ParamGroup> groups_;
+  int64_t steps_ = 0;
+  bool fused_ = true;
+};
+
+}  // namespace kiln::optim

@@ -1,0 +1,60 @@
+// SGD update: fused CPU loop over update_rules.h, or in-place tensor ops elsewhere.
+#include "engine/optim/sgd.h"
+
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+#include "engine/optim/update_rules.h"
+
+namespace kiln::optim {
+
+static void check_sgd(const SGDOptions& o) {
+  KILN_CHECK(o.lr >= 0 && o.momentum >= 0 && o.weight_decay >= 0, "SGD: lr ", o.lr, ", momentum ", o.momentum,
+             ", weight_decay ", o.weight_decay, " must be >= 0");
+  KILN_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& opts) : Optimizer("SGD", std::move(groups)), o_(opts) {
+  check_sgd(o_);
+}
+
+SGD::SGD(const NamedTensors& params, const SGDOptions& opts, const NoDecayFn& no_decay)
+    : SGD(make_param_groups(params, opts.lr, opts.weight_decay, no_decay), opts) {}
+
+void SGD::update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) {
+  const double lr = group.lr, wd = group.weight_decay, m = o_.momentum;
+  bool first = false;
+  Tensor* buf = nullptr;
+  if (m != 0) {
+    buf = find_state(name, "momentum_buffer");
+    first = (buf == nullptr);
+    if (first && use_fused(p, g)) buf = &state(name, "momentum_buffer", p);
+  }
+  if (use_fused(p, g) && (buf == nullptr || buf->is_contiguous())) {
+    SgdParams h{(float)lr, (float)m, (float)o_.dampening, (float)wd, o_.nesterov};
+    float* pp = p.data<float>();
+    const float* gp = g.data<float>();
+    float dummy = 0.f;
+    float* bp = buf ? buf->data<float>() : nullptr;
+    const int64_t n = p.numel();
+#pragma omp parallel for if (n > (1 << 16)) firstprivate(dummy)
+    for (int64_t i = 0; i < n; ++i) sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first, h);
+    p.bump_version();
+    return;
+  }
+  // Generic path (any device): the same formula with in-place ops.
+  Tensor d = wd != 0 ? add(g, p, wd) : g;
+  if (m != 0) {
+    if (first) {
+      MemoryScope ms(MemoryTag::optimizer);
+      state_[name]["momentum_buffer"] = clone(d);
+      buf = find_state(name, "momentum_buffer");
+    } else {
+      mul_(*buf, m);
+      add_(*buf, d, 1.0 - o_.dampening);
+    }
+    d = o_.nesterov ? add(d, *buf, m) : *buf;
+  }
+  add_(p, d, -lr);
+}
+
+}  // namespace kiln::optim

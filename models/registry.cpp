@@ -1,0 +1,30 @@
+// Model factory by name.
+#include "models/registry.h"
+
+#include "models/resnet.h"
+#include "models/small_cnn.h"
+
+namespace kiln::models {
+
+std::vector<std::string> model_names() {
+  return {"resnet18", "resnet34", "resnet18_small", "resnet34_small", "small_cnn"};
+}
+
+std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t num_classes, int64_t in_channels,
+                                       int64_t image_size) {
+  std::shared_ptr<nn::Module> m;
+  if (name == "resnet18") m = resnet18(num_classes, in_channels, false);
+  else if (name == "resnet34") m = resnet34(num_classes, in_channels, false);
+  else if (name == "resnet18_small") m = resnet18(num_classes, in_channels, true);
+  else if (name == "resnet34_small") m = resnet34(num_classes, in_channels, true);
+  else if (name == "small_cnn") m = small_cnn(num_classes, in_channels, image_size);
+  if (!m) {
+    std::string known;
+    for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(str_cat("unknown model '", name, "' (known: ", known, ")"));
+  }
+  m->name_tensors();
+  return m;
+}
+
+}  // namespace kiln::models

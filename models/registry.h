@@ -1,0 +1,18 @@
+// make_model: builds a model by name for the command line and tests. Known names:
+// resnet18, resnet34 (torchvision), resnet18_small, resnet34_small (3x3 stride-1 stem, no
+// max-pool), small_cnn. image_size is used by models whose layers depend on it (small_cnn).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn/module.h"
+
+namespace kiln::models {
+
+std::vector<std::string> model_names();
+// Throws kiln::Error listing the known names for an unknown one.
+std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t num_classes, int64_t in_channels,
+                                       int64_t image_size);
+
+}  // namespace kiln::models
