@@ -77,7 +77,7 @@ Device resolve_device(const std::string& spec, std::string* note) {
       if (note) *note = "device auto: using cuda:0 (" + r.gpus[0].name + ")";
       return Device::cuda(0);
     }
-    if (note) *note = "device auto: using cpu (" + r.why_none + ")";
+    if (note) *note = "device auto: using cpu (no usable GPU; `kiln devices` says why)";
     return Device::cpu();
   }
   Device d = Device::parse(spec);
