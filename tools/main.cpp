@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("devices", "list compute devices, or say why no GPU is usable");
 
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices") {
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (expected train, predict or devices; see kiln --help)\n",
+                 argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

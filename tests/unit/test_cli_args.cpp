@@ -11,11 +11,15 @@ using kiln_test::contains;
 using kiln_test::run_kiln;
 
 namespace {
-// Exactly one non-empty line, starting with "kiln: error:".
+// The last line is the only "kiln: error:" line (informational lines on stdout may precede it).
 bool one_error_line(const std::string& out) {
   std::string s = out;
   while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s.rfind("kiln: error:", 0) == 0 && std::count(s.begin(), s.end(), '\n') == 0;
+  const size_t nl = s.rfind('\n');
+  const std::string last = nl == std::string::npos ? s : s.substr(nl + 1);
+  size_t count = 0;
+  for (size_t p = s.find("kiln: error:"); p != std::string::npos; p = s.find("kiln: error:", p + 1)) ++count;
+  return last.rfind("kiln: error:", 0) == 0 && count == 1;
 }
 }  // namespace
 

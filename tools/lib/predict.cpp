@@ -19,6 +19,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   std::string note;
   const Device device = resolve_device(c.device, &note);
   if (!note.empty()) log << note << "\n";
+  check_model_name(c.model);
   ArrayDataset data = load_inference_data(c.data);
   SafetensorsFile wf = read_safetensors(c.weights);
   int64_t num_classes = c.num_classes;

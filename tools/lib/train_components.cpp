@@ -1,12 +1,22 @@
 // Model factory and optimizer adapter for the command layer (see train_components.h).
 #include "tools/lib/train_components.h"
 
+#include <algorithm>
+
 #include "engine/optim/clip_grad.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/sgd.h"
 #include "models/registry.h"
 
 namespace kiln {
+
+void check_model_name(const std::string& name) {
+  const std::vector<std::string> names = models::model_names();
+  if (std::find(names.begin(), names.end(), name) != names.end()) return;
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw Error(str_cat("--model '", name, "': unknown model (known: ", list, ")"));
+}
 
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {
   return models::make_model(name, num_classes, in_channels, image_size);

@@ -12,6 +12,8 @@
 
 namespace kiln {
 
+// Throws kiln::Error listing the known models when `name` is not one of them.
+void check_model_name(const std::string& name);
 // make_model(name, num_classes, in_channels, image_size) with the error naming the known models.
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size);
 

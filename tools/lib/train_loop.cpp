@@ -74,6 +74,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   KILN_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
+  check_model_name(c.model);
   std::string device_note;
   const Device device = resolve_device(c.device, &device_note);
   if (!device_note.empty()) log << device_note << "\n";
