@@ -8,5 +8,6 @@ T=${2:-2}
 DATA=/usr/share/datasets/fashion-mnist
 "$BUILD/kiln" train --model small_cnn --data "$DATA" --epochs 2 --batch 64 --optimizer sgd --lr 0.05 \
   --momentum 0.9 --schedule cosine --threads "$T" --out runs/fmnist --save runs/fmnist/small_cnn.safetensors
+# PyTorch peer (it has no LR schedule option: constant lr)
 /usr/bin/python3 bench/peers/train_small_cnn_torch.py --data "$DATA" --epochs 2 --batch 64 --optimizer sgd \
   --lr 0.05 --momentum 0.9 --threads "$T"
