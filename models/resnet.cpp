@@ -53,14 +53,14 @@ ResNet::ResNet(const ResNetOptions& o) : Module("ResNet"), o_(o) {
   fc_ = register_module("fc", std::make_shared<Linear>(512, o.num_classes));
 
   // torchvision's re-initialization of every conv and BN (fc keeps Linear's default).
-  for (auto& [name, m] : named_modules()) {
-    if (auto* c = dynamic_cast<Conv2d*>(m.get()))
+  apply([](const std::string&, Module& m) {
+    if (auto* c = dynamic_cast<Conv2d*>(&m))
       init::kaiming_normal_(c->weight, 0.0, init::FanMode::fan_out, "relu");
-    else if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) {
+    else if (auto* bn = dynamic_cast<BatchNorm2d*>(&m)) {
       init::constant_(bn->weight, 1.0);
       init::constant_(bn->bias, 0.0);
     }
-  }
+  });
 }
 
 std::shared_ptr<Sequential> ResNet::make_layer(int64_t& inplanes, int64_t planes, int64_t blocks, int64_t stride) {

@@ -1,47 +1,91 @@
-// Per-device allocator registry. TEMPORARY: a plain aligned host allocator for cpu and a
-// counting address allocator for meta, until the caching allocator lands.
-#include <cstdlib>
+// Per-device allocator registry: the default allocator of every device is a CachingAllocator
+// (cpu over host memory, meta over fake addresses, cuda:N over cudaMalloc, created on first use),
+// each behind a LimitedProvider so a device can be made to look smaller (--device-memory).
+// set_allocator() overrides a device (tests, tools); nothing here knows the allocator's policy.
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include "engine/core/error.h"
 #include "engine/memory/allocator.h"
+#include "engine/memory/caching_allocator.h"
+#include "engine/memory/provider.h"
+#ifdef KILN_WITH_CUDA
+#include "engine/memory/provider_cuda.h"
+#endif
 
 namespace kiln {
 namespace {
 
-class PlainHostAllocator : public Allocator {
- public:
-  explicit PlainHostAllocator(Device d) : dev_(d) {}
-  Device device() const override { return dev_; }
-  void* allocate(size_t n, StreamId) override {
-    size_t r = (n + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, r);
-    if (!p) throw OutOfMemory(str_cat("out of host memory allocating ", n, " bytes"));
-    return p;
-  }
-  void deallocate(void* p) override { std::free(p); }
-
- private:
-  Device dev_;
+struct DeviceSlot {
+  std::unique_ptr<Provider> base;
+  std::unique_ptr<LimitedProvider> limited;
+  std::unique_ptr<CachingAllocator> caching;
+  Allocator* override_ = nullptr;
 };
 
-Allocator* g_override[3] = {nullptr, nullptr, nullptr};
+struct Registry {
+  std::mutex mu;
+  std::map<std::pair<int, int>, DeviceSlot> slots;  // (type, index)
+};
+
+Registry& registry() {
+  // Never destroyed: tensors with static lifetime may free into it during exit.
+  static Registry* r = new Registry();
+  return *r;
+}
+
+// The slot of a device with its default allocator built; caller holds the registry lock.
+DeviceSlot& slot_for(Device d) {
+  DeviceSlot& s = registry().slots[{(int)d.type, d.index}];
+  if (s.caching) return s;
+  switch (d.type) {
+    case DeviceType::cpu:
+      KILN_CHECK(d.index == 0, "device ", d.str(), " does not exist (only cpu:0)");
+      s.base.reset(new HostProvider());
+      break;
+    case DeviceType::meta:
+      s.base.reset(new VirtualProvider());
+      break;
+    case DeviceType::cuda:
+#ifdef KILN_WITH_CUDA
+      KILN_CHECK(d.index >= 0 && d.index < cuda_device_count(), "device ", d.str(), " is not available (",
+                 cuda_device_count(), " CUDA devices visible)");
+      s.base.reset(new CudaProvider(d.index));
+      break;
+#else
+      throw Error("device " + d.str() + " is not available in this build (built without CUDA)");
+#endif
+  }
+  s.limited.reset(new LimitedProvider(s.base.get(), SIZE_MAX));
+  s.caching.reset(new CachingAllocator(d, s.limited.get()));
+  return s;
+}
 
 }  // namespace
 
 Allocator* allocator_for(Device d) {
-  int i = (int)d.type;
-  if (g_override[i]) return g_override[i];
-  static PlainHostAllocator cpu(Device::cpu());
-  static PlainHostAllocator meta(Device::meta());
-  switch (d.type) {
-    case DeviceType::cpu: return &cpu;
-    case DeviceType::meta: return &meta;
-    case DeviceType::cuda: break;
-  }
-  throw Error("device " + d.str() + " is not available in this build");
+  std::lock_guard<std::mutex> g(registry().mu);
+  auto it = registry().slots.find({(int)d.type, d.index});
+  if (it != registry().slots.end() && it->second.override_) return it->second.override_;
+  return slot_for(d).caching.get();
 }
 
-void set_allocator(Device d, Allocator* a) { g_override[(int)d.type] = a; }
+void set_allocator(Device d, Allocator* a) {
+  std::lock_guard<std::mutex> g(registry().mu);
+  registry().slots[{(int)d.type, d.index}].override_ = a;
+}
+
+CachingAllocator* caching_allocator_for(Device d) {
+  std::lock_guard<std::mutex> g(registry().mu);
+  auto it = registry().slots.find({(int)d.type, d.index});
+  if (it != registry().slots.end() && it->second.override_) return nullptr;
+  return slot_for(d).caching.get();
+}
+
+void set_device_memory_limit(Device d, size_t bytes) {
+  std::lock_guard<std::mutex> g(registry().mu);
+  slot_for(d).limited->set_limit(bytes);
+}
 
 }  // namespace kiln

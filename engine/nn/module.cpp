@@ -81,6 +81,11 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   return out;
 }
 
+void Module::apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& prefix) {
+  fn(prefix, *this);
+  for (const auto& [n, m] : children_) m->apply(fn, join(prefix, n));
+}
+
 NamedTensors Module::named_parameters(const std::string& prefix) const {
   NamedTensors out;
   for (const auto& [n, t] : params_) out.emplace_back(join(prefix, n), t);
@@ -194,6 +199,32 @@ Module& Module::to(Device d) {
     move_in_place(t, d);
   }
   for (auto& [n, m] : children_) m->to(d);
+  return *this;
+}
+
+// Swaps t's data for a copy cast to dt, keeping the handle valid.
+static void cast_in_place(const Tensor& t, DType dt) {
+  if (t.dtype() == dt || !is_floating(t.dtype())) return;
+  Tensor cast = to_dtype(t.detach(), dt);
+  TensorImpl* dst = t.impl();
+  TensorImpl* src = cast.impl();
+  dst->storage = src->storage;
+  dst->offset = src->offset;
+  dst->sizes = src->sizes;
+  dst->strides = src->strides;
+  dst->dtype = src->dtype;
+}
+
+Module& Module::to(DType dt) {
+  KILN_CHECK(is_floating(dt), type_name_, ".to: parameters need a floating dtype, got ", dtype_name(dt));
+  NoGradGuard ng;
+  MemoryScope ms(MemoryTag::param);
+  for (auto& [n, t] : params_) {
+    t.zero_grad();
+    cast_in_place(t, dt);
+  }
+  for (auto& [n, t] : buffers_) cast_in_place(t, dt);
+  for (auto& [n, m] : children_) m->to(dt);
   return *this;
 }
 

@@ -4,6 +4,7 @@
 // operator() pushes the module's name onto the memory-attribution path (ModuleScope) and calls
 // forward. Layers (Conv2d, BatchNorm2d, ...) live in their own files; this file must not know them.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,9 @@ class Module : public std::enable_shared_from_this<Module> {
   std::shared_ptr<Module> child(const std::string& name) const;  // throws naming the known children
   // Pre-order, the root first with an empty name.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules(const std::string& prefix = "");
+  // Calls fn(dotted name, module) on this module and every descendant, pre-order. Usable in a
+  // constructor (named_modules needs the root to be owned by a shared_ptr already).
+  void apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& prefix = "");
 
   // ---- parameters and buffers (pre-order: own entries first, then each child's) ----
   NamedTensors named_parameters(const std::string& prefix = "") const;
@@ -61,6 +65,9 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
   // Moves every parameter and buffer to d in place (the Tensor handles stay valid; grads dropped).
   Module& to(Device d);
+  // Casts every floating parameter and buffer to dt in place (integer buffers such as
+  // num_batches_tracked keep their dtype); f64 modules are what gradient checks run on.
+  Module& to(DType dt);
   void zero_grad();  // drops every parameter's .grad
   // Sets each parameter's and buffer's Tensor::name to its dotted name (for reports).
   void name_tensors();

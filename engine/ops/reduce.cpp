@@ -1,6 +1,7 @@
 // Reductions over dims. The input is permuted so reduced dims are last and made contiguous,
 // then reduced row by row by the backend.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "engine/ops/dispatch.h"
@@ -112,24 +113,16 @@ static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool is
   Shape in_shape = x.sizes(), keep = p.out_keep;
   int d = wrap_dim(dim, x.dim(), name);
   auto node = record_op(name, {x}, {vals}, [in_shape, keep, d](FunctionNode& n, const std::vector<Tensor>& g) {
-    // Scatter the gradient to the selected index along dim d.
+    // Route the gradient to the selected index along dim d: a one-hot mask built from the saved
+    // indices (device-generic: no scatter kernel needed).
     Tensor id = n.saved(0);
-    Tensor gi = zeros(in_shape, g[0].dtype(), g[0].device());
-    Tensor gk = contiguous(reshape(g[0], keep));
-    Tensor ik = contiguous(reshape(id, keep));
-    KILN_CHECK(gi.device().is_cpu(), "max/min backward: only on the cpu for now");
-    int64_t outer = 1, inner = 1, n_d = in_shape.empty() ? 1 : in_shape[d];
-    for (int i = 0; i < d; ++i) outer *= in_shape[i];
-    for (size_t i = d + 1; i < in_shape.size(); ++i) inner *= in_shape[i];
-    const int64_t* ip = ik.data<int64_t>();
-    size_t es = dtype_size(gi.dtype());
-    char* gp = static_cast<char*>(gi.data_ptr());
-    const char* gs = static_cast<const char*>(gk.data_ptr());
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        int64_t k = ip[o * inner + i];
-        std::memcpy(gp + ((o * n_d + k) * inner + i) * es, gs + (o * inner + i) * es, es);
-      }
+    Tensor ik = reshape(id, keep);
+    Shape ar_shape(in_shape.size(), 1);
+    int64_t n_d = in_shape.empty() ? 1 : in_shape[d];
+    if (!in_shape.empty()) ar_shape[d] = n_d;
+    Tensor ar = reshape(arange(n_d, DType::i64, id.device()), ar_shape);
+    Tensor mask = eq(ar, ik);  // u8, broadcast to in_shape
+    Tensor gi = where(mask, reshape(g[0], keep), zeros({}, g[0].dtype(), g[0].device()));
     return std::vector<Tensor>{gi};
   });
   if (node) node->save(idx);

@@ -1,0 +1,149 @@
+// bench_decode: decode + Resize(256 shorter side) + CenterCrop(224) + ImageNet normalize to f32
+// CHW, over the JPEG wallpapers in /usr/share/wallpapers (or a folder given as argv[1]), at 1 and
+// 2 threads: kiln (fused, DCT-scaled decode), kiln at full-scale decode, PIL + torchvision
+// (plain and with draft mode) and OpenCV (cv2.imdecode + cv2.resize INTER_AREA), all in one run.
+// Peers are bench/peers/decode_*.py run with /usr/bin/python3. Prints one table.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "data/sample_pipeline.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+double run_kiln(const std::vector<std::string>& files, int threads, bool dct) {
+  SampleTransform t;
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+  for (int c = 0; c < 3; ++c) t.mean[c] = mean[c], t.std[c] = stdv[c];
+  t.dct_scaling = dct;
+  std::vector<std::vector<float>> out(threads, std::vector<float>(t.sample_elems()));
+  load_sample_file(files[0], t, 0, 0, out[0].data());  // warm-up
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> th;
+  for (int k = 0; k < threads; ++k)
+    th.emplace_back([&, k] {
+      for (size_t i = (size_t)k; i < files.size(); i += (size_t)threads)
+        load_sample_file(files[i], t, 0, 0, out[(size_t)k].data());
+    });
+  for (auto& x : th) x.join();
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return files.size() / dt;
+}
+
+// Runs a peer script; returns images/s, or -1 with `note` set to what it printed instead.
+double run_peer(const std::string& script, const std::string& list, int threads, const std::string& extra,
+                std::string* note) {
+  std::string cmd = "/usr/bin/python3 " + script + " " + list + " " + std::to_string(threads) + " " + extra + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char line[512];
+  double v = -1;
+  std::string all;
+  while (std::fgets(line, sizeof line, p)) {
+    all += line;
+    double x;
+    if (std::sscanf(line, "images_per_s %lf", &x) == 1) v = x;
+  }
+  pclose(p);
+  if (v < 0) {
+    size_t e = all.find_last_not_of("\n");
+    size_t s = all.rfind('\n', e == std::string::npos ? 0 : e);
+    *note = all.empty() ? "no output" : all.substr(s == std::string::npos ? 0 : s + 1, e == std::string::npos ? 0 : e - s);
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // usage: bench_decode [--root DIR] [--peers DIR] [--limit N]  (limit: first N files, sorted)
+  std::string root = "/usr/share/wallpapers", peers_arg;
+  size_t limit = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--root") root = argv[i + 1];
+    else if (a == "--peers") peers_arg = argv[i + 1];
+    else if (a == "--limit") limit = (size_t)std::stoul(argv[i + 1]);
+  }
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::string ext = it->path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+    if (it->is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  if (limit && files.size() > limit) files.resize(limit);
+  if (files.empty()) {
+    std::printf("bench_decode: no JPEG files under %s\n", root.c_str());
+    return 1;
+  }
+  // Warm the page cache so every contender reads from memory.
+  uint64_t bytes = 0;
+  for (auto& f : files) bytes += fs::file_size(f, ec);
+  for (auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::vector<char> b((size_t)fs::file_size(f, ec));
+    in.read(b.data(), (std::streamsize)b.size());
+  }
+  std::string list = (fs::temp_directory_path() / ("kiln_bench_decode_" + std::to_string(getpid()) + ".txt")).string();
+  {
+    std::ofstream o(list);
+    for (auto& f : files) o << f << "\n";
+  }
+  // Peers live next to this source file (CMake compiles it by absolute path); KILN_BENCH_PEERS or
+  // --peers override.
+#ifdef KILN_BENCH_PEERS
+  std::string peers = KILN_BENCH_PEERS;
+#else
+  std::string peers = fs::path(__FILE__).parent_path().string() + "/peers";
+#endif
+  if (!peers_arg.empty()) peers = peers_arg;
+  std::printf("bench_decode: %zu JPEGs (%.1f MB) under %s; Resize(256) + CenterCrop(224) + Normalize -> f32 CHW\n",
+              files.size(), bytes / 1e6, root.c_str());
+  struct Row {
+    std::string name;
+    double ips[2];
+    std::string note;
+  };
+  std::vector<Row> rows;
+  rows.push_back({"kiln (DCT-scaled decode, fused)", {run_kiln(files, 1, true), run_kiln(files, 2, true)}, ""});
+  rows.push_back({"kiln (full-scale decode, fused)", {run_kiln(files, 1, false), run_kiln(files, 2, false)}, ""});
+  for (auto spec : {std::pair<const char*, const char*>{"PIL + torchvision", ""},
+                    std::pair<const char*, const char*>{"PIL + torchvision (draft)", "draft"}}) {
+    Row r{spec.first, {0, 0}, ""};
+    for (int t = 1; t <= 2; ++t) r.ips[t - 1] = run_peer(peers + "/decode_pil.py", list, t, spec.second, &r.note);
+    rows.push_back(r);
+  }
+  Row cv{"OpenCV imdecode + resize(AREA)", {0, 0}, ""};
+  for (int t = 1; t <= 2; ++t) cv.ips[t - 1] = run_peer(peers + "/decode_cv2.py", list, t, "", &cv.note);
+  rows.push_back(cv);
+  fs::remove(list, ec);
+
+  const double pil1 = rows[2].ips[0];
+  std::printf("\n%-34s %12s %12s %9s %12s\n", "pipeline", "1 thr img/s", "2 thr img/s", "scaling", "vs PIL (1t)");
+  for (auto& r : rows) {
+    if (r.ips[0] < 0 || r.ips[1] < 0) {
+      std::printf("%-34s %s\n", r.name.c_str(), r.note.c_str());
+      continue;
+    }
+    std::printf("%-34s %12.1f %12.1f %8.2fx %11.2fx\n", r.name.c_str(), r.ips[0], r.ips[1], r.ips[1] / r.ips[0],
+                pil1 > 0 ? r.ips[0] / pil1 : 0.0);
+  }
+  if (rows[4].ips[0] > 0)
+    std::printf("\nkiln (DCT) vs OpenCV: %.2fx at 1 thread, %.2fx at 2 threads\n", rows[0].ips[0] / rows[4].ips[0],
+                rows[0].ips[1] / rows[4].ips[1]);
+  std::printf("goals: kiln >= 4x PIL+torchvision per thread, ahead of OpenCV, >= 1.8x from 1 to 2 threads\n");
+  return 0;
+}

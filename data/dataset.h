@@ -1,0 +1,53 @@
+// Image data sets as lists of (path, label): an image folder (torchvision ImageFolder rules) and a
+// CSV list. Only file system listing and text parsing here: no decoding.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct ImageSample {
+  std::string path;
+  int64_t label = 0;
+};
+
+struct ImageDataset {
+  std::string root;                  // the folder or CSV it came from
+  std::vector<std::string> classes;  // index = label
+  std::vector<ImageSample> samples;
+  size_t size() const { return samples.size(); }
+  std::vector<int64_t> labels() const;
+  std::vector<size_t> class_counts() const;  // one per class
+};
+
+// True for jpg/jpeg/png/bmp/gif/tga in any case.
+bool is_image_extension(const std::string& path);
+
+// root/<class>/**/<image>: classes are the sorted subfolder names, samples sorted by path within a
+// class (as ImageFolder). Hidden entries (".name") are skipped. Throws kiln::Error naming the path
+// when it is missing, not a folder, has no class folders or no images at all. A class folder
+// with no images stays a class with 0 samples (unlike ImageFolder, which refuses), so `kiln data`
+// can report it.
+ImageDataset image_folder(const std::string& root);
+
+// A folder holding train/ and val/ (or test/): the two splits, with the train split's classes
+// (a class missing from train but present in eval is an error). Throws when there is no such split.
+struct DatasetSplits {
+  ImageDataset train, eval;
+  std::string eval_name;  // "val" or "test"
+};
+bool has_split_folders(const std::string& root);
+DatasetSplits image_folder_splits(const std::string& root);
+
+// CSV "path,label" lines. Labels are all integers (classes "0".."max") or all class names (sorted
+// into indices). The first line is a header, and skipped, when its first field is path, file,
+// filename or image (any case), or when its label is not an integer while every other label is.
+// Relative paths resolve against the CSV's folder; quoted fields ("a,b.jpg") are supported; blank
+// lines are skipped. Errors name the file and line.
+ImageDataset csv_dataset(const std::string& csv_path);
+
+// Folder or CSV, by what the path is.
+ImageDataset open_image_dataset(const std::string& path);
+
+}  // namespace kiln

@@ -1,0 +1,159 @@
+// JPEG decode through TurboJPEG (libjpeg-turbo 2.1, the tj2 API): header, bomb check, DCT-domain
+// scale choice, CMYK/YCCK -> RGB by kiln (PIL's formula, Adobe-inverted polarity), EXIF
+// orientation. Must not resize beyond the 1/2, 1/4, 1/8 DCT reductions.
+#include <turbojpeg.h>
+
+#include <cstring>
+#include <memory>
+
+#include "data/decode.h"
+#include "data/exif.h"
+
+namespace kiln {
+namespace {
+
+// One decompressor per thread: tjInitDecompress is not free and handles are not thread-safe.
+struct TjHandle {
+  tjhandle h = nullptr;
+  TjHandle() : h(tjInitDecompress()) {}
+  ~TjHandle() {
+    if (h) tjDestroy(h);
+  }
+};
+
+TjHandle& thread_handle() {
+  thread_local TjHandle t;
+  return t;
+}
+tjhandle thread_decompressor() { return thread_handle().h; }
+
+// libjpeg-turbo 2.1 can leave a handle in a bad state after a failed header read (the next
+// header then reads as 0x0), so a handle that saw an error is replaced before the next file.
+void reset_decompressor() {
+  TjHandle& t = thread_handle();
+  if (t.h) tjDestroy(t.h);
+  t.h = tjInitDecompress();
+}
+
+[[noreturn]] void fail(const std::string& name, const std::string& reason) {
+  reset_decompressor();
+  throw DecodeError(name, reason);
+}
+
+// (255 - C) (255 - K) / 255 with PIL's rounding (MULDIV255). Values stored in the file are
+// Adobe-inverted (PIL assumes so for every CMYK JPEG: rawmode "CMYK;I"), i.e. v = 255 - ink.
+inline uint8_t cmyk_channel(uint32_t ink, uint32_t nk) {
+  uint32_t t = ink * nk + 128;
+  uint32_t m = ((t >> 8) + t) >> 8;
+  int v = (int)nk - (int)m;
+  return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+const char* colorspace_mode(int cs) {
+  switch (cs) {
+    case TJCS_GRAY: return "L";
+    case TJCS_CMYK: case TJCS_YCCK: return "CMYK";
+    default: return "RGB";
+  }
+}
+
+}  // namespace
+
+Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
+  tjhandle tj = thread_decompressor();
+  if (!tj) throw DecodeError(name, "cannot create a TurboJPEG decompressor");
+  int w = 0, h = 0, subsamp = 0, cs = 0;
+  if (tjDecompressHeader3(tj, data, (unsigned long)n, &w, &h, &subsamp, &cs) != 0)
+    fail(name, str_cat("bad JPEG header (", tjGetErrorStr2(tj), ")"));
+  if (w <= 0 || h <= 0) fail(name, "JPEG with zero width or height");
+  if ((uint64_t)w * (uint64_t)h > opt.max_pixels)
+    fail(name, str_cat("declared size ", w, "x", h, " exceeds the pixel limit ", opt.max_pixels,
+                                    " (decompression bomb?)"));
+  JpegMarkers mk = opt.apply_exif ? scan_jpeg_markers(data, n) : JpegMarkers{};
+
+  // Largest reduction keeping the output (after rotation) >= the requested minimum.
+  int min_w = opt.min_w, min_h = opt.min_h;
+  if (orientation_swaps_axes(mk.orientation)) std::swap(min_w, min_h);
+  int denom = 1;
+  if (min_w > 0 || min_h > 0) {
+    for (int d : {8, 4, 2}) {
+      int sw = (w + d - 1) / d, sh = (h + d - 1) / d;  // libjpeg's ceil(w / d)
+      if (sw >= min_w && sh >= min_h) {
+        denom = d;
+        break;
+      }
+    }
+  }
+  tjscalingfactor sf = {1, denom};
+  const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+
+  const bool cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+  int pf = cmyk ? TJPF_CMYK : (opt.gray ? TJPF_GRAY : TJPF_RGB);
+  const int pc = tjPixelSize[pf];
+  std::unique_ptr<uint8_t[]> raw;
+  Image im;
+  im.file_w = w;
+  im.file_h = h;
+  im.mode = colorspace_mode(cs);
+  im.format = "JPEG";
+  im.w = sw;
+  im.h = sh;
+  im.c = opt.gray ? 1 : 3;
+  uint8_t* dst;
+  if (cmyk) {
+    raw.reset(new (std::nothrow) uint8_t[(size_t)sw * sh * 4]);
+    if (!raw) throw DecodeError(name, "out of memory");
+    dst = raw.get();
+  } else {
+    im.px.resize((size_t)sw * sh * pc);
+    dst = im.px.data();
+  }
+  // Default flags: accurate integer IDCT (JDCT_ISLOW) and fancy upsampling, as PIL's libjpeg does.
+  int rc = tjDecompress2(tj, data, (unsigned long)n, dst, sw, sw * pc, sh, pf, 0);
+  if (rc != 0) {
+    const char* msg = tjGetErrorStr2(tj);
+    bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
+    // Harmless warnings (extraneous bytes, ...) leave a complete image; a premature end of data
+    // means the file is truncated and the rest of the picture is made up: reject it.
+    if (!warning || std::strstr(msg, "Premature end") != nullptr)
+      fail(name, str_cat(warning ? "truncated JPEG (" : "corrupt JPEG (", msg, ")"));
+    reset_decompressor();
+  }
+  if (cmyk) {
+    im.px.resize((size_t)sw * sh * im.c);
+    const uint8_t* s = raw.get();
+    uint8_t* o = im.px.data();
+    for (size_t i = 0, np = (size_t)sw * sh; i < np; ++i, s += 4) {
+      uint32_t nk = s[3];  // stored inverted: 255 - K
+      uint8_t r = cmyk_channel(255u - s[0], nk), g = cmyk_channel(255u - s[1], nk),
+              b = cmyk_channel(255u - s[2], nk);
+      if (im.c == 3) {
+        o[0] = r; o[1] = g; o[2] = b;
+        o += 3;
+      } else {
+        *o++ = (uint8_t)((19595u * r + 38470u * g + 7471u * b + 0x8000u) >> 16);
+      }
+    }
+  }
+  if (mk.orientation != 1) im = apply_orientation(im, mk.orientation);
+  return im;
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+bool jpeg_probe_size(const uint8_t* data, size_t n, bool apply_exif, int* w, int* h) {
+  if (n < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) return false;
+  tjhandle tj = thread_decompressor();
+  int sub = 0, cs = 0;
+  if (!tj) return false;
+  if (tjDecompressHeader3(tj, data, (unsigned long)n, w, h, &sub, &cs) != 0) {
+    reset_decompressor();
+    return false;
+  }
+  if (apply_exif && orientation_swaps_axes(scan_jpeg_markers(data, n).orientation)) std::swap(*w, *h);
+  return *w > 0 && *h > 0;
+}
+
+}  // namespace kiln

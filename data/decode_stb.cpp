@@ -1,0 +1,116 @@
+// PNG, BMP, GIF (first frame), TGA through stb_image, compiled here with static linkage so no
+// other translation unit sees its symbols. Conversion to RGB follows PIL's convert('RGB'): gray
+// is replicated, alpha is dropped (not composited), palettes are expanded, 16-bit samples keep
+// their high byte. Must not decode JPEG (decode_jpeg.cpp does).
+#define STB_IMAGE_STATIC
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_ONLY_PNG
+#define STBI_ONLY_BMP
+#define STBI_ONLY_GIF
+#define STBI_ONLY_TGA
+#define STBI_NO_STDIO
+#define STBI_MAX_DIMENSIONS (1 << 20)
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+#include <stb_image.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <cstring>
+
+#include "data/decode.h"
+
+namespace kiln {
+namespace {
+
+const char* sniff_format(const uint8_t* d, size_t n) {
+  if (n >= 8 && std::memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return "PNG";
+  if (n >= 2 && d[0] == 'B' && d[1] == 'M') return "BMP";
+  if (n >= 6 && (std::memcmp(d, "GIF87a", 6) == 0 || std::memcmp(d, "GIF89a", 6) == 0)) return "GIF";
+  return "TGA";  // TGA has no magic number: whatever is left is tried as TGA
+}
+
+// PIL-style mode name from what stb reports, refined by the PNG header (palette, bit depth).
+std::string mode_name(const char* fmt, const uint8_t* d, size_t n, int comp, bool is16) {
+  if (std::strcmp(fmt, "PNG") == 0 && n >= 26 && d[25] == 3) return "P";
+  if (std::strcmp(fmt, "GIF") == 0) return "P";
+  const char* base = comp == 1 ? "L" : comp == 2 ? "LA" : comp == 3 ? "RGB" : "RGBA";
+  return is16 ? str_cat(base, ";16") : std::string(base);
+}
+
+// Width and height as declared in the header (PNG IHDR, GIF screen, BMP info header), read before
+// stb so a bomb is reported as one (stb's own "too large" gets lost when it falls through formats).
+bool declared_size(const char* fmt, const uint8_t* d, size_t n, uint64_t* w, uint64_t* h) {
+  auto be32 = [&](size_t o) { return ((uint64_t)d[o] << 24) | ((uint64_t)d[o + 1] << 16) | ((uint64_t)d[o + 2] << 8) | d[o + 3]; };
+  auto le32 = [&](size_t o) { return (int64_t)(int32_t)((uint32_t)d[o] | ((uint32_t)d[o + 1] << 8) | ((uint32_t)d[o + 2] << 16) | ((uint32_t)d[o + 3] << 24)); };
+  if (std::strcmp(fmt, "PNG") == 0 && n >= 24) {
+    *w = be32(16);
+    *h = be32(20);
+    return true;
+  }
+  if (std::strcmp(fmt, "GIF") == 0 && n >= 10) {
+    *w = (uint64_t)(d[6] | (d[7] << 8));
+    *h = (uint64_t)(d[8] | (d[9] << 8));
+    return true;
+  }
+  if (std::strcmp(fmt, "BMP") == 0 && n >= 26) {
+    int64_t bw = le32(18), bh = le32(22);
+    *w = (uint64_t)(bw < 0 ? -bw : bw);
+    *h = (uint64_t)(bh < 0 ? -bh : bh);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Image decode_stb(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
+  const char* fmt = sniff_format(data, n);
+  if (n > (size_t)0x7fffffff) throw DecodeError(name, "file too large for the decoder");
+  uint64_t dw = 0, dh = 0;
+  if (declared_size(fmt, data, n, &dw, &dh) && dw * dh > opt.max_pixels)
+    throw DecodeError(name, str_cat("declared size ", dw, "x", dh, " exceeds the pixel limit ", opt.max_pixels,
+                                    " (decompression bomb?)"));
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(data, (int)n, &w, &h, &comp)) {
+    const char* why = stbi_failure_reason();
+    if (std::strcmp(fmt, "TGA") == 0)
+      throw DecodeError(name, "not an image (unknown format: not JPEG, PNG, BMP, GIF or TGA)");
+    throw DecodeError(name, str_cat("bad ", fmt, " header (", why ? why : "unknown", ")"));
+  }
+  if (w <= 0 || h <= 0) throw DecodeError(name, str_cat(fmt, " with zero width or height"));
+  if ((uint64_t)w * (uint64_t)h > opt.max_pixels)
+    throw DecodeError(name, str_cat("declared size ", w, "x", h, " exceeds the pixel limit ", opt.max_pixels,
+                                    " (decompression bomb?)"));
+  bool is16 = stbi_is_16_bit_from_memory(data, (int)n) != 0;
+  // Gray sources decode straight to one channel when gray output is asked for; color sources go
+  // through RGB so the luma uses PIL's weights, not stb's.
+  int want = (opt.gray && comp <= 2) ? 1 : 3;
+  int x = 0, y = 0, got = 0;
+  stbi_uc* px = stbi_load_from_memory(data, (int)n, &x, &y, &got, want);
+  if (!px) {
+    const char* why = stbi_failure_reason();
+    throw DecodeError(name, str_cat("corrupt or truncated ", fmt, " (", why ? why : "unknown", ")"));
+  }
+  Image im;
+  im.w = x;
+  im.h = y;
+  im.c = want;
+  im.file_w = x;
+  im.file_h = y;
+  im.format = fmt;
+  im.mode = mode_name(fmt, data, n, comp, is16);
+  im.px.assign(px, px + (size_t)x * y * want);
+  stbi_image_free(px);
+  if (opt.gray && im.c == 3) rgb_to_gray_inplace(im);
+  return im;
+}
+
+}  // namespace kiln

@@ -1,0 +1,177 @@
+// ImageLoader implementation: items (one per sample of the epoch) are claimed in order by the
+// workers; a worker waits while its item's batch is more than prefetch_batches ahead of the
+// consumer. Each batch is one buffer of batch_size slots that workers fill independently.
+#include "data/image_loader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln {
+
+struct ImageLoader::Slot {
+  std::shared_ptr<void> buffer;
+  size_t done = 0;
+  std::vector<char> ok;  // per sample
+};
+
+ImageLoader::ImageLoader(ImageDataset ds, ImageLoaderOptions opt) : ds_(std::move(ds)), opt_(std::move(opt)) {
+  KILN_CHECK(!ds_.samples.empty(), "image loader: data set ", ds_.root, " is empty");
+  KILN_CHECK(opt_.batch_size > 0, "image loader: batch size must be > 0");
+  KILN_CHECK(opt_.prefetch_batches >= 1, "image loader: prefetch_batches must be >= 1");
+  workers_ = opt_.workers > 0 ? opt_.workers : std::max(1, (int)std::thread::hardware_concurrency() / 2);
+  if (!opt_.alloc) {
+    opt_.alloc = [](size_t bytes) -> void* {
+      size_t r = (bytes + 63) / 64 * 64;
+      return std::aligned_alloc(64, r ? r : 64);
+    };
+    opt_.release = [](void* p, size_t) { std::free(p); };
+  }
+  KILN_CHECK((bool)opt_.release, "image loader: an alloc callback needs a release callback");
+  if (!opt_.on_bad_sample)
+    opt_.on_bad_sample = [](const std::string& path, const std::string& reason) {
+      std::fprintf(stderr, "kiln: skipping bad sample %s: %s\n", path.c_str(), reason.c_str());
+    };
+}
+
+ImageLoader::~ImageLoader() { stop_workers(); }
+
+void ImageLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void ImageLoader::start_epoch(uint64_t epoch) {
+  stop_workers();
+  epoch_ = epoch;
+  std::vector<size_t> order = epoch_indices(opt_.sampler, ds_.labels(), ds_.classes.size(), epoch);
+  batches_ = make_batches(order, opt_.batch_size, opt_.drop_last);
+  total_items_ = 0;
+  for (auto& b : batches_) total_items_ += b.size();
+  slots_.clear();
+  for (size_t i = 0; i < batches_.size(); ++i) slots_.emplace_back(new Slot());
+  next_item_ = 0;
+  delivered_ = 0;
+  samples_done_ = 0;
+  stop_ = false;
+  fatal_.clear();
+  for (int i = 0; i < workers_; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+void ImageLoader::worker_loop() {
+  const size_t bs = opt_.batch_size, sbytes = opt_.transform.sample_bytes();
+  for (;;) {
+    size_t item, b, k;
+    void* dst;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (stop_ || next_item_ >= total_items_) return;
+      item = next_item_++;
+      b = item / bs;
+      k = item % bs;
+      cv_.wait(lk, [&] { return stop_ || b < delivered_ + (size_t)opt_.prefetch_batches; });
+      if (stop_) return;
+      Slot& s = *slots_[b];
+      if (!s.buffer) {
+        size_t bytes = sbytes * bs;
+        void* p = nullptr;
+        try {
+          p = opt_.alloc(bytes);
+        } catch (...) {
+        }
+        if (!p) {  // not a sample's fault: the consumer gets the error from next()
+          fatal_ = str_cat("image loader: batch buffer allocation of ", bytes, " bytes failed");
+          stop_ = true;
+          cv_.notify_all();
+          return;
+        }
+        auto rel = opt_.release;
+        s.buffer = std::shared_ptr<void>(p, [rel, bytes](void* q) { rel(q, bytes); });
+        s.ok.assign(batches_[b].size(), 0);
+      }
+      dst = static_cast<char*>(s.buffer.get()) + k * sbytes;
+    }
+    const size_t idx = batches_[b][k];
+    const std::string& path = ds_.samples[idx].path;
+    bool ok = true;
+    std::string reason;
+    try {
+      load_sample_file(path, opt_.transform, opt_.seed, sample_stream(epoch_, item), dst);
+    } catch (const std::exception& e) {
+      ok = false;
+      const auto* de = dynamic_cast<const DecodeError*>(&e);
+      reason = de ? de->reason() : std::string(e.what());
+    } catch (...) {
+      ok = false;
+      reason = "unknown error";
+    }
+    bool report = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      Slot& s = *slots_[b];
+      s.ok[k] = ok;
+      ++s.done;
+      if (!ok) {
+        ++bad_count_;
+        if (bad_seen_.insert(path).second) {
+          bad_list_.push_back({path, reason});
+          report = true;
+        }
+      }
+    }
+    ++samples_done_;
+    if (report) opt_.on_bad_sample(path, reason);
+    cv_.notify_all();
+  }
+}
+
+bool ImageLoader::next(ImageBatch& out) {
+  const SampleTransform& t = opt_.transform;
+  const size_t sbytes = t.sample_bytes();
+  for (;;) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!fatal_.empty()) throw Error(fatal_);
+    if (delivered_ >= batches_.size()) return false;
+    const size_t b = delivered_;
+    cv_.wait(lk, [&] { return slots_[b]->done == batches_[b].size() || !fatal_.empty(); });
+    if (!fatal_.empty()) throw Error(fatal_);
+    Slot& s = *slots_[b];
+    ImageBatch r;
+    r.index = b;
+    r.c = t.channels;
+    r.h = t.out_h;
+    r.w = t.out_w;
+    r.dtype = t.dtype;
+    char* base = static_cast<char*>(s.buffer.get());
+    for (size_t k = 0; k < batches_[b].size(); ++k) {
+      if (!s.ok[k]) continue;
+      size_t j = r.indices.size();  // packed position
+      if (j != k) std::memmove(base + j * sbytes, base + k * sbytes, sbytes);
+      size_t idx = batches_[b][k];
+      r.indices.push_back(idx);
+      r.labels.push_back(ds_.samples[idx].label);
+      r.paths.push_back(ds_.samples[idx].path);
+    }
+    r.n = (int64_t)r.indices.size();
+    r.buffer = std::move(s.buffer);
+    ++delivered_;
+    lk.unlock();
+    cv_.notify_all();
+    if (r.n == 0) continue;  // every sample of this batch was bad
+    out = std::move(r);
+    return true;
+  }
+}
+
+std::vector<BadSample> ImageLoader::bad_samples() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return bad_list_;
+}
+
+}  // namespace kiln

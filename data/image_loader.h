@@ -1,0 +1,108 @@
+// ImageLoader: worker threads turn an ImageDataset into batches of normalized pixels (B, C, H, W)
+// in f32 or f16, int64 labels and sample paths, delivered in order through a bounded prefetch
+// window. Batch memory comes from caller callbacks (pinned memory, kiln's allocator) or plain
+// aligned host memory. Must not know about tensors or devices: it hands out raw buffers.
+//
+// Determinism: the epoch's index order comes from the sampler (seed, epoch); the augmentation of
+// the k-th sample of the epoch uses Philox(seed) at sample_stream(epoch, k). Which worker decodes
+// a sample never matters, so the same seed gives the same batches with any worker count.
+//
+// Bad samples: a sample that fails to decode is left out of its batch; the batch's remaining good
+// samples are packed to the front, so that batch comes out smaller (n < batch_size). A batch whose
+// samples all failed is skipped. Each bad path is reported once per loader (on_bad_sample or
+// stderr) and counted; the loader never throws for a bad sample.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sample_pipeline.h"
+#include "data/sampler.h"
+
+namespace kiln {
+
+struct ImageLoaderOptions {
+  size_t batch_size = 32;
+  bool drop_last = false;
+  SamplerSpec sampler;        // order of samples (its own seed)
+  SampleTransform transform;  // decode + crop + resize + flip + normalize
+  uint64_t seed = 0;          // augmentation seed
+  int workers = 0;            // 0 = half the cores, at least 1
+  int prefetch_batches = 4;   // batches decoded ahead of the consumer (>= 1)
+  // Batch buffers: alloc(bytes) -> pointer, release(pointer, bytes). Default: 64-byte aligned host memory.
+  std::function<void*(size_t)> alloc;
+  std::function<void(void*, size_t)> release;
+  // Called once per distinct bad path, from a worker thread. Default: one line on stderr.
+  std::function<void(const std::string& path, const std::string& reason)> on_bad_sample;
+};
+
+struct ImageBatch {
+  size_t index = 0;  // batch number within the epoch
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  PixelDType dtype = PixelDType::f32;
+  std::shared_ptr<void> buffer;  // n*c*h*w values (capacity batch_size samples); released on last drop
+  std::vector<int64_t> labels;
+  std::vector<std::string> paths;
+  std::vector<size_t> indices;   // data set indices
+  float* f32() const { return dtype == PixelDType::f32 ? static_cast<float*>(buffer.get()) : nullptr; }
+  uint16_t* f16() const { return dtype == PixelDType::f16 ? static_cast<uint16_t*>(buffer.get()) : nullptr; }
+};
+
+struct BadSample {
+  std::string path, reason;
+};
+
+class ImageLoader {
+ public:
+  ImageLoader(ImageDataset ds, ImageLoaderOptions opt);
+  ~ImageLoader();
+  ImageLoader(const ImageLoader&) = delete;
+  ImageLoader& operator=(const ImageLoader&) = delete;
+
+  // Starts (or restarts) an epoch; an unfinished previous epoch is abandoned.
+  void start_epoch(uint64_t epoch);
+  // The next batch in order; false when the epoch is over.
+  bool next(ImageBatch& out);
+
+  size_t batches_per_epoch() const { return batches_.size(); }
+  size_t samples_per_epoch() const { return total_items_; }
+  size_t samples_done() const { return samples_done_.load(); }
+  size_t bad_count() const { return bad_count_.load(); }    // bad samples met (with repeats)
+  size_t batches_delivered() const { return delivered_; }
+  std::vector<BadSample> bad_samples() const;                // distinct, in first-seen order
+  int workers() const { return workers_; }
+  const ImageDataset& dataset() const { return ds_; }
+
+ private:
+  struct Slot;
+  void stop_workers();
+  void worker_loop();
+
+  ImageDataset ds_;
+  ImageLoaderOptions opt_;
+  int workers_ = 1;
+  uint64_t epoch_ = 0;
+  std::vector<std::vector<size_t>> batches_;  // data set indices per batch
+  size_t total_items_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // one per batch of the epoch
+  size_t next_item_ = 0, delivered_ = 0;
+  bool stop_ = false;
+  std::string fatal_;  // set when a batch buffer cannot be allocated
+  std::vector<std::thread> threads_;
+  std::atomic<size_t> samples_done_{0}, bad_count_{0};
+  std::set<std::string> bad_seen_;
+  std::vector<BadSample> bad_list_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+// CachingAllocator configuration (by struct, or parsed from KILN_ALLOC_CONF), plus the byte-size
+// helpers the allocator's messages and the command line share: parse_bytes("6G") and
+// format_bytes(n) -> "6.00 GiB". Pure functions: no allocator state here.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+struct AllocatorConfig {
+  size_t round = 512;                    // every block size is a multiple (power of two, >= 16)
+  size_t small_max = size_t(1) << 20;    // requests <= this go to the small pool
+  size_t small_segment = size_t(2) << 20;  // segment size of the small pool
+  size_t large_round = size_t(2) << 20;  // large segments are rounded up to this
+  // Large requests below half of this share segments of this size (so their blocks can split
+  // and coalesce); bigger ones map their own segment. 0: every large request maps its own.
+  size_t large_segment = size_t(20) << 20;
+  size_t max_split = SIZE_MAX;           // free blocks >= this are never split (fragmentation cap)
+  bool debug = false;                    // poison freed memory, check it on reuse (host memory only)
+  size_t trace_capacity = 0;             // event ring entries; 0 = tracing off
+
+  // Throws kiln::Error naming the bad field when the values do not make sense.
+  void validate() const;
+};
+
+// Parses "round=512,small_segment=2M,large_round=2M,max_split=64M,debug,trace=100000" over the
+// defaults in `base`. Unknown keys and bad numbers throw kiln::Error naming the text.
+AllocatorConfig parse_alloc_conf(const std::string& text, AllocatorConfig base = {});
+// The defaults, overridden by the KILN_ALLOC_CONF environment variable when it is set.
+AllocatorConfig alloc_config_from_env();
+
+// "6G", "512M", "64MiB", "1.5GiB", "4096", "2k": binary units (K = 1024), case-insensitive.
+// Throws kiln::Error naming the text on anything else.
+size_t parse_bytes(const std::string& text);
+// Human-readable: "512 B", "3.50 KiB", "1.25 GiB".
+std::string format_bytes(double bytes);
+
+}  // namespace kiln

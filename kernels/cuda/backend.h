@@ -1,0 +1,35 @@
+// The CUDA backend's kernel entry points, called by the op layer through KILN_DISPATCH with exactly
+// the signatures of the CPU backend (kernels/cpu/*.h): pointers are device pointers on the current
+// device, work is queued on compute_stream(current device) and is asynchronous unless noted. Same
+// math as the CPU (kernels/common/, engine/core/philox.h), so random draws agree bit for bit.
+// The NN kernels (conv, pool, batch norm, softmax, losses, dropout) are declared in nn_backend.h:
+// it needs kernels/common/nn_desc.h, whose Reduction clashes with engine/ops/ops.h's until the op
+// layer takes Reduction from nn_desc.h; then this header should include nn_backend.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/core/dtype.h"
+#include "kernels/common/elementwise_math.h"
+#include "kernels/common/reduce_op.h"
+#include "kernels/common/strided.h"
+
+namespace kiln::cuda {
+
+// ---- elementwise (elementwise.cu) -- as kernels/cpu/elementwise.h ----
+void copy(const LoopShape& shape, StridedOperand dst, StridedOperand src);  // any dtype pair
+void fill(const LoopShape& shape, StridedOperand dst, double value);
+void unary(UnaryOp op, const LoopShape& shape, StridedOperand out, StridedOperand in, double a, double b);
+void binary(BinaryOp op, const LoopShape& shape, StridedOperand out, StridedOperand x, StridedOperand y, double a);
+void where(const LoopShape& shape, StridedOperand out, StridedOperand cond, StridedOperand x, StridedOperand y);
+void random_fill(void* out, DType dt, int64_t n, int kind, double lo, double hi, uint64_t seed, uint64_t offset);
+
+// ---- reductions (reduce.cu) -- as kernels/cpu/reduce.h ----
+void reduce_rows(ReduceOp op, DType dt, const void* x, int64_t rows, int64_t cols, void* out, int64_t* indices);
+
+// ---- GEMM (matmul.cpp, cuBLAS) -- as kernels/cpu/matmul.h ----
+void gemm_strided(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* A,
+                  int64_t lda, int64_t stride_a, const void* B, int64_t ldb, int64_t stride_b, double beta, void* C,
+                  int64_t ldc, int64_t stride_c, int64_t batch);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs to build, test and run its main job (quick when they
+# are already there), then configures and builds kiln in ./build (Release; CUDA when nvcc exists).
+# Usage: scripts/setup.sh [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config libturbojpeg0-dev libstb-dev doctest-dev libopenblas-dev
+          nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil
+          dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build build -j"$jobs"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: the Release build's suites (unit, gradcheck, parity
+# against PyTorch, cuda (skipped with one line when no GPU), slow), then the CPU code again under
+# AddressSanitizer + UndefinedBehaviorSanitizer (unit suite).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/setup.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+(cd build && ctest -j"$jobs" --output-on-failure)
+echo "== sanitizer build (ASan + UBSan, CPU code, unit tests)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j"$jobs" -L unit --output-on-failure)
+echo "all tests passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,141 @@
+// Allocator configuration and registry: parse_bytes / format_bytes, KILN_ALLOC_CONF parsing and
+// validation, the policy knobs (large-pool split, max_split), and the per-device registry with
+// set_device_memory_limit.
+#include <doctest/doctest.h>
+
+#include "engine/core/error.h"
+#include "engine/memory/caching_allocator.h"
+
+using namespace kiln;
+
+namespace {
+const size_t MiB = size_t(1) << 20;
+}
+
+TEST_CASE("alloc config: parse_bytes and format_bytes") {
+  CHECK(parse_bytes("6G") == 6ull << 30);
+  CHECK(parse_bytes("512M") == 512ull << 20);
+  CHECK(parse_bytes("64MiB") == 64ull << 20);
+  CHECK(parse_bytes("1.5GiB") == 3ull << 29);
+  CHECK(parse_bytes("2k") == 2048);
+  CHECK(parse_bytes("4096") == 4096);
+  CHECK(parse_bytes(" 3 mb ") == 3ull << 20);
+  CHECK_THROWS_WITH_AS(parse_bytes("lots"), doctest::Contains("'lots'"), Error);
+  CHECK_THROWS_WITH_AS(parse_bytes("5X"), doctest::Contains("unknown unit"), Error);
+  CHECK_THROWS_AS(parse_bytes("-1G"), Error);
+  CHECK_THROWS_AS(parse_bytes("0.3"), Error);
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(1536) == "1.50 KiB");
+  CHECK(format_bytes(6.0 * (1 << 30)) == "6.00 GiB");
+}
+
+TEST_CASE("alloc config: KILN_ALLOC_CONF strings") {
+  AllocatorConfig c = parse_alloc_conf("round=1024, small_segment=4M,large_round=4M,max_split=64M,debug");
+  CHECK(c.round == 1024);
+  CHECK(c.small_segment == 4 * MiB);
+  CHECK(c.large_round == 4 * MiB);
+  CHECK(c.max_split == 64 * MiB);
+  CHECK(c.debug);
+  CHECK_THROWS_WITH_AS(parse_alloc_conf("rounds=512"), doctest::Contains("unknown key 'rounds'"), Error);
+  CHECK_THROWS_WITH_AS(parse_alloc_conf("round=1000"), doctest::Contains("power of two"), Error);
+  CHECK_THROWS_AS(parse_alloc_conf("small_segment=512K"), Error);  // below small_max
+  CHECK_THROWS_AS(parse_alloc_conf("round"), Error);
+}
+
+TEST_CASE("alloc policy: rounding, pools, own large segments and splitting") {
+  HostProvider host;
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("large_segment=0"));
+  void* s1 = a.allocate(1);
+  void* s2 = a.allocate(700);
+  CHECK(a.block_size(s1) == 512);
+  CHECK(a.block_size(s2) == 1024);
+  CHECK((char*)s2 == (char*)s1 + 512);  // bump: consecutive requests are contiguous
+  void* l = a.allocate(3 * MiB);           // own 4 MiB segment, the 1 MiB rest is not worth a split
+  CHECK(a.block_size(l) == 4 * MiB);
+  void* l2 = a.allocate(5 * MiB + 1);      // 6 MiB segment: the rest (1 MiB - 512) stays whole
+  CHECK(a.block_size(l2) == 6 * MiB);
+  MemoryStats s = a.stats();
+  CHECK(s.pool[(int)Pool::small].reserved.current == (int64_t)(2 * MiB));
+  CHECK(s.pool[(int)Pool::large].reserved.current == (int64_t)(10 * MiB));
+  CHECK(s.pool[(int)Pool::small].requested.current == 701);
+  CHECK(s.num_segment_maps == 3);
+  CHECK(s.largest_free_block == 2 * MiB - 1536);
+  CHECK(s.fragmentation() == doctest::Approx(1.0 - (1536.0 + 10 * MiB) / (12.0 * MiB)));
+  a.deallocate(l2);
+  void* l3 = a.allocate(2 * MiB + 512);  // best fit: the free 6 MiB block, split (rest > 1 MiB)
+  CHECK(l3 == l2);
+  CHECK(a.block_size(l3) == 2 * MiB + 512);
+  for (void* p : {s1, s2, l, l3}) a.deallocate(p);
+  a.verify();
+  a.empty_cache();
+  CHECK(a.stats().num_segment_unmaps == 3);
+}
+
+TEST_CASE("alloc policy: mid-size large requests share 20 MiB segments and coalesce there") {
+  HostProvider host;
+  LimitedProvider lim(&host, 32 * MiB);
+  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  void* x = a.allocate(3 * MiB);
+  void* y = a.allocate(5 * MiB + 1);
+  CHECK((char*)y == (char*)x + 3 * MiB);  // carved from the same segment
+  CHECK(a.block_size(y) == 5 * MiB + 512);
+  CHECK(a.stats().pool[(int)Pool::large].reserved.current == (int64_t)(20 * MiB));
+  void* w = a.allocate(9 * MiB);  // the segment's rest still holds it
+  CHECK((char*)w == (char*)y + 5 * MiB + 512);
+  // A second shared segment does not fit the 32 MiB device: the request maps its own size,
+  // without releasing the cache.
+  void* v = a.allocate(6 * MiB);
+  CHECK(a.block_size(v) == 6 * MiB);
+  MemoryStats st = a.stats();
+  CHECK(st.pool[(int)Pool::large].reserved.current == (int64_t)(26 * MiB));
+  CHECK(st.num_retries == 0);
+  for (void* p : {x, y, w, v}) a.deallocate(p);
+  a.verify();
+  for (const SegmentInfo& s : a.segments()) CHECK(s.blocks.size() == 1);
+}
+
+TEST_CASE("alloc policy: max_split keeps oversize blocks whole") {
+  HostProvider host;
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("max_split=4M,large_segment=0"));
+  void* big = a.allocate(8 * MiB);
+  a.deallocate(big);
+  void* mid = a.allocate(2 * MiB);  // must not carve the 8 MiB block
+  CHECK(mid != big);
+  void* near = a.allocate(7 * MiB);  // within large_round of 8 MiB: may take it whole
+  CHECK(near == big);
+  CHECK(a.block_size(near) == 8 * MiB);
+  a.deallocate(mid);
+  a.deallocate(near);
+  a.verify();
+}
+
+TEST_CASE("alloc registry: default caching allocators, overrides, device memory limit") {
+  CachingAllocator* cpu = caching_allocator_for(Device::cpu());
+  REQUIRE(cpu != nullptr);
+  CHECK(allocator_for(Device::cpu()) == cpu);
+  CachingAllocator* meta = caching_allocator_for(Device::meta());
+  REQUIRE(meta != nullptr);
+  CHECK(std::string(meta->provider()->name()) == "virtual");
+
+  HostProvider host;
+  CachingAllocator mine(Device::cpu(), &host, AllocatorConfig{});
+  set_allocator(Device::cpu(), &mine);
+  CHECK(allocator_for(Device::cpu()) == &mine);
+  CHECK(caching_allocator_for(Device::cpu()) == nullptr);
+  set_allocator(Device::cpu(), nullptr);
+  CHECK(caching_allocator_for(Device::cpu()) == cpu);
+
+  // Meta memory: predicted with the real policy, limited like a 64 MiB card.
+  set_device_memory_limit(Device::meta(), parse_bytes("64MiB"));
+  void* p = meta->allocate(40 * MiB);
+  CHECK_THROWS_WITH_AS(meta->allocate(40 * MiB), doctest::Contains("capacity 64.00 MiB"), OutOfMemory);
+  meta->deallocate(p);
+  set_device_memory_limit(Device::meta(), SIZE_MAX);
+  void* q = meta->allocate(100 * MiB);
+  meta->deallocate(q);
+  meta->empty_cache();
+  meta->verify();
+#ifndef KILN_WITH_CUDA
+  CHECK_THROWS_AS(allocator_for(Device::cuda(0)), Error);
+#endif
+}
