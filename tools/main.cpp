@@ -1,6 +1,128 @@
-// The `kiln` command (placeholder until the subcommands land).
+// The `kiln` command: subcommands train, predict and devices over CLI11. Parses and validates
+// options, then hands over to tools/lib (which holds the logic, so tests can call it). Every
+// failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
+// "kiln: error: ..." on stderr and a non-zero exit status.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
-int main() {
-  std::puts("kiln: no subcommands yet");
+#include <iostream>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/threads.h"
+#include "tools/lib/devices.h"
+#include "tools/lib/predict.h"
+#include "tools/lib/train_config.h"
+#include "tools/lib/train_loop.h"
+
+namespace {
+
+void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights) {
+  t->add_option("--model", c.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
+  t->add_option("--data", c.data,
+                "training data folder: MNIST-format IDX files (gzip ok; its t10k files become --val), or x.npy "
+                "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64)")
+      ->required();
+  t->add_option("--val", c.val, "validation data folder (same formats)");
+  t->add_option("--num-classes", c.num_classes, "number of classes (default: max label + 1)")
+      ->check(CLI::PositiveNumber);
+  t->add_option("--epochs", c.epochs, "epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
+  t->add_option("--batch", c.batch, "images per optimizer step (split into --accum micro-batches)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--accum", c.accum, "micro-batches per optimizer step (loss divided by N)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--optimizer", c.optimizer, "sgd or adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
+  t->add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  t->add_option("--momentum", c.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  t->add_option("--weight-decay", c.weight_decay, "weight decay (default: sgd 0, adamw 0.01)")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--schedule", c.schedule, "LR schedule: none, cosine, step:EVERY_EPOCHS:GAMMA")
+      ->capture_default_str();
+  t->add_option("--warmup", c.warmup, "linear LR warm-up over N optimizer steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  t->add_option("--clip", c.clip, "clip the global gradient norm to X (0: off)")->check(CLI::NonNegativeNumber);
+  t->add_option("--class-weights", class_weights, "loss weight per class: w1,w2,...");
+  t->add_option("--seed", c.seed, "random seed (initialization, shuffling, dropout)")->capture_default_str();
+  t->add_option("--threads", c.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  t->add_option("--device", c.device, "auto, cpu or cuda:N")->capture_default_str();
+  t->add_option("--init", c.init, "load weights (safetensors, torchvision names) before training")
+      ->check(CLI::ExistingFile);
+  t->add_option("--save", c.save, "write the final weights (safetensors) here");
+  t->add_option("--resume", c.resume, "continue from a checkpoint (OUT/checkpoint.safetensors)")
+      ->check(CLI::ExistingFile);
+  t->add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  t->add_option("--out", c.out, "output folder: checkpoint.safetensors and runs.jsonl")->capture_default_str();
+  t->add_option("--limit", c.limit, "use only the first N training samples (quick runs)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::cpu::ensure_omp_wait_policy(argv);
+  CLI::App app{"kiln: a from-scratch deep-learning training engine"};
+  app.name("kiln");
+  app.require_subcommand(1);
+
+  kiln::TrainConfig tc;
+  std::string class_weights;
+  CLI::App* train = app.add_subcommand("train", "train a model on a data set");
+  add_train_options(train, tc, class_weights);
+
+  kiln::PredictConfig pc;
+  CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
+  predict->add_option("--model", pc.model, "model name")->required();
+  predict->add_option("--weights", pc.weights, "weights (safetensors)")->required()->check(CLI::ExistingFile);
+  predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
+  predict->add_option("--out", pc.out, "CSV file to write")->required();
+  predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
+      ->check(CLI::PositiveNumber);
+  predict->add_option("--batch", pc.batch, "images per forward pass")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  predict->add_option("--threads", pc.threads, "CPU threads")->check(CLI::PositiveNumber);
+  predict->add_option("--device", pc.device, "auto, cpu or cuda:N")->capture_default_str();
+
+  app.add_subcommand("devices", "list compute devices, or say why no GPU is usable");
+
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices") {
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (expected train, predict or devices; see kiln --help)\n",
+                 argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "kiln: error: %s (see kiln --help)\n", e.what());
+    return e.get_exit_code() != 0 ? e.get_exit_code() : 2;
+  }
+
+  try {
+    if (train->parsed()) {
+      if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");
+      kiln::LrSchedule::parse(tc.schedule, tc.warmup);  // validate before loading anything
+      if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
+      kiln::run_training(tc, std::cout, std::cerr);
+    } else if (predict->parsed()) {
+      if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
+      kiln::run_predict(pc, std::cout);
+    } else {
+      std::cout << kiln::format_device_report(kiln::query_devices());
+    }
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -1,0 +1,130 @@
+// ResNet18 training-step benchmark, kiln against PyTorch in the same run: one step = zero grads,
+// forward, cross-entropy, backward, SGD momentum step, at batch 8 x 224 and batch 32 x 64 (3
+// channels, 1000 classes). Prints the median step time of each and the ratio kiln / torch.
+//   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
+// The peer is bench/peers/train_step_torch.py run with /usr/bin/python3, same threads and shapes.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <algorithm>
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/ops/ops.h"
+#include "engine/optim/sgd.h"
+#include "kernels/cpu/threads.h"
+#include "models/registry.h"
+#include "tools/lib/memory_peak.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Shape2 {
+  int64_t batch, size;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::vector<double> time_kiln(Shape2 s, Device d, int steps, int warmup, int64_t* peak) {
+  manual_seed(0);
+  auto model = models::make_model("resnet18", 1000, 3, s.size);
+  model->to(d);
+  model->train();
+  optim::SGDOptions o;
+  o.lr = 0.01;
+  o.momentum = 0.9;
+  optim::SGD opt(model->named_parameters(), o);
+  Tensor x = to_device(randn({s.batch, 3, s.size, s.size}), d);
+  std::vector<int64_t> yv((size_t)s.batch);
+  for (int64_t i = 0; i < s.batch; ++i) yv[(size_t)i] = (i * 37) % 1000;
+  Tensor y = to_device(tensor_from(yv, {s.batch}), d);
+  std::vector<double> ms;
+  reset_peak_memory(d);
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto t = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    cross_entropy((*model)(x), y).backward();
+    opt.step();
+    const double e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    if (i >= warmup) ms.push_back(e);
+  }
+  *peak = peak_memory_bytes(d);
+  return ms;
+}
+
+// Median ms of the torch peer, or -1 when it could not run.
+double time_torch(const std::string& script, Shape2 s, int threads, int steps, int warmup) {
+  const std::string cmd = "/usr/bin/python3 " + script + " --batch " + std::to_string(s.batch) + " --size " +
+                          std::to_string(s.size) + " --threads " + std::to_string(threads) + " --steps " +
+                          std::to_string(steps) + " --warmup " + std::to_string(warmup) + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  if (::pclose(p) != 0) return -1;
+  try {
+    return nlohmann::json::parse(out.substr(out.rfind('{')))["median_ms"].get<double>();
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cpu::ensure_omp_wait_policy(argv);
+  int threads = 1, steps = 3, warmup = 1;
+  bool peer = true;
+  std::string device = "cpu";
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_train_step: %s needs a value\n", argv[i]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--device")) device = next();
+    else if (!std::strcmp(argv[i], "--no-peer")) peer = false;
+    else {
+      std::fprintf(stderr, "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer]\n");
+      return 2;
+    }
+  }
+  try {
+    cpu::set_num_threads(threads);
+    const Device d = Device::parse(device);
+    std::string script = __FILE__;
+    script = script.substr(0, script.rfind('/') + 1) + "peers/train_step_torch.py";
+    std::printf("ResNet18 training step (SGD momentum), %d thread(s), kiln on %s, median of %d steps after %d warm-up\n",
+                threads, d.str().c_str(), steps, warmup);
+    std::printf("%-12s %12s %12s %8s %12s\n", "shape", "kiln ms", "torch ms", "ratio", "kiln peak");
+    for (Shape2 s : {Shape2{8, 224}, Shape2{32, 64}}) {
+      int64_t peak = -1;
+      const double k = median(time_kiln(s, d, steps, warmup, &peak));
+      const double t = peer && d.is_cpu() ? time_torch(script, s, threads, steps, warmup) : -1;
+      char mem[32], shape[32], tcol[32], rcol[32];
+      std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
+      std::snprintf(tcol, sizeof tcol, t > 0 ? "%.1f" : "n/a", t);
+      std::snprintf(rcol, sizeof rcol, t > 0 ? "%.2fx" : "n/a", k / t);
+      std::printf("%-12s %12.1f %12s %8s %12s\n", shape, k, tcol, rcol, format_bytes(peak, mem, sizeof mem));
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,78 @@
+// Checkpoint and weight files (see checkpoint.h).
+#include "tools/lib/checkpoint.h"
+
+#include "engine/io/safetensors.h"
+
+namespace kiln {
+
+namespace {
+const char* kModelPrefix = "model.";
+const char* kOptimPrefix = "optim.";
+
+const std::string& meta_at(const SafetensorsFile& f, const std::string& key, const std::string& path) {
+  auto it = f.metadata.find(key);
+  KILN_CHECK(it != f.metadata.end(), "--resume: ", path, " is not a kiln checkpoint (metadata '", key,
+             "' missing)");
+  return it->second;
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const TrainOptimizer& opt,
+                     const CheckpointState& st, const TrainConfig& c, int64_t num_classes) {
+  NamedTensors all;
+  for (const auto& [name, t] : model.state_dict()) all.emplace_back(kModelPrefix + name, t);
+  for (const auto& [name, t] : opt.state_dict()) all.emplace_back(kOptimPrefix + name, t);
+  std::map<std::string, std::string> meta = {
+      {"format", "kiln-checkpoint-1"},
+      {"model", c.model},
+      {"num_classes", std::to_string(num_classes)},
+      {"epoch", std::to_string(st.epoch)},
+      {"step", std::to_string(st.step)},
+      {"rng_seed", std::to_string(st.rng.seed)},
+      {"rng_offset", std::to_string(st.rng.offset)},
+      {"config", c.to_json().dump()},
+  };
+  save_safetensors(path, all, meta);
+}
+
+CheckpointState load_checkpoint(const std::string& path, nn::Module& model, TrainOptimizer& opt,
+                                const std::string& model_name, int64_t num_classes, Device device) {
+  SafetensorsFile f = read_safetensors(path);
+  KILN_CHECK(meta_at(f, "format", path) == "kiln-checkpoint-1", "--resume: ", path, ": unknown checkpoint format '",
+             meta_at(f, "format", path), "'");
+  KILN_CHECK(meta_at(f, "model", path) == model_name, "--resume: ", path, " was trained with --model ",
+             meta_at(f, "model", path), ", not ", model_name);
+  KILN_CHECK(meta_at(f, "num_classes", path) == std::to_string(num_classes), "--resume: ", path, " has ",
+             meta_at(f, "num_classes", path), " classes, this run has ", num_classes);
+  NamedTensors mstate, ostate;
+  const std::string mp = kModelPrefix, op = kOptimPrefix;
+  for (const NamedArray& a : f.tensors) {
+    if (a.name.rfind(mp, 0) == 0) mstate.emplace_back(a.name.substr(mp.size()), from_host_array(a.array, device));
+    else if (a.name.rfind(op, 0) == 0) ostate.emplace_back(a.name.substr(op.size()), from_host_array(a.array, device));
+    else throw Error(str_cat("--resume: ", path, ": unexpected tensor '", a.name, "'"));
+  }
+  model.load_state_dict(mstate, true);
+  opt.load_state_dict(ostate);
+  CheckpointState st;
+  try {
+    st.epoch = std::stoll(meta_at(f, "epoch", path));
+    st.step = std::stoll(meta_at(f, "step", path));
+    st.rng.seed = std::stoull(meta_at(f, "rng_seed", path));
+    st.rng.offset = std::stoull(meta_at(f, "rng_offset", path));
+  } catch (const std::logic_error&) {
+    throw Error(str_cat("--resume: ", path, ": malformed epoch/step/rng metadata"));
+  }
+  return st;
+}
+
+void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
+                  int64_t num_classes, int64_t in_channels, int64_t image_size) {
+  save_safetensors(path, model.state_dict(),
+                   {{"format", "kiln-weights-1"},
+                    {"model", model_name},
+                    {"num_classes", std::to_string(num_classes)},
+                    {"in_channels", std::to_string(in_channels)},
+                    {"image_size", std::to_string(image_size)}});
+}
+
+}  // namespace kiln

@@ -1,0 +1,33 @@
+// Training checkpoints and weight files of `kiln train`, both safetensors written atomically.
+// A checkpoint holds "model.<state_dict name>" and "optim.<optimizer state name>" tensors; its
+// __metadata__ holds format "kiln-checkpoint-1", model, num_classes, epoch (completed), step
+// (optimizer steps done), rng_seed / rng_offset (engine/core/generator.h) and the configuration
+// as JSON. A weights file (--save) is the plain state_dict with torchvision names, plus metadata
+// (model, num_classes, in_channels, image_size) that `kiln predict` uses to rebuild the model.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/core/generator.h"
+#include "engine/nn/module.h"
+#include "tools/lib/train_components.h"
+#include "tools/lib/train_config.h"
+
+namespace kiln {
+
+struct CheckpointState {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  RngState rng;
+};
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const TrainOptimizer& opt,
+                     const CheckpointState& st, const TrainConfig& c, int64_t num_classes);
+// Loads model and optimizer state in place; checks that model name and class count match.
+CheckpointState load_checkpoint(const std::string& path, nn::Module& model, TrainOptimizer& opt,
+                                const std::string& model_name, int64_t num_classes, Device device);
+
+void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
+                  int64_t num_classes, int64_t in_channels, int64_t image_size);
+
+}  // namespace kiln

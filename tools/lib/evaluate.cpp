@@ -1,0 +1,51 @@
+// Evaluation over a data set (see evaluate.h).
+#include "tools/lib/evaluate.h"
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+
+namespace kiln {
+
+int64_t count_correct(const Tensor& logits, const Tensor& y) {
+  KILN_CHECK(logits.dim() == 2 && y.dim() == 1 && y.size(0) == logits.size(0), "count_correct: logits ",
+             shape_str(logits.sizes()), " and labels ", shape_str(y.sizes()));
+  const std::vector<float> l = to_device(logits.detach(), Device::cpu()).to_vector<float>();
+  const std::vector<int64_t> t = to_device(y, Device::cpu()).to_vector<int64_t>();
+  const int64_t b = logits.size(0), k = logits.size(1);
+  int64_t correct = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; ++j)
+      if (l[(size_t)(i * k + j)] > l[(size_t)(i * k + best)]) best = j;
+    correct += best == t[(size_t)i];
+  }
+  return correct;
+}
+
+EvalResult evaluate(nn::Module& model, const ArrayDataset& data, int64_t batch, Device device,
+                    const Tensor& class_weights, const std::function<void(const Tensor&, int64_t)>& on_batch) {
+  model.eval();
+  NoGradGuard no_grad;
+  std::vector<int64_t> order((size_t)data.n);
+  for (int64_t i = 0; i < data.n; ++i) order[(size_t)i] = i;
+  EvalResult r;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t b = 0; b < data.n; b += batch) {
+    const int64_t e = std::min(data.n, b + batch);
+    Batch bt = gather_batch(data, order, b, e, device);
+    MemoryScope scope(MemoryTag::temporary);
+    Tensor logits = model(bt.x);
+    Tensor loss = cross_entropy(logits, bt.y, class_weights);
+    loss_sum += loss.item() * (double)(e - b);
+    correct += count_correct(logits, bt.y);
+    if (on_batch) on_batch(contiguous(to_device(logits, Device::cpu())), b);
+  }
+  r.n = data.n;
+  r.loss = data.n ? loss_sum / (double)data.n : 0.0;
+  r.accuracy = data.n ? (double)correct / (double)data.n : 0.0;
+  return r;
+}
+
+}  // namespace kiln

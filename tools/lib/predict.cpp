@@ -1,0 +1,69 @@
+// `kiln predict` (see predict.h).
+#include "tools/lib/predict.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "data/array_dataset.h"
+#include "engine/io/atomic_file.h"
+#include "engine/io/safetensors.h"
+#include "engine/io/tensor_io.h"
+#include "tools/lib/devices.h"
+#include "tools/lib/evaluate.h"
+#include "tools/lib/train_components.h"
+
+namespace kiln {
+
+PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
+  std::string note;
+  const Device device = resolve_device(c.device, &note);
+  if (!note.empty()) log << note << "\n";
+  check_model_name(c.model);
+  ArrayDataset data = load_inference_data(c.data);
+  SafetensorsFile wf = read_safetensors(c.weights);
+  int64_t num_classes = c.num_classes;
+  if (num_classes <= 0) {
+    auto it = wf.metadata.find("num_classes");
+    KILN_CHECK(it != wf.metadata.end(), "predict: ", c.weights,
+               " has no num_classes metadata (not written by kiln train --save); pass --num-classes");
+    num_classes = std::stoll(it->second);
+  }
+  auto mit = wf.metadata.find("model");
+  KILN_CHECK(mit == wf.metadata.end() || mit->second == c.model, "predict: ", c.weights, " holds a ", mit->second,
+             ", not a ", c.model);
+  nn::ModulePtr model = build_model(c.model, num_classes, data.channels, data.height);
+  model->to(device);
+  NamedTensors state;
+  for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, device));
+  model->load_state_dict(state, true);
+
+  std::ostringstream csv;
+  csv << "index,label,predicted";
+  for (int64_t k = 0; k < num_classes; ++k) csv << ",logit_" << k;
+  csv << "\n";
+  auto write_rows = [&](const Tensor& logits, int64_t first) {
+    const std::vector<float> l = logits.to_vector<float>();
+    const int64_t b = logits.size(0), k = logits.size(1);
+    char buf[32];
+    for (int64_t i = 0; i < b; ++i) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < k; ++j)
+        if (l[(size_t)(i * k + j)] > l[(size_t)(i * k + best)]) best = j;
+      csv << first + i << "," << data.labels[(size_t)(first + i)] << "," << best;
+      for (int64_t j = 0; j < k; ++j) {
+        std::snprintf(buf, sizeof buf, ",%.7g", l[(size_t)(i * k + j)]);
+        csv << buf;
+      }
+      csv << "\n";
+    }
+  };
+  EvalResult ev = evaluate(*model, data, c.batch, device, Tensor(), write_rows);
+  const std::string s = csv.str();
+  atomic_write_file(c.out, s.data(), s.size());
+  log << "predict: " << data.n << " samples from " << data.source << " -> " << c.out << "; accuracy "
+      << 100 * ev.accuracy << "%\n";
+  return {data.n, ev.accuracy};
+}
+
+}  // namespace kiln

@@ -1,0 +1,110 @@
+// LR schedules and the JSON form of a training configuration (see train_config.h).
+#include "tools/lib/train_config.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "engine/core/error.h"
+
+namespace kiln {
+
+namespace {
+bool parse_number(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(*out);
+}
+}  // namespace
+
+LrSchedule LrSchedule::parse(const std::string& text, int64_t warmup_steps) {
+  KILN_CHECK(warmup_steps >= 0, "--warmup must be >= 0, got ", warmup_steps);
+  LrSchedule s;
+  s.warmup_steps = warmup_steps;
+  if (text == "none" || text.empty()) return s;
+  if (text == "cosine") {
+    s.kind = Kind::cosine;
+    return s;
+  }
+  if (text.rfind("step:", 0) == 0) {
+    const std::string rest = text.substr(5);
+    const size_t colon = rest.find(':');
+    double every = 0, gamma = 0;
+    KILN_CHECK(colon != std::string::npos && parse_number(rest.substr(0, colon), &every) &&
+                   parse_number(rest.substr(colon + 1), &gamma) && every >= 1 && every == std::floor(every) &&
+                   gamma > 0,
+               "--schedule '", text, "': expected step:EVERY_EPOCHS:GAMMA with EVERY >= 1 an integer and GAMMA > 0");
+    s.kind = Kind::step;
+    s.step_every_epochs = (int64_t)every;
+    s.gamma = gamma;
+    return s;
+  }
+  throw Error(str_cat("--schedule '", text, "': expected none, cosine or step:EVERY_EPOCHS:GAMMA"));
+}
+
+std::string LrSchedule::str() const {
+  std::string base = kind == Kind::none ? "none"
+                     : kind == Kind::cosine
+                         ? "cosine"
+                         : str_cat("step:", step_every_epochs, ":", gamma);
+  return warmup_steps > 0 ? str_cat(base, "+warmup:", warmup_steps) : base;
+}
+
+double LrSchedule::lr_at(double base_lr, int64_t step, int64_t steps_per_epoch, int64_t total_steps) const {
+  double lr = base_lr;
+  if (kind == Kind::cosine && total_steps > 0) {
+    const double t = std::min(1.0, (double)step / (double)total_steps);
+    lr = 0.5 * base_lr * (1.0 + std::cos(M_PI * t));
+  } else if (kind == Kind::step && steps_per_epoch > 0) {
+    const int64_t epoch = step / steps_per_epoch;
+    lr = base_lr * std::pow(gamma, (double)(epoch / step_every_epochs));
+  }
+  if (warmup_steps > 0 && step < warmup_steps) lr *= (double)(step + 1) / (double)warmup_steps;
+  return lr;
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j;
+  j["model"] = model;
+  j["data"] = data;
+  j["val"] = val;
+  j["num_classes"] = num_classes;
+  j["epochs"] = epochs;
+  j["batch"] = batch;
+  j["accum"] = accum;
+  j["optimizer"] = optimizer;
+  j["lr"] = lr;
+  j["momentum"] = momentum;
+  j["weight_decay"] = effective_weight_decay();
+  j["schedule"] = schedule;
+  j["warmup"] = warmup;
+  j["clip"] = clip;
+  j["class_weights"] = class_weights;
+  j["seed"] = seed;
+  j["threads"] = threads;
+  j["device"] = device;
+  j["init"] = init;
+  j["save"] = save;
+  j["resume"] = resume;
+  j["checkpoint_every"] = checkpoint_every;
+  j["out"] = out;
+  j["limit"] = limit;
+  return j;
+}
+
+std::vector<double> parse_double_list(const std::string& text, const char* what) {
+  std::vector<double> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    double d = 0;
+    KILN_CHECK(parse_number(item, &d), what, ": '", item, "' is not a number (in '", text, "')");
+    KILN_CHECK(d >= 0, what, ": weights must be >= 0, got ", d);
+    v.push_back(d);
+  }
+  KILN_CHECK(!v.empty(), what, ": empty list");
+  return v;
+}
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+// The configuration of one `kiln train` run (every command-line option, already validated), the
+// learning-rate schedule it names, and its JSON form for the run ledger and checkpoints.
+// The schedule is a pure function of the optimizer step, so a checkpoint needs only the step
+// count to resume it exactly. Must not touch models, data or files.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+// "none" | "cosine" | "step:EVERY:GAMMA" (EVERY in epochs), plus a linear warm-up of `warmup`
+// optimizer steps from lr/warmup to lr (applied on top of the schedule).
+struct LrSchedule {
+  enum class Kind { none, cosine, step } kind = Kind::none;
+  int64_t step_every_epochs = 0;
+  double gamma = 1.0;
+  int64_t warmup_steps = 0;
+
+  // Throws kiln::Error naming the text on anything else.
+  static LrSchedule parse(const std::string& text, int64_t warmup_steps);
+  std::string str() const;
+  // LR at optimizer step `step` (0-based) of `total_steps`, with `steps_per_epoch` steps an epoch.
+  double lr_at(double base_lr, int64_t step, int64_t steps_per_epoch, int64_t total_steps) const;
+};
+
+struct TrainConfig {
+  std::string model;
+  std::string data, val;
+  int64_t num_classes = 0;  // 0: from the data (max label + 1)
+  int64_t epochs = 1;
+  int64_t batch = 64;
+  int64_t accum = 1;
+  std::string optimizer = "sgd";  // sgd | adamw
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = -1.0;  // < 0: the optimizer's PyTorch default (sgd 0, adamw 0.01)
+  std::string schedule = "none";
+  int64_t warmup = 0;
+  double clip = 0.0;  // > 0: clip the global gradient norm to this
+  std::vector<double> class_weights;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: kiln's default
+  std::string device = "auto";
+  std::string init, save, resume;
+  int64_t checkpoint_every = 1;  // epochs between checkpoints (0: only at the end)
+  std::string out = "runs";
+  int64_t limit = -1;  // >= 0: use only the first N training samples
+
+  double effective_weight_decay() const {
+    return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);
+  }
+  nlohmann::json to_json() const;
+};
+
+// "1,2.5,0.3" -> {1, 2.5, 0.3}; throws kiln::Error naming the bad item.
+std::vector<double> parse_double_list(const std::string& text, const char* what);
+
+}  // namespace kiln

@@ -1,0 +1,238 @@
+// The training loop behind `kiln train` (see train_loop.h). Order of one optimizer step:
+// zero grads; for each of --accum micro-batches: forward (MemoryScope temporary), cross-entropy
+// (class weights), loss * (micro size / step size) — i.e. loss/N for equal micro-batches, and
+// exactly the full-batch mean otherwise — backward; then clip, set the scheduled LR, step.
+// An epoch covers every sample once in a (seed, epoch)-determined order, ceil(N / batch) steps,
+// the last one smaller (no sample dropped): --batch N on N samples is exactly one step.
+#include "tools/lib/train_loop.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "data/array_dataset.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/core/generator.h"
+#include "engine/io/safetensors.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+#include "kernels/cpu/threads.h"
+#include "tools/lib/checkpoint.h"
+#include "tools/lib/devices.h"
+#include "tools/lib/evaluate.h"
+#include "tools/lib/memory_peak.h"
+#include "tools/lib/progress.h"
+#include "tools/lib/train_components.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void append_ledger(const std::string& out_dir, const nlohmann::json& line) {
+  const std::string path = (fs::path(out_dir) / "runs.jsonl").string();
+  std::ofstream f(path, std::ios::app);
+  KILN_CHECK(f.good(), "runs.jsonl: cannot open ", path, " for appending");
+  f << line.dump() << '\n';
+  f.flush();
+  KILN_CHECK(f.good(), "runs.jsonl: write to ", path, " failed");
+}
+
+nlohmann::json epoch_json(const EpochStats& e) {
+  nlohmann::json j = {{"epoch", e.epoch},         {"train_loss", e.train_loss}, {"train_acc", e.train_acc},
+                      {"images_per_s", e.images_per_s}, {"seconds", e.seconds}, {"lr", e.lr}};
+  j["val_loss"] = e.val_loss >= 0 ? nlohmann::json(e.val_loss) : nlohmann::json();
+  j["val_acc"] = e.val_acc >= 0 ? nlohmann::json(e.val_acc) : nlohmann::json();
+  j["peak_memory_bytes"] = e.peak_memory >= 0 ? nlohmann::json(e.peak_memory) : nlohmann::json();
+  return j;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress) {
+  return run_training(c, log, progress, &progress == &std::cerr && ::isatty(2));
+}
+
+TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty) {
+  const auto t_start = Clock::now();
+  KILN_CHECK(c.epochs >= 1 && c.batch >= 1 && c.accum >= 1, "train: --epochs, --batch and --accum must be >= 1");
+  KILN_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
+             " (each micro-batch needs at least one sample)");
+  const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
+  check_model_name(c.model);
+  std::string device_note;
+  const Device device = resolve_device(c.device, &device_note);
+  if (!device_note.empty()) log << device_note << "\n";
+
+  // ---- data ----
+  DataSplits data = load_training_data(c.data, c.val, c.limit);
+  const ArrayDataset& train = data.train;
+  int64_t max_label = train.max_label();
+  if (data.val) max_label = std::max(max_label, data.val->max_label());
+  const int64_t num_classes = c.num_classes > 0 ? c.num_classes : max_label + 1;
+  KILN_CHECK(max_label < num_classes, "train: label ", max_label, " found in the data but --num-classes is ",
+             num_classes);
+  KILN_CHECK(c.class_weights.empty() || (int64_t)c.class_weights.size() == num_classes, "--class-weights: ",
+             c.class_weights.size(), " weights for ", num_classes, " classes");
+  log << "data: " << train.source << ", " << train.n << " samples (" << train.channels << "x" << train.height << "x"
+      << train.width << ")";
+  if (data.val) log << "; val " << data.val->source << ", " << data.val->n << " samples";
+  if (data.format == "idx") log << "; normalized (x/255 - " << data.mean << ") / " << data.std;
+  log << "\n";
+
+  // ---- model, optimizer, state ----
+  manual_seed(c.seed);
+  nn::ModulePtr model = build_model(c.model, num_classes, train.channels, train.height);
+  model->to(device);
+  if (!c.init.empty()) {
+    model->load_state_dict(load_safetensors(c.init, device), true);
+    log << "init: loaded " << c.init << "\n";
+  }
+  std::unique_ptr<TrainOptimizer> opt = build_optimizer(c, *model);
+  const int64_t steps_per_epoch = (train.n + c.batch - 1) / c.batch;
+  const int64_t total_steps = steps_per_epoch * c.epochs;
+  int64_t start_epoch = 0, step = 0;
+  if (!c.resume.empty()) {
+    CheckpointState st = load_checkpoint(c.resume, *model, *opt, c.model, num_classes, device);
+    start_epoch = st.epoch;
+    step = st.step;
+    global_rng() = st.rng;
+    KILN_CHECK(start_epoch <= c.epochs, "--resume: ", c.resume, " has already trained ", start_epoch,
+               " epochs but --epochs is ", c.epochs);
+    log << "resume: " << c.resume << " at epoch " << start_epoch << ", step " << step << "\n";
+  }
+  Tensor class_weights;
+  if (!c.class_weights.empty()) {
+    std::vector<float> w(c.class_weights.begin(), c.class_weights.end());
+    class_weights = to_device(tensor_from(w, {num_classes}), device);
+  }
+  log << "model: " << c.model << ", " << model->num_parameters() << " parameters, " << num_classes
+      << " classes; device " << device.str() << ", " << cpu::num_threads() << " threads; " << steps_per_epoch
+      << " steps/epoch\n";
+  if (!c.out.empty()) fs::create_directories(c.out);
+
+  TrainResult result;
+  for (int64_t epoch = start_epoch; epoch < c.epochs; ++epoch) {
+    model->train();
+    reset_peak_memory(device);
+    const auto t_epoch = Clock::now();
+    const std::vector<int64_t> perm = epoch_permutation(train.n, c.seed, epoch);
+    ProgressLine bar(progress, progress_tty, epoch + 1, c.epochs, steps_per_epoch);
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    EpochStats es;
+    es.epoch = epoch + 1;
+    for (int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
+      const int64_t begin = s * c.batch, end = std::min(train.n, begin + c.batch), n_step = end - begin;
+      const int64_t micro = (n_step + c.accum - 1) / c.accum;
+      model->zero_grad();
+      for (int64_t mb = begin; mb < end; mb += micro) {
+        const int64_t mb_end = std::min(end, mb + micro), m = mb_end - mb;
+        Batch b = gather_batch(train, perm, mb, mb_end, device);
+        Tensor logits, loss;
+        {
+          MemoryScope scope(MemoryTag::temporary);
+          logits = (*model)(b.x);
+          loss = cross_entropy(logits, b.y, class_weights);
+        }
+        mul(loss, (double)m / (double)n_step).backward();
+        const double lv = loss.item();
+        KILN_CHECK(std::isfinite(lv), "train: loss became ", lv, " at epoch ", epoch + 1, ", step ", s + 1,
+                   " (try a smaller --lr, --clip or --warmup)");
+        loss_sum += lv * (double)m;
+        correct += count_correct(logits, b.y);
+        seen += m;
+      }
+      if (c.clip > 0) clip_gradients(model->parameters(), c.clip);
+      es.lr = schedule.lr_at(c.lr, step, steps_per_epoch, total_steps);
+      opt->set_lr(es.lr);
+      opt->step();
+      bar.update(s + 1, loss_sum / (double)seen, seen);
+    }
+    bar.finish();
+    es.seconds = seconds_since(t_epoch);
+    es.images_per_s = (double)seen / std::max(es.seconds, 1e-9);
+    es.train_loss = loss_sum / (double)seen;
+    es.train_acc = (double)correct / (double)seen;
+    if (data.val) {
+      EvalResult ev = evaluate(*model, *data.val, c.batch, device, class_weights);
+      es.val_loss = ev.loss;
+      es.val_acc = ev.accuracy;
+    }
+    es.peak_memory = peak_memory_bytes(device);
+    char mem[32], line[256];
+    std::snprintf(line, sizeof line,
+                  "epoch %lld/%lld  train loss %.4f acc %.2f%%  val loss %s acc %s  %.0f img/s  %.1f s  peak %s  "
+                  "lr %.4g",
+                  (long long)es.epoch, (long long)c.epochs, es.train_loss, 100 * es.train_acc,
+                  es.val_loss >= 0 ? std::to_string(es.val_loss).substr(0, 6).c_str() : "-",
+                  es.val_acc >= 0 ? (std::to_string(100 * es.val_acc).substr(0, 5) + "%").c_str() : "-",
+                  es.images_per_s, es.seconds, format_bytes(es.peak_memory, mem, sizeof mem), es.lr);
+    log << line << std::endl;
+    result.epochs.push_back(es);
+    const bool last = epoch + 1 == c.epochs;
+    if (!c.out.empty() && (last || (c.checkpoint_every > 0 && (epoch + 1) % c.checkpoint_every == 0))) {
+      CheckpointState st{epoch + 1, step, global_rng()};
+      save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c, num_classes);
+    }
+  }
+  result.steps = step;
+  if (!c.save.empty()) {
+    save_weights(c.save, *model, c.model, num_classes, train.channels, train.height);
+    log << "saved weights to " << c.save << "\n";
+  }
+  result.wall_s = seconds_since(t_start);
+
+  // ---- the run ledger ----
+  nlohmann::json j;
+  j["time"] = now_iso8601();
+  j["command"] = "train";
+  j["config"] = c.to_json();
+  j["config"]["num_classes"] = num_classes;
+  j["device"] = device.str();
+  j["threads"] = cpu::num_threads();
+  j["data"] = {{"format", data.format},   {"train", train.source}, {"train_samples", train.n},
+               {"mean", data.mean},       {"std", data.std}};
+  j["data"]["val"] = data.val ? nlohmann::json(data.val->source) : nlohmann::json();
+  j["data"]["val_samples"] = data.val ? data.val->n : 0;
+  j["model_parameters"] = model->num_parameters();
+  j["schedule"] = schedule.str();
+  j["start_epoch"] = start_epoch;
+  j["steps"] = step;
+  j["epochs"] = nlohmann::json::array();
+  double ips = 0;
+  int64_t peak = -1;
+  for (const EpochStats& e : result.epochs) {
+    j["epochs"].push_back(epoch_json(e));
+    ips += e.images_per_s;
+    peak = std::max(peak, e.peak_memory);
+  }
+  const EpochStats* fin = result.epochs.empty() ? nullptr : &result.epochs.back();
+  j["final_train_acc"] = fin ? nlohmann::json(fin->train_acc) : nlohmann::json();
+  j["final_val_acc"] = fin && fin->val_acc >= 0 ? nlohmann::json(fin->val_acc) : nlohmann::json();
+  j["final_train_loss"] = fin ? nlohmann::json(fin->train_loss) : nlohmann::json();
+  j["final_val_loss"] = fin && fin->val_loss >= 0 ? nlohmann::json(fin->val_loss) : nlohmann::json();
+  j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
+  j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();
+  j["wall_s"] = result.wall_s;
+  if (!c.out.empty()) append_ledger(c.out, j);
+  result.ledger_line = j;
+  return result;
+}
+
+}  // namespace kiln
