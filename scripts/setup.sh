@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kiln needs to build, test and run its main job (quick when they
 # are already there), then configures and builds kiln in ./build (Release; CUDA when nvcc exists).
-# Usage: scripts/setup.sh [extra cmake args...]
+# Usage: scripts/setup.sh [--test] [extra cmake args...]   (--test adds what only the tests need)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for_tests=0
+if [ "${1:-}" = "--test" ]; then
+  for_tests=1
+  shift
+fi
 
 packages=(build-essential cmake pkg-config libturbojpeg0-dev libstb-dev doctest-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil
           dataset-fashion-mnist)
+# chromium renders the HTML memory report in its test
+[ $for_tests -eq 1 ] && packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

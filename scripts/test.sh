@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-scripts/setup.sh
+scripts/setup.sh --test
 jobs=$(nproc 2>/dev/null || echo 2)
 (cd build && ctest -j"$jobs" --output-on-failure)
 echo "== sanitizer build (ASan + UBSan, CPU code, unit tests)"
