@@ -115,3 +115,19 @@ KILN_HOST_DEVICE long long chunk_element_offset(const P& p, bool is_a, Layout l,
 }
 
 }  // namespace kiln::tile
+
+namespace kiln::tile {
+
+// Split-K factor for a GEMM of `tiles` output tiles and `ktiles` K tiles on `sms` multiprocessors:
+// 1 when the tiles alone fill the GPU; else enough splits for ~2 waves, each split keeping >= 4
+// K tiles, at most 64. (Convolution weight gradients: few output tiles, a huge K = N*P*Q.)
+inline int choose_splits(long long tiles, long long ktiles, int sms) {
+  if (tiles <= 0 || tiles >= sms) return 1;
+  long long s = ceil_div(2LL * sms, tiles);
+  const long long cap = ktiles / 4 > 1 ? ktiles / 4 : 1;
+  if (s > cap) s = cap;
+  if (s > 64) s = 64;
+  return (int)(s < 1 ? 1 : s);
+}
+
+}  // namespace kiln::tile
