@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
     std::mt19937 g(2);
     std::uniform_real_distribution<float> u(-1, 1);
     int status = 0;
+    double sum_kiln = 0, sum_peer = 0;  // ms over all shapes and passes
     for (const Shape& sh : kShapes) {
       if (!only.empty() && std::string(sh.name).find(only) == std::string::npos) continue;
       Conv2dDesc d;
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
         };
         const double t_kiln = time_ms(kiln_call, reps, s);
         double t_peer = 0, err = 0;
+        sum_kiln += t_kiln;
 #if defined(KILN_WITH_CUDNN)
         auto peer_call = [&] {
           if (pass == 0)
@@ -220,6 +222,7 @@ int main(int argc, char** argv) {
                                                             cws.p, cd.ws_bytes, &zero, cd.w, ref.p), "bench cudnn wgrad");
         };
         t_peer = time_ms(peer_call, reps, s);
+        sum_peer += t_peer;
         err = rel_err(download_half(ref.p, n_out), download_half(out.p, n_out));
         if (!(err < 1e-2)) status = 1;
 #else
@@ -233,6 +236,8 @@ int main(int argc, char** argv) {
 #if defined(KILN_WITH_CUDNN)
     cudnnDestroy(h);
 #endif
+    std::printf("total: kiln %.2f ms, %s %.2f ms (kiln at %.0f%% of its speed)%s\n", sum_kiln, peer, sum_peer,
+                sum_kiln > 0 ? 100.0 * sum_peer / sum_kiln : 0.0, status ? ", WRONG results above" : "");
     return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu_conv: %s\n", e.what());
