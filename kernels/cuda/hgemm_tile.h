@@ -41,7 +41,7 @@ constexpr int kSmemBytes = Tile::STAGES * (Tile::BM + Tile::BN) * Tile::BK * 2;
 // ---- PTX wrappers -----------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-// 16-byte global->shared copy; src_bytes = 0 writes 16 zero bytes and reads nothing.
+// 16-byte global->shared copy of src_bytes (16) bytes, the rest zero-filled; .cg: bypass L1.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
@@ -83,8 +83,9 @@ __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
 // ---- global -> shared: one operand tile of one stage ------------------------------------------
 // Thread tid copies its ROUNDS chunks (tile::copy_chunk) into swizzled positions: a 16-byte
-// cp.async for whole in-range chunks, a zero-filling cp.async outside the problem or in padding,
-// and 8 guarded element loads + one 16-byte shared store at ragged or unaligned edges.
+// cp.async for whole in-range chunks, a 16-byte zero store outside the problem or in padding,
+// and 8 guarded element loads + one 16-byte shared store at ragged or unaligned edges. The plain
+// stores are ordered by the __syncthreads that precedes every read of the stage.
 template <class P, Layout L, bool IS_A>
 __device__ __forceinline__ void load_tile(const P& p, const __half* g, __half* s, long long outer0, long long k0,
                                           int tid) {
@@ -97,7 +98,8 @@ __device__ __forceinline__ void load_tile(const P& p, const __half* g, __half* s
     if (ld.kind == tile::ChunkKind::vector) {
       cp_async16(smem_u32(dst), g + ld.offset, 16);
     } else if (ld.kind == tile::ChunkKind::zero) {
-      cp_async16(smem_u32(dst), g, 0);
+      // A plain store, not a zero-filling cp.async: g itself need not be 16-byte aligned.
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
     } else {
       const unsigned short* gs = reinterpret_cast<const unsigned short*>(g);
       union { unsigned short h[8]; uint4 v; } u;
