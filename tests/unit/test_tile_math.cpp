@@ -146,7 +146,7 @@ TEST_CASE("tile: cp.async mapping copies every chunk of a tile exactly once, con
   }
 }
 
-TEST_CASE("tile: grouped block order is a bijection; warps tile the block; split-K covers K") {
+TEST_CASE("tile: grouped block order is a bijection, warps tile the block, split-K covers K") {
   for (long long tm : {1, 3, 8, 9, 17})
     for (long long tn : {1, 2, 7, 16}) {
       std::vector<int> seen(tm * tn, 0);
