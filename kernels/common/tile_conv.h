@@ -47,8 +47,8 @@ struct ConvFprop {
       : d(dd), M((long long)dd.N * dd.P * dd.Q), N(dd.K), K((long long)dd.R * dd.S * dd.C),
         a_vec(dd.C % 8 == 0), b_vec(dd.C % 8 == 0) {}
   KILN_HOST_DEVICE long long a_offset(long long m, long long k) const {
-    const int q = (int)(m % d.Q), pq = (int)(m / d.Q), p = pq % d.P, n = pq / d.P;
-    const int c = (int)(k % d.C), rs = (int)(k / d.C), s = rs % d.S, r = rs / d.S;
+    const int q = (int)m % d.Q, pq = (int)m / d.Q, p = pq % d.P, n = pq / d.P;
+    const int c = (int)k % d.C, rs = (int)k / d.C, s = rs % d.S, r = rs / d.S;
     return x_offset(d, n, p * d.stride_h - d.pad_h + r * d.dil_h, q * d.stride_w - d.pad_w + s * d.dil_w, c);
   }
   KILN_HOST_DEVICE long long b_offset(long long k, long long n) const { return n * K + k; }
@@ -71,15 +71,15 @@ struct ConvDgrad {
     return p < P ? p : -1;
   }
   KILN_HOST_DEVICE long long a_offset(long long m, long long k) const {
-    const int w = (int)(m % d.W), nh = (int)(m / d.W), h = nh % d.H, n = nh / d.H;
-    const int kk = (int)(k % d.K), rs = (int)(k / d.K), s = rs % d.S, r = rs / d.S;
+    const int w = (int)m % d.W, nh = (int)m / d.W, h = nh % d.H, n = nh / d.H;
+    const int kk = (int)k % d.K, rs = (int)k / d.K, s = rs % d.S, r = rs / d.S;
     const int p = out_pos(h, r, d.stride_h, d.pad_h, d.dil_h, d.P);
     const int q = out_pos(w, s, d.stride_w, d.pad_w, d.dil_w, d.Q);
     if (p < 0 || q < 0) return -1;
     return (((long long)n * d.P + p) * d.Q + q) * d.K + kk;
   }
   KILN_HOST_DEVICE long long b_offset(long long k, long long n) const {
-    const int kk = (int)(k % d.K), rs = (int)(k / d.K);  // w[kk, rs, n]
+    const int kk = (int)k % d.K, rs = (int)k / d.K;  // w[kk, rs, n]
     return ((long long)kk * d.R * d.S + rs) * d.C + n;
   }
   KILN_HOST_DEVICE long long c_offset(long long m, long long n) const { return m * N + n; }
@@ -95,8 +95,8 @@ struct ConvWgrad {
         a_vec(dd.K % 8 == 0), b_vec(dd.C % 8 == 0) {}
   KILN_HOST_DEVICE long long a_offset(long long m, long long k) const { return k * M + m; }
   KILN_HOST_DEVICE long long b_offset(long long k, long long n) const {
-    const int q = (int)(k % d.Q), pq = (int)(k / d.Q), p = pq % d.P, nn = pq / d.P;
-    const int c = (int)(n % d.C), rs = (int)(n / d.C), s = rs % d.S, r = rs / d.S;
+    const int q = (int)k % d.Q, pq = (int)k / d.Q, p = pq % d.P, nn = pq / d.P;
+    const int c = (int)n % d.C, rs = (int)n / d.C, s = rs % d.S, r = rs / d.S;
     return x_offset(d, nn, p * d.stride_h - d.pad_h + r * d.dil_h, q * d.stride_w - d.pad_w + s * d.dil_w, c);
   }
   KILN_HOST_DEVICE long long c_offset(long long m, long long n) const { return m * N + n; }
