@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
 #include "tools/lib/memory_peak.h"
 #include "tools/lib/memory_report.h"

@@ -74,8 +74,9 @@ class MetaSession : public Allocator {
   std::vector<SegmentInfo> segments_;
 };
 
-// Activation bytes per module path among the live blocks, in first-seen (allocation) order.
-std::vector<std::pair<std::string, int64_t>> activations_by_module(const CachingAllocator& a) {
+// Activation bytes per module path among the live blocks, in the model's module order (pre-order,
+// which is forward order for kiln's models); paths outside the tree last.
+std::vector<std::pair<std::string, int64_t>> activations_by_module(const CachingAllocator& a, nn::Module& model) {
   std::vector<BlockInfo> blocks;
   for (const SegmentInfo& s : a.segments())
     for (const BlockInfo& b : s.blocks)
@@ -93,6 +94,13 @@ std::vector<std::pair<std::string, int64_t>> activations_by_module(const Caching
       out[it->second].second += (int64_t)b.size;
     }
   }
+  std::map<std::string, size_t> order;
+  for (auto& [name, m] : model.named_modules()) order.emplace(name.empty() ? "(top level)" : name, order.size());
+  auto rank = [&](const std::string& m) {
+    auto it = order.find(m);
+    return it == order.end() ? order.size() : it->second;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const auto& x, const auto& y) { return rank(x.first) < rank(y.first); });
   return out;
 }
 
@@ -153,7 +161,7 @@ MemPrediction predict_memory(const MemConfig& c) {
           loss = cross_entropy(logits, y, class_weights);
         }
         if (last && mb + micro >= n_step) {
-          r.layer_activations = activations_by_module(session.alloc_);
+          r.layer_activations = activations_by_module(session.alloc_, *model);
           r.activations = 0;
           for (auto& [n, b] : r.layer_activations) r.activations += b;
         }
