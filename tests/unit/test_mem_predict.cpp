@@ -72,7 +72,9 @@ TEST_CASE("predicted peak within 2% of the measured CPU peak (kiln train, ledger
     CHECK(rel(p_all, m_epoch) < 0.02);
     // Per tag: parameters and gradients are exact.
     CHECK(m["predicted"]["first_step"]["tag_peak"]["param"] == m["measured_first_step"]["tag_peak"]["param"]);
-    CHECK(m["predicted"]["steady_step"]["tag_peak"]["grad"] == m["measured_epochs"][0]["measured_tag_peak"]["grad"]);
+    const int64_t grad_peak = std::max(m["predicted"]["first_step"]["tag_peak"]["grad"].get<int64_t>(),
+                                       m["predicted"]["steady_step"]["tag_peak"]["grad"].get<int64_t>());
+    CHECK(grad_peak == m["measured_epochs"][0]["measured_tag_peak"]["grad"].get<int64_t>());
   }
 }
 
