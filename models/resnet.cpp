@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "engine/memory/tag.h"
 #include "engine/nn/init.h"
 #include "engine/ops/ops.h"
 
@@ -81,6 +82,32 @@ Tensor ResNet::forward(const Tensor& x) {
   y = (*avgpool_)(y);                           // (N, 512, 1, 1)
   y = flatten(y, 1);                            // (N, 512)
   return (*fc_)(y);                             // (N, num_classes)
+}
+
+std::vector<Stage> ResNet::stages() {
+  std::vector<Stage> st;
+  std::vector<ModulePtr> stem = {conv1_, bn1_, relu_};
+  if (maxpool_) stem.push_back(maxpool_);
+  st.push_back(Stage{"stem", stem, [this](const Tensor& x) {
+                       KILN_CHECK(x.dim() == 4 && x.size(1) == o_.in_channels, "ResNet: expected input (N, ",
+                                  o_.in_channels, ", H, W), got ", x.str());
+                       Tensor y = (*relu_)((*bn1_)((*conv1_)(x)));
+                       return maxpool_ ? (*maxpool_)(y) : y;
+                     }});
+  for (int i = 0; i < 4; ++i) {
+    const std::string lname = "layer" + std::to_string(i + 1);
+    for (const auto& [bname, blk] : layer_[i]->children()) {
+      ModulePtr b = blk;
+      st.push_back(Stage{lname + "." + bname, {b}, [lname, b](const Tensor& x) {
+                           ModuleScope scope(lname);  // the Sequential's path component
+                           return (*b)(x);
+                         }});
+    }
+  }
+  st.push_back(Stage{"head", {avgpool_, fc_}, [this](const Tensor& x) {
+                       return (*fc_)(flatten((*avgpool_)(x), 1));
+                     }});
+  return st;
 }
 
 std::shared_ptr<ResNet> resnet18(int64_t num_classes, int64_t in_channels, bool small_stem) {

@@ -40,6 +40,9 @@ class ResNet : public nn::Module {
   explicit ResNet(const ResNetOptions& o);
   // x: (N, in_channels, H, W) -> logits (N, num_classes)
   Tensor forward(const Tensor& x) override;
+  // stem (conv1, bn1, relu[, maxpool]), then each BasicBlock (layer1.0 ... layer4.1), then head
+  // (avgpool, flatten, fc): 10 stages for ResNet18; their chain is forward() exactly.
+  std::vector<nn::Stage> stages() override;
   const ResNetOptions& options() const { return o_; }
 
  private:

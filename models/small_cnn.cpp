@@ -31,6 +31,21 @@ Tensor SmallCNN::forward(const Tensor& x) {
   return (*fc2)(y);                                           // (N, K)
 }
 
+std::vector<Stage> SmallCNN::stages() {
+  return {
+      Stage{"block1", {conv1, bn1}, [this](const Tensor& x) {
+              KILN_CHECK(x.dim() == 4 && x.size(1) == in_channels_ && x.size(2) == image_size_ &&
+                             x.size(3) == image_size_,
+                         "small_cnn: expected input (N, ", in_channels_, ", ", image_size_, ", ", image_size_,
+                         "), got ", x.str());
+              return max_pool2d(relu((*bn1)((*conv1)(x))), {2, 2});
+            }},
+      Stage{"block2", {conv2, bn2}, [this](const Tensor& y) { return max_pool2d(relu((*bn2)((*conv2)(y))), {2, 2}); }},
+      Stage{"fc1", {fc1, dropout}, [this](const Tensor& y) { return (*dropout)(relu((*fc1)(flatten(y, 1)))); }},
+      Stage{"fc2", {fc2}, [this](const Tensor& y) { return (*fc2)(y); }},
+  };
+}
+
 std::shared_ptr<SmallCNN> small_cnn(int64_t num_classes, int64_t in_channels, int64_t image_size) {
   return std::make_shared<SmallCNN>(num_classes, in_channels, image_size);
 }

@@ -17,6 +17,8 @@ class SmallCNN : public nn::Module {
  public:
   SmallCNN(int64_t num_classes = 10, int64_t in_channels = 1, int64_t image_size = 28, double dropout = 0.25);
   Tensor forward(const Tensor& x) override;  // (N, in, S, S) -> (N, K)
+  // block1 (conv1, bn1, relu, pool), block2, fc1 (flatten, fc1, relu, dropout), fc2.
+  std::vector<nn::Stage> stages() override;
 
   std::shared_ptr<nn::Conv2d> conv1, conv2;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2;

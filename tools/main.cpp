@@ -9,6 +9,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/cpu/threads.h"
+#include "tools/cmd_mem.h"
 #include "tools/lib/devices.h"
 #include "tools/lib/predict.h"
 #include "tools/lib/train_config.h"
@@ -74,6 +75,10 @@ int main(int argc, char** argv) {
   std::string class_weights;
   CLI::App* train = app.add_subcommand("train", "train a model on a data set");
   add_train_options(train, tc, class_weights);
+  kiln::add_train_memory_options(train, tc);
+
+  kiln::MemCommandOptions mo;
+  CLI::App* mem = kiln::add_mem_command(app, mo);
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
@@ -91,8 +96,9 @@ int main(int argc, char** argv) {
   app.add_subcommand("devices", "list compute devices, or say why no GPU is usable");
 
   const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices") {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (expected train, predict or devices; see kiln --help)\n",
+  if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices" &&
+      first != "mem") {
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (expected train, predict, mem or devices; see kiln --help)\n",
                  argv[1]);
     return 2;
   }
@@ -113,6 +119,8 @@ int main(int argc, char** argv) {
       kiln::LrSchedule::parse(tc.schedule, tc.warmup);  // validate before loading anything
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
       kiln::run_training(tc, std::cout, std::cerr);
+    } else if (mem->parsed()) {
+      kiln::run_mem_command(mo, std::cout);
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
       kiln::run_predict(pc, std::cout);

@@ -6,6 +6,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
+#include "engine/nn/checkpoint.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::nn {
@@ -22,9 +23,16 @@ std::string list_str(const std::vector<std::string>& v) {
 }  // namespace
 
 Tensor Module::operator()(const Tensor& x) {
-  if (name_.empty()) return forward(x);
+  if (name_.empty()) return checkpoint_segments_ > 0 ? checkpoint_sequential(stages(), checkpoint_segments_, x) : forward(x);
   ModuleScope scope(name_);
-  return forward(x);
+  return checkpoint_segments_ > 0 ? checkpoint_sequential(stages(), checkpoint_segments_, x) : forward(x);
+}
+
+void Module::set_checkpoint_segments(int segments) {
+  KILN_CHECK(segments >= 0, type_name_, ": checkpoint segments must be >= 0, got ", segments);
+  KILN_CHECK(segments == 0 || !stages().empty(), type_name_,
+             " cannot be split into checkpoint segments (it defines no stages)");
+  checkpoint_segments_ = segments;
 }
 
 void Module::check_new_name(const std::string& name) const {

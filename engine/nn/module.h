@@ -21,6 +21,16 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;  // in the input, unknown to the module
 };
 
+class Module;
+
+// One step of a model's forward that can be recomputed on its own (engine/nn/checkpoint.h):
+// fn(x) runs `modules` (under their own module-path scopes) and returns the next activation.
+struct Stage {
+  std::string name;                                      // "layer2.1", "stem"
+  std::vector<std::shared_ptr<Module>> modules;          // whose parameters fn uses
+  std::function<Tensor(const Tensor&)> fn;
+};
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
   explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
@@ -72,6 +82,14 @@ class Module : public std::enable_shared_from_this<Module> {
   // Sets each parameter's and buffer's Tensor::name to its dotted name (for reports).
   void name_tensors();
 
+  // ---- recompute-on-backward (engine/nn/checkpoint.h) ----
+  // The forward as a chain of stages whose composition equals forward() bit for bit; empty when
+  // the module cannot be split (the default).
+  virtual std::vector<Stage> stages() { return {}; }
+  // segments > 0: operator() runs stages() as checkpoint_sequential(stages, segments); 0: plain.
+  void set_checkpoint_segments(int segments);
+  int checkpoint_segments() const { return checkpoint_segments_; }
+
  protected:
   // Registration (call in the constructor, in torchvision's order). Parameters are allocated by
   // the caller under MemoryScope(MemoryTag::param); they get requires_grad = true.
@@ -91,6 +109,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string type_name_;
   std::string name_;
   bool training_ = true;
+  int checkpoint_segments_ = 0;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -1,6 +1,8 @@
 // Sequential container.
 #include "engine/nn/sequential.h"
 
+#include "engine/nn/checkpoint.h"
+
 #include <string>
 
 namespace kiln::nn {
@@ -24,5 +26,7 @@ Tensor Sequential::forward(const Tensor& x) {
   for (const auto& [n, m] : children()) y = (*m)(y);
   return y;
 }
+
+std::vector<Stage> Sequential::stages() { return sequential_stages(*this); }
 
 }  // namespace kiln::nn

@@ -15,6 +15,7 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children().size(); }
   ModulePtr operator[](size_t i) const;
+  std::vector<Stage> stages() override;  // one per child
 };
 
 }  // namespace kiln::nn

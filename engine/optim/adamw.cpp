@@ -42,7 +42,7 @@ void AdamW::update(const std::string& name, Tensor& p, const Tensor& g, const Pa
     const float* gp = g.data<float>();
     float* mp = m.data<float>();
     float* vp = v.data<float>();
-    const int64_t n = p.numel();
+    const int64_t n = p.device().is_meta() ? 0 : p.numel();  // meta: no data, nothing to update
 #pragma omp parallel for if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) adamw_update(pp[i], gp[i], mp[i], vp[i], h);
     p.bump_version();

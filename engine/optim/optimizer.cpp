@@ -1,6 +1,8 @@
 // Optimizer base: groups, step loop, lr factors, state dicts.
 #include "engine/optim/optimizer.h"
 
+#include "engine/core/meta_target.h"
+
 #include <set>
 
 #include "engine/autograd/grad_mode.h"
@@ -78,7 +80,9 @@ Tensor& Optimizer::state(const std::string& param, const std::string& key, const
 }
 
 bool Optimizer::use_fused(const Tensor& p, const Tensor& g) const {
-  return fused_ && p.device().is_cpu() && p.dtype() == DType::f32 && p.is_contiguous() && g.is_contiguous();
+  // A meta run imitating the CPU takes the fused path too (it allocates nothing; the loop is skipped).
+  const bool cpu_like = p.device().is_cpu() || (p.device().is_meta() && meta_target().is_cpu());
+  return fused_ && cpu_like && p.dtype() == DType::f32 && p.is_contiguous() && g.is_contiguous();
 }
 
 NamedTensors Optimizer::state_dict() const {

@@ -35,7 +35,7 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, const Para
     const float* gp = g.data<float>();
     float dummy = 0.f;
     float* bp = buf ? buf->data<float>() : nullptr;
-    const int64_t n = p.numel();
+    const int64_t n = p.device().is_meta() ? 0 : p.numel();  // meta: no data, nothing to update
 #pragma omp parallel for if (n > (1 << 16)) firstprivate(dummy)
     for (int64_t i = 0; i < n; ++i) sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first, h);
     p.bump_version();

@@ -90,6 +90,8 @@ nlohmann::json TrainConfig::to_json() const {
   j["checkpoint_every"] = checkpoint_every;
   j["out"] = out;
   j["limit"] = limit;
+  j["checkpoint"] = checkpoint;
+  j["memory_report"] = memory_report;
   return j;
 }
 

@@ -48,6 +48,8 @@ struct TrainConfig {
   int64_t checkpoint_every = 1;  // epochs between checkpoints (0: only at the end)
   std::string out = "runs";
   int64_t limit = -1;  // >= 0: use only the first N training samples
+  std::string checkpoint = "0";  // recompute segments: "N" or "auto" (tools/lib/mem_train.h)
+  std::string memory_report;     // HTML memory report path (empty: none)
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);

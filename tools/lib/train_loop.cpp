@@ -25,6 +25,7 @@
 #include "tools/lib/checkpoint.h"
 #include "tools/lib/devices.h"
 #include "tools/lib/evaluate.h"
+#include "tools/lib/mem_train.h"
 #include "tools/lib/memory_peak.h"
 #include "tools/lib/progress.h"
 #include "tools/lib/train_components.h"
@@ -103,6 +104,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     model->load_state_dict(load_safetensors(c.init, device), true);
     log << "init: loaded " << c.init << "\n";
   }
+  TrainMemoryMonitor memory(c, num_classes, train.channels, train.height, train.width, device, log);
+  memory.apply(*model);
   std::unique_ptr<TrainOptimizer> opt = build_optimizer(c, *model);
   const int64_t steps_per_epoch = (train.n + c.batch - 1) / c.batch;
   const int64_t total_steps = steps_per_epoch * c.epochs;
@@ -140,6 +143,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     for (int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
       const int64_t begin = s * c.batch, end = std::min(train.n, begin + c.batch), n_step = end - begin;
       const int64_t micro = (n_step + c.accum - 1) / c.accum;
+      memory.before_step();
       model->zero_grad();
       for (int64_t mb = begin; mb < end; mb += micro) {
         const int64_t mb_end = std::min(end, mb + micro), m = mb_end - mb;
@@ -162,6 +166,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       es.lr = schedule.lr_at(c.lr, step, steps_per_epoch, total_steps);
       opt->set_lr(es.lr);
       opt->step();
+      memory.after_step(log);
       bar.update(s + 1, loss_sum / (double)seen, seen);
     }
     bar.finish();
@@ -184,6 +189,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
                   es.val_acc >= 0 ? (std::to_string(100 * es.val_acc).substr(0, 5) + "%").c_str() : "-",
                   es.images_per_s, es.seconds, format_bytes(es.peak_memory, mem, sizeof mem), es.lr);
     log << line << std::endl;
+    memory.after_epoch(es.epoch, log);
     result.epochs.push_back(es);
     const bool last = epoch + 1 == c.epochs;
     if (!c.out.empty() && (last || (c.checkpoint_every > 0 && (epoch + 1) % c.checkpoint_every == 0))) {
@@ -230,6 +236,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();
   j["wall_s"] = result.wall_s;
+  j["memory"] = memory.to_json();
   if (!c.out.empty()) append_ledger(c.out, j);
   result.ledger_line = j;
   return result;

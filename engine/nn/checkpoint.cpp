@@ -1,0 +1,141 @@
+// Recompute-on-backward segments (see checkpoint.h). Memory: the forward keeps only its input x
+// (saved through FunctionNode::save, so it is accounted as an activation and version-checked);
+// the backward re-creates the segment's activations, consumes them and frees them before the
+// next segment's recompute starts.
+#include "engine/nn/checkpoint.h"
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/node.h"
+#include "engine/core/generator.h"
+#include "engine/memory/tag.h"
+
+namespace kiln::nn {
+
+namespace {
+thread_local int g_recompute_depth = 0;
+
+// Marks the thread as recomputing and replays the generator from `replay`, restoring the
+// generator's state at construction when it ends (also on an exception).
+class RecomputeScope {
+ public:
+  explicit RecomputeScope(const RngState& replay) : saved_(global_rng()) {
+    global_rng() = replay;
+    ++g_recompute_depth;
+  }
+  ~RecomputeScope() {
+    --g_recompute_depth;
+    global_rng() = saved_;
+  }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  RngState saved_;
+};
+}  // namespace
+
+bool recomputing() { return g_recompute_depth > 0; }
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
+                  const std::string& label) {
+  KILN_CHECK(x.defined(), label, ": undefined input");
+  std::vector<Tensor> inputs = {x};
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  if (!any_requires_grad(inputs)) return fn(x);  // nothing to differentiate: a plain run keeps nothing either
+
+  const RngState rng = global_rng();  // the state fn starts from; the recompute replays it
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = fn(x);
+  }
+  KILN_CHECK(y.defined(), label, ": the segment returned an undefined tensor");
+  if (y.is_same(x)) y = y.detach();  // never overwrite the input's own history
+  const size_t n_inputs = inputs.size();
+  auto node = record_op(label.c_str(), inputs, {y},
+                        [fn, rng, n_inputs, label](FunctionNode& nd, const std::vector<Tensor>& g) {
+                          const bool need_dx = nd.needs_input_grad(0);
+                          Tensor xd = nd.saved(0).detach();  // x: same data, a fresh leaf
+                          if (need_dx) xd.set_requires_grad(true);
+                          Tensor yr;
+                          {
+                            RecomputeScope rs(rng);
+                            EnableGradGuard eg;
+                            yr = fn(xd);
+                          }
+                          KILN_CHECK(yr.sizes() == g[0].sizes(), label, ": the recomputed output ", yr.str(),
+                                     " does not match the gradient ", shape_str(g[0].sizes()));
+                          // Parameters get their gradients here (AccumulateGrad), as in a plain backward.
+                          if (yr.requires_grad()) run_backward({yr}, {g[0]}, /*retain_graph=*/false);
+                          std::vector<Tensor> out(n_inputs);
+                          if (need_dx && xd.grad().defined()) {
+                            out[0] = xd.grad();
+                            // AccumulateGrad tagged it `grad`; it is a gradient in flight, as in a plain backward.
+                            if (out[0].storage()) out[0].storage()->retag(MemoryTag::temporary);
+                          }
+                          return out;
+                        });
+  if (node) node->save(x);
+  return y;
+}
+
+std::vector<std::pair<size_t, size_t>> segment_bounds(size_t num_stages, int segments) {
+  KILN_CHECK(segments >= 1, "checkpoint_sequential: segments must be >= 1, got ", segments);
+  KILN_CHECK(num_stages >= 1, "checkpoint_sequential: no stages to split");
+  const size_t n = std::min(num_stages, (size_t)segments);
+  std::vector<std::pair<size_t, size_t>> b;
+  size_t begin = 0;
+  for (size_t s = 0; s < n; ++s) {
+    const size_t len = num_stages / n + (s < num_stages % n ? 1 : 0);
+    b.emplace_back(begin, begin + len);
+    begin += len;
+  }
+  return b;
+}
+
+Tensor checkpoint_sequential(const std::vector<Stage>& stages, int segments, const Tensor& x) {
+  const auto bounds = segment_bounds(stages.size(), segments);
+  Tensor y = x;
+  for (size_t s = 0; s < bounds.size(); ++s) {
+    const std::vector<Stage> part(stages.begin() + (long)bounds[s].first, stages.begin() + (long)bounds[s].second);
+    auto run = [part](const Tensor& in) {
+      Tensor t = in;
+      for (const Stage& st : part) t = st.fn(t);
+      return t;
+    };
+    if (s + 1 == bounds.size()) {
+      y = run(y);
+      break;
+    }
+    std::vector<Tensor> params;
+    for (const Stage& st : part)
+      for (const ModulePtr& m : st.modules)
+        for (const Tensor& p : m->parameters()) params.push_back(p);
+    const std::string label = part.size() == 1 ? "checkpoint(" + part[0].name + ")"
+                                               : "checkpoint(" + part.front().name + ".." + part.back().name + ")";
+    y = checkpoint(run, y, params, label);
+  }
+  return y;
+}
+
+Checkpoint::Checkpoint(ModulePtr inner) : Module("Checkpoint"), inner_(std::move(inner)) {
+  KILN_CHECK(inner_ != nullptr, "Checkpoint: null module");
+  add_child("module", inner_);
+}
+
+Tensor Checkpoint::forward(const Tensor& x) {
+  ModulePtr m = inner_;
+  return checkpoint([m](const Tensor& in) { return (*m)(in); }, x, m->parameters(),
+                    "checkpoint(" + m->type_name() + ")");
+}
+
+std::vector<Stage> sequential_stages(Module& seq) {
+  std::vector<Stage> out;
+  for (const auto& [name, m] : seq.children()) {
+    ModulePtr mm = m;
+    out.push_back(Stage{name, {mm}, [mm](const Tensor& x) { return (*mm)(x); }});
+  }
+  return out;
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,138 @@
+// The memory predictor against real CPU runs: `kiln train` (a subprocess, so its CPU allocator
+// starts fresh) predicts its step on the meta device at startup and measures the first step and
+// the epoch with the caching allocator; the ledger line must have both, within 2% for the peak
+// allocated bytes (small_cnn, resnet18_small, resnet18; batch and image sizes, optimizers,
+// --checkpoint, --accum). Also `kiln mem --json`, --max-batch and --checkpoint auto in-process.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/cli/run_kiln.h"
+#include "tools/lib/mem_command.h"
+#include "tools/lib/mem_predict.h"
+
+using kiln_test::contains;
+using kiln_test::run_kiln;
+
+namespace {
+
+nlohmann::json last_ledger_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line, last;
+  while (std::getline(f, line))
+    if (!line.empty()) last = line;
+  REQUIRE(!last.empty());
+  return nlohmann::json::parse(last);
+}
+
+double rel(int64_t pred, int64_t meas) { return std::fabs((double)(pred - meas)) / (double)std::max<int64_t>(meas, 1); }
+
+struct TrainCase {
+  const char* model;
+  int64_t channels, size, batch;
+  std::string extra;
+};
+
+}  // namespace
+
+TEST_CASE("predicted peak within 2% of the measured CPU peak (kiln train, ledger)") {
+  const TrainCase cases[] = {
+      {"small_cnn", 1, 16, 8, "--optimizer sgd"},
+      {"small_cnn", 3, 28, 16, "--optimizer sgd --momentum 0.9 --checkpoint 2"},
+      {"small_cnn", 1, 12, 6, "--optimizer adamw --accum 3 --clip 1"},
+      {"resnet18_small", 3, 16, 4, "--optimizer adamw"},
+      {"resnet18_small", 3, 32, 4, "--optimizer sgd --momentum 0.9 --checkpoint 4 --accum 2"},
+      {"resnet18", 3, 64, 4, "--optimizer sgd --momentum 0.9"},
+      {"resnet18", 3, 32, 2, "--optimizer sgd --checkpoint 3"},
+  };
+  int i = 0;
+  for (const TrainCase& tc : cases) {
+    const std::string tag = std::string(tc.model) + "_" + std::to_string(i++);
+    CAPTURE(tag);
+    CAPTURE(tc.extra);
+    const std::string data = kiln_test::cli_temp_dir("mem_data_" + tag), out = kiln_test::cli_temp_dir("mem_out_" + tag);
+    kiln_test::make_npy_folder(data, 2 * tc.batch, tc.channels, tc.size, 4);  // two steps: first + steady
+    auto r = run_kiln("train --model " + std::string(tc.model) + " --data " + data + " --num-classes 4 --epochs 1 --batch " +
+                      std::to_string(tc.batch) + " --threads 1 --device cpu --lr 0.01 --out " + out + " " + tc.extra);
+    REQUIRE_MESSAGE(r.status == 0, r.output);
+    CHECK(contains(r.output, "memory predicted (meta run)"));
+    CHECK(contains(r.output, "memory first step: peak allocated measured"));
+    const nlohmann::json m = last_ledger_line(out + "/runs.jsonl")["memory"];
+    REQUIRE(m["predicted"].is_object());
+    const int64_t p_first = m["predicted"]["first_step"]["peak_allocated"], p_all = m["predicted"]["peak_allocated"];
+    const int64_t m_first = m["measured_first_step"]["peak_allocated"];
+    const int64_t m_epoch = m["measured_epochs"][0]["measured_peak_allocated"];
+    MESSAGE(tag, " ", tc.extra, ": first step predicted ", p_first, " measured ", m_first, "; epoch predicted ", p_all,
+            " measured ", m_epoch);
+    CHECK(rel(p_first, m_first) < 0.02);
+    CHECK(rel(p_all, m_epoch) < 0.02);
+    // Per tag: parameters and gradients are exact.
+    CHECK(m["predicted"]["first_step"]["tag_peak"]["param"] == m["measured_first_step"]["tag_peak"]["param"]);
+    const int64_t grad_peak = std::max(m["predicted"]["first_step"]["tag_peak"]["grad"].get<int64_t>(),
+                                       m["predicted"]["steady_step"]["tag_peak"]["grad"].get<int64_t>());
+    CHECK(grad_peak == m["measured_epochs"][0]["measured_tag_peak"]["grad"].get<int64_t>());
+  }
+}
+
+TEST_CASE("kiln mem --json: accounts add up and checkpointing trades activations") {
+  kiln::MemCommandOptions o;
+  o.config.train.model = "resnet18_small";
+  o.config.train.batch = 8;
+  o.config.image_size = 16;
+  o.json = true;
+  std::ostringstream plain_out, ck_out;
+  kiln::run_mem_command(o, plain_out);
+  o.checkpoint = "4";
+  kiln::run_mem_command(o, ck_out);
+  const auto plain = nlohmann::json::parse(plain_out.str()), ck = nlohmann::json::parse(ck_out.str());
+  CHECK(plain["parameters"].get<int64_t>() > 40ll << 20);  // ResNet18's 11.2 M f32 parameters
+  CHECK(plain["peak_reserved"] >= plain["peak_allocated"]);
+  CHECK(plain["allocator_slack"] == plain["peak_reserved"].get<int64_t>() - plain["peak_allocated"].get<int64_t>());
+  int64_t layers = 0;
+  for (auto& l : plain["layer_activations"]) layers += l["bytes"].get<int64_t>();
+  CHECK(layers == plain["activations"].get<int64_t>());
+  CHECK(plain["layer_activations"].size() > 10);
+  CHECK(ck["activations"].get<int64_t>() < plain["activations"].get<int64_t>() / 2);
+  CHECK(ck["peak_allocated"].get<int64_t>() < plain["peak_allocated"].get<int64_t>());
+}
+
+TEST_CASE("--max-batch: the answer fits with the margin and one more does not") {
+  kiln::MemConfig c;
+  c.train.model = "small_cnn";
+  c.image_size = 28;
+  c.in_channels = 1;
+  c.train.batch = 1;
+  const int64_t budget = 64ll << 20;
+  kiln::MaxBatchResult r = kiln::find_max_batch(c, budget, 0.2);
+  REQUIRE(r.batch > 1);
+  CHECK((double)r.peak_reserved <= 0.8 * (double)budget);
+  c.train.batch = r.batch + 1;
+  CHECK((double)kiln::predict_memory(c).peak_reserved > 0.8 * (double)budget);
+  CHECK(r.probes.size() < 40);  // doubling then bisection, not a scan
+}
+
+TEST_CASE("--checkpoint auto picks the least recomputation that fits") {
+  kiln::MemConfig c;
+  c.train.model = "resnet18_small";
+  c.image_size = 32;
+  c.train.batch = 8;
+  std::vector<std::pair<int, int64_t>> tried;
+  const int64_t plain = kiln::predict_memory(c).peak_reserved;
+  // Generous budget: no checkpointing.
+  CHECK(kiln::choose_checkpoint(c, plain, &tried) == 0);
+  // Just below the plain peak: the chosen count fits, and every count with less recompute does not.
+  tried.clear();
+  const int chosen = kiln::choose_checkpoint(c, plain - 1, &tried);
+  CHECK(chosen >= 2);
+  const int stages = kiln::model_num_stages(c);
+  for (auto& [s, peak] : tried) {
+    if (s == chosen) CHECK(peak <= plain - 1);
+    else if (kiln::recomputed_stages(stages, s) < kiln::recomputed_stages(stages, chosen)) CHECK(peak > plain - 1);
+  }
+  CHECK_THROWS_WITH_AS(kiln::choose_checkpoint(c, 1 << 20, nullptr), doctest::Contains("no segment count fits"),
+                       kiln::Error);
+}

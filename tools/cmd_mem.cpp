@@ -1,0 +1,41 @@
+// CLI11 options of `kiln mem` and of `kiln train --checkpoint / --memory-report` (see cmd_mem.h).
+#include "tools/cmd_mem.h"
+
+namespace kiln {
+
+CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
+  CLI::App* m = app.add_subcommand(
+      "mem", "predict a training step's memory on the meta device (accounts, per-layer activations, peaks)");
+  MemConfig& c = o.config;
+  m->add_option("--model", c.train.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
+  m->add_option("--batch", c.train.batch, "images per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--image-size", c.image_size, "image height = width")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--num-classes", c.num_classes, "classes")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--in-channels", c.in_channels, "input channels")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--device", c.train.device, "the device to predict for: cpu or cuda:N")->capture_default_str();
+  m->add_option("--optimizer", c.train.optimizer, "sgd or adamw")->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
+  m->add_option("--momentum", c.train.momentum, "SGD momentum (> 0 keeps a momentum buffer)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  m->add_option("--checkpoint", o.checkpoint, "recompute segments N (0: off) or auto (fit the budget)")
+      ->capture_default_str();
+  m->add_option("--accum", c.train.accum, "micro-batches per step")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--device-memory", o.device_memory, "memory budget, e.g. 8G (default: the device's capacity)");
+  m->add_flag("--json", o.json, "print one JSON object");
+  m->add_flag("--max-batch", o.max_batch, "also find the largest batch that fits the budget with --margin");
+  m->add_option("--margin", o.margin, "headroom kept free by --max-batch")->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  m->add_option("--report", o.report, "write a self-contained HTML memory report here");
+  return m;
+}
+
+void add_train_memory_options(CLI::App* t, TrainConfig& c) {
+  t->add_option("--checkpoint", c.checkpoint,
+                "recompute-on-backward segments N (0: off) or auto (the fewest recomputed stages that fit "
+                "--device-memory or the device)")
+      ->capture_default_str();
+  t->add_option("--memory-report", c.memory_report,
+                "write an HTML memory report (timeline, per-layer activations, segments, predicted vs measured)");
+}
+
+}  // namespace kiln

@@ -1,0 +1,45 @@
+// `kiln train`'s memory side: resolves --checkpoint (N or auto) and applies it to the model,
+// predicts the run's step on the meta device at startup, and prints after the first step and
+// after each epoch the measured peak per tag (from the device's caching allocator) beside the
+// prediction; writes both to the run ledger and, with --memory-report, the HTML page.
+// The training loop calls it at five points; it must not change what the loop computes.
+#pragma once
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/nn/module.h"
+#include "tools/lib/mem_predict.h"
+#include "tools/lib/memory_report.h"
+
+namespace kiln {
+
+class TrainMemoryMonitor {
+ public:
+  // Predicts for images of channels x size x size (no prediction, with a note, for non-square
+  // images). Throws kiln::Error for a bad --checkpoint or when auto finds nothing that fits.
+  TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes, int64_t channels, int64_t height, int64_t width,
+                     Device device, std::ostream& log);
+  // Sets the model's recompute segments (--checkpoint).
+  void apply(nn::Module& model) const;
+  void before_step();
+  void after_step(std::ostream& log);
+  void after_epoch(int64_t epoch, std::ostream& log);
+  nlohmann::json to_json() const;
+  int checkpoint_segments() const { return segments_; }
+
+ private:
+  MemMeasured measure(const std::string& when) const;
+  void compare(const MemMeasured& m, const StepPeak& predicted, int64_t predicted_reserved, std::ostream& log);
+
+  TrainConfig config_;
+  Device device_;
+  int segments_ = 0;
+  bool have_prediction_ = false;
+  MemPrediction prediction_;
+  int64_t steps_seen_ = 0;
+  MemMeasured first_, last_epoch_;
+  nlohmann::json epochs_ = nlohmann::json::array();
+};
+
+}  // namespace kiln
