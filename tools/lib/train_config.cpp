@@ -90,6 +90,8 @@ nlohmann::json TrainConfig::to_json() const {
   j["checkpoint_every"] = checkpoint_every;
   j["out"] = out;
   j["limit"] = limit;
+  j["image"] = image.to_json();
+  j["alloc"] = alloc.to_json();
   return j;
 }
 
