@@ -7,7 +7,7 @@ set -eu
 BUILD=${1:-build}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-python3 - "$TMP" <<'PY'
+/usr/bin/python3 - "$TMP" <<'PY'
 import sys, numpy as np
 root = sys.argv[1]
 for name, shape in (("rgb64", (64, 3, 64, 64)), ("gray28", (64, 1, 28, 28))):

@@ -21,9 +21,8 @@ const char* kMarker = ".kiln_export";
 std::string class_name(int64_t label, int64_t num_classes) {
   int width = 1;
   for (int64_t k = num_classes - 1; k >= 10; k /= 10) ++width;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%0*lld", width, (long long)label);
-  return buf;
+  std::string s = std::to_string(label);
+  return std::string(s.size() < (size_t)width ? (size_t)width - s.size() : 0, '0') + s;
 }
 
 // Undoes the loader's normalization: pixel = round((v * std + mean) * 255), clamped to 0..255.
