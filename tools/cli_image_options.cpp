@@ -1,7 +1,17 @@
 // The image-pipeline and allocator options of `kiln train` / `kiln predict` (see cli_commands.h).
 #include "tools/cli_commands.h"
 
+#include <map>
+
 namespace kiln_cli {
+
+namespace {
+// The --augment option of each registered ImageOptions: given without a value, it means rrc.
+std::map<const kiln::ImageOptions*, CLI::Option*>& augment_options() {
+  static std::map<const kiln::ImageOptions*, CLI::Option*> m;
+  return m;
+}
+}  // namespace
 
 void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
   const char* g = "Image folders and CSV lists";
@@ -17,10 +27,11 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
       ->capture_default_str()
       ->group(g);
   if (training) {
-    t->add_option("--augment", o.augment,
-                  "training augmentation: none, flip, rrc (RandomResizedCrop scale 0.08-1 + flip) or rrc:MIN_SCALE")
+    augment_options()[&o] = t->add_option("--augment", o.augment,
+                  "training augmentation: none (default), flip, rrc (RandomResizedCrop scale 0.08-1 + flip; what "
+                  "--augment alone means) or rrc:MIN_SCALE")
         ->expected(0, 1)
-        ->capture_default_str()
+        ->default_str("rrc")  // what --augment without a value gives (CLI11 fills it in)
         ->group(g);
     t->add_flag("--balance", o.balance, "sample classes equally (weighted sampler, inverse class frequencies)")
         ->group(g);
@@ -40,7 +51,13 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
 }
 
 void finish_image_options(kiln::ImageOptions& o) {
-  if (o.augment.empty()) o.augment = "rrc";  // --augment without a value
+  auto it = augment_options().find(&o);
+  if (it != augment_options().end() && it->second->count() > 0) {
+    bool has_value = false;
+    for (const std::string& r : it->second->results()) has_value = has_value || !r.empty();
+    if (!has_value) o.augment = "rrc";  // --augment without a value
+  }
+  if (o.augment.empty()) o.augment = "rrc";
   o.validate();
 }
 

@@ -43,11 +43,11 @@ nlohmann::json last_ledger(const std::string& out) {
   return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
 }
 
-std::string base_args(const std::string& out) {
+std::string base_args(const std::string& out, int workers = 2, int seed = 3) {
   return "train --model small_cnn --data " + gray_folder().root +
-         " --channels 1 --epochs 2 --batch 8 --optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --threads 1 "
-         "--device cpu --workers 2 --out " +
-         out;
+         " --channels 1 --epochs 2 --batch 8 --optimizer sgd --lr 0.05 --momentum 0.9 --threads 1 --seed " +
+         std::to_string(seed) + " "
+         "--device cpu --workers " + std::to_string(workers) + " --out " + out;
 }
 
 }  // namespace
@@ -92,7 +92,7 @@ TEST_CASE("cli images: augmentation and balanced sampling are deterministic for 
   const std::string a = kiln_test::cli_temp_dir("images_det_a"), b = kiln_test::cli_temp_dir("images_det_b");
   const std::string extra = " --augment rrc:0.5 --balance --normalize 0.5:0.25";
   auto ra = run_kiln(base_args(a) + extra);
-  auto rb = run_kiln(base_args(b) + extra + " --workers 1");
+  auto rb = run_kiln(base_args(b, 1) + extra);
   REQUIRE_MESSAGE(ra.status == 0, ra.output);
   REQUIRE_MESSAGE(rb.status == 0, rb.output);
   const nlohmann::json ja = last_ledger(a), jb = last_ledger(b);
@@ -101,7 +101,7 @@ TEST_CASE("cli images: augmentation and balanced sampling are deterministic for 
   CHECK(ja["config"]["image"]["balance"] == true);
   // A different seed gives a different run.
   const std::string c = kiln_test::cli_temp_dir("images_det_c");
-  auto rc = run_kiln(base_args(c) + extra + " --seed 4");
+  auto rc = run_kiln(base_args(c, 2, 4) + extra);
   REQUIRE_MESSAGE(rc.status == 0, rc.output);
   CHECK(last_ledger(c)["final_train_loss"].get<double>() != ja["final_train_loss"].get<double>());
 }
