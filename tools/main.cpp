@@ -1,4 +1,4 @@
-// The `kiln` command: subcommands train, predict and devices over CLI11. Parses and validates
+// The `kiln` command: subcommands train, predict, data, export-images and devices over CLI11. Parses and validates
 // options, then hands over to tools/lib (which holds the logic, so tests can call it). Every
 // failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
 // "kiln: error: ..." on stderr and a non-zero exit status.
@@ -10,6 +10,7 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
+#include "tools/cli_commands.h"
 #include "tools/lib/devices.h"
 #include "tools/lib/predict.h"
 #include "tools/lib/train_config.h"
@@ -20,8 +21,9 @@ namespace {
 void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights) {
   t->add_option("--model", c.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
   t->add_option("--data", c.data,
-                "training data folder: MNIST-format IDX files (gzip ok; its t10k files become --val), or x.npy "
-                "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64)")
+                "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
+                "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64), an image folder (class subfolders; train/ + val/ "
+                "or test/ splits used automatically) or a CSV list (path,label)")
       ->required();
   t->add_option("--val", c.val, "validation data folder (same formats)");
   t->add_option("--num-classes", c.num_classes, "number of classes (default: max label + 1)")
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
 
   kiln::MemCommandOptions mo;
   CLI::App* mem = kiln::add_mem_command(app, mo);
+  kiln_cli::add_image_options(train, tc.image, true);
+  kiln_cli::add_alloc_options(train, tc.alloc);
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
@@ -93,12 +97,20 @@ int main(int argc, char** argv) {
   predict->add_option("--threads", pc.threads, "CPU threads")->check(CLI::PositiveNumber);
   predict->add_option("--device", pc.device, "auto, cpu or cuda:N")->capture_default_str();
 
+  kiln_cli::add_image_options(predict, pc.image, false);
+  kiln::DataReportOptions dc;
+  CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
+  kiln::ExportImagesOptions ec;
+  CLI::App* export_cmd = kiln_cli::add_export_images_command(app, ec);
+
   app.add_subcommand("devices", "list compute devices, or say why no GPU is usable");
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices" &&
-      first != "mem") {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (expected train, predict, mem or devices; see kiln --help)\n",
+      first != "mem" && first != "data" && first != "export-images") {
+    std::fprintf(stderr,
+                 "kiln: error: unknown command '%s' (expected train, predict, mem, data, export-images or devices; "
+                 "see kiln --help)\n",
                  argv[1]);
     return 2;
   }
@@ -117,13 +129,20 @@ int main(int argc, char** argv) {
     if (train->parsed()) {
       if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");
       kiln::LrSchedule::parse(tc.schedule, tc.warmup);  // validate before loading anything
+      kiln_cli::finish_image_options(tc.image);
+      tc.alloc.validate();
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
       kiln::run_training(tc, std::cout, std::cerr);
     } else if (mem->parsed()) {
       kiln::run_mem_command(mo, std::cout);
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
+      kiln_cli::finish_image_options(pc.image);
       kiln::run_predict(pc, std::cout);
+    } else if (data_cmd->parsed()) {
+      return kiln_cli::run_data_command(dc);
+    } else if (export_cmd->parsed()) {
+      return kiln_cli::run_export_images_command(ec);
     } else {
       std::cout << kiln::format_device_report(kiln::query_devices());
     }

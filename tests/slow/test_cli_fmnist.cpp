@@ -2,7 +2,7 @@
 // documented hyper-parameters but only the first 6000 training images and one epoch. It must learn
 // (validation accuracy on the full t10k split >= 75%) and write its ledger line. Skipped with a
 // message when dataset-fashion-mnist is not installed. The full run (2 epochs, >= 90%) is measured
-// by hand; see tests/support/cli/main_job.sh.
+// by hand; see scripts/main_job.sh.
 #include <doctest/doctest.h>
 
 #include <filesystem>

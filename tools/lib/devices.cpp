@@ -74,10 +74,12 @@ Device resolve_device(const std::string& spec, std::string* note) {
   if (spec == "auto") {
     DeviceReport r = query_devices();
     if (!r.gpus.empty()) {
-      if (note) *note = "device auto: using cuda:0 (" + r.gpus[0].name + ")";
+      if (note)
+        *note = "device auto: using cuda:0 (" + r.gpus[0].name + ", " + std::to_string(r.gpus.size()) +
+                " GPU(s) visible)";
       return Device::cuda(0);
     }
-    if (note) *note = "device auto: using cpu (no usable GPU; `kiln devices` says why)";
+    if (note) *note = "device auto: using cpu (no usable GPU: " + r.why_none + ")";
     return Device::cpu();
   }
   Device d = Device::parse(spec);

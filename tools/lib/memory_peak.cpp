@@ -41,3 +41,29 @@ const char* format_bytes(int64_t b, char* buf, int n) {
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+std::string format_tag_peaks(Device d) {
+  char buf[32];
+#ifdef KILN_HAVE_CACHING_ALLOCATOR
+  try {
+    if (CachingAllocator* a = caching_allocator_for(d)) {
+      const MemoryStats s = a->stats();
+      std::string out = std::string("peak ") + format_bytes(s.total.allocated.peak, buf, sizeof buf) + " (";
+      for (int t = 0; t < kNumMemoryTags; ++t) {
+        out += std::string(t ? ", " : "") + tag_name((MemoryTag)t) + " " +
+               format_bytes(s.tag_allocated[t].peak, buf, sizeof buf);
+      }
+      out += std::string("); reserved peak ") + format_bytes(s.total.reserved.peak, buf, sizeof buf);
+      return out;
+    }
+  } catch (...) {
+  }
+#else
+  (void)d;
+#endif
+  return std::string("peak ") + format_bytes(-1, buf, sizeof buf);
+}
+
+}  // namespace kiln

@@ -12,16 +12,37 @@
 #include "tools/lib/devices.h"
 #include "tools/lib/evaluate.h"
 #include "tools/lib/train_components.h"
+#include "tools/lib/train_data.h"
 
 namespace kiln {
+
+namespace {
+// A CSV field, quoted when it holds a comma, quote or newline.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+}  // namespace
 
 PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   std::string note;
   const Device device = resolve_device(c.device, &note);
   if (!note.empty()) log << note << "\n";
   check_model_name(c.model);
-  ArrayDataset data = load_inference_data(c.data);
   SafetensorsFile wf = read_safetensors(c.weights);
+  // Image data: the weights know the size and channels they were trained at.
+  ImageOptions image = c.image;
+  auto meta_int = [&](const char* key) -> int64_t {
+    auto it = wf.metadata.find(key);
+    return it == wf.metadata.end() ? 0 : std::stoll(it->second);
+  };
+  if (image.image_size.empty() && meta_int("image_size") > 0) image.image_size = std::to_string(meta_int("image_size"));
+  if (meta_int("in_channels") == 1 || meta_int("in_channels") == 3) image.channels = (int)meta_int("in_channels");
+  std::unique_ptr<DataSource> src = open_predict_data(c.data, image, device);
+  DataSource& data = *src;
+  const bool images = !data.path(0).empty();
   int64_t num_classes = c.num_classes;
   if (num_classes <= 0) {
     auto it = wf.metadata.find("num_classes");
@@ -32,17 +53,17 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   auto mit = wf.metadata.find("model");
   KILN_CHECK(mit == wf.metadata.end() || mit->second == c.model, "predict: ", c.weights, " holds a ", mit->second,
              ", not a ", c.model);
-  nn::ModulePtr model = build_model(c.model, num_classes, data.channels, data.height);
+  nn::ModulePtr model = build_model(c.model, num_classes, data.channels(), data.image_size(0));
   model->to(device);
   NamedTensors state;
   for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, device));
   model->load_state_dict(state, true);
 
   std::ostringstream csv;
-  csv << "index,label,predicted";
+  csv << (images ? "index,path,label,predicted" : "index,label,predicted");
   for (int64_t k = 0; k < num_classes; ++k) csv << ",logit_" << k;
   csv << "\n";
-  auto write_rows = [&](const Tensor& logits, int64_t first) {
+  auto write_rows = [&](const Tensor& logits, const SourceBatch& batch) {
     const std::vector<float> l = logits.to_vector<float>();
     const int64_t b = logits.size(0), k = logits.size(1);
     char buf[32];
@@ -50,7 +71,10 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
       int64_t best = 0;
       for (int64_t j = 1; j < k; ++j)
         if (l[(size_t)(i * k + j)] > l[(size_t)(i * k + best)]) best = j;
-      csv << first + i << "," << data.labels[(size_t)(first + i)] << "," << best;
+      const int64_t idx = batch.indices[(size_t)i];
+      csv << idx << ",";
+      if (images) csv << csv_field(data.path(idx)) << ",";
+      csv << data.label(idx) << "," << best;
       for (int64_t j = 0; j < k; ++j) {
         std::snprintf(buf, sizeof buf, ",%.7g", l[(size_t)(i * k + j)]);
         csv << buf;
@@ -58,12 +82,13 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
       csv << "\n";
     }
   };
-  EvalResult ev = evaluate(*model, data, c.batch, device, Tensor(), write_rows);
+  EvalResult ev = evaluate_source(*model, data, c.batch, 0, Tensor(), write_rows);
+  report_bad_samples(data, log);
   const std::string s = csv.str();
   atomic_write_file(c.out, s.data(), s.size());
-  log << "predict: " << data.n << " samples from " << data.source << " -> " << c.out << "; accuracy "
+  log << "predict: " << ev.n << " samples from " << data.source() << " -> " << c.out << "; accuracy "
       << 100 * ev.accuracy << "%\n";
-  return {data.n, ev.accuracy};
+  return {ev.n, ev.accuracy};
 }
 
 }  // namespace kiln

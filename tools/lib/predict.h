@@ -7,6 +7,8 @@
 #include <ostream>
 #include <string>
 
+#include "tools/lib/image_options.h"
+
 namespace kiln {
 
 struct PredictConfig {
@@ -15,6 +17,7 @@ struct PredictConfig {
   int64_t batch = 256;
   int threads = 0;
   std::string device = "auto";
+  ImageOptions image;  // image folders / CSV lists: eval transform and normalization
 };
 
 struct PredictResult {

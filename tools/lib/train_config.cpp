@@ -92,6 +92,8 @@ nlohmann::json TrainConfig::to_json() const {
   j["limit"] = limit;
   j["checkpoint"] = checkpoint;
   j["memory_report"] = memory_report;
+  j["image"] = image.to_json();
+  j["alloc"] = alloc.to_json();
   return j;
 }
 

@@ -9,6 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/lib/alloc_flags.h"
+#include "tools/lib/image_options.h"
+
 namespace kiln {
 
 // "none" | "cosine" | "step:EVERY:GAMMA" (EVERY in epochs), plus a linear warm-up of `warmup`
@@ -50,6 +53,8 @@ struct TrainConfig {
   int64_t limit = -1;  // >= 0: use only the first N training samples
   std::string checkpoint = "0";  // recompute segments: "N" or "auto" (tools/lib/mem_train.h)
   std::string memory_report;     // HTML memory report path (empty: none)
+  ImageOptions image;  // image folders / CSV lists: --image-size, --augment, --normalize, ...
+  AllocOptions alloc;  // --device-memory, --memory-snapshot, --trace, --alloc-trace
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);

@@ -22,6 +22,7 @@
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
 #include "kernels/cpu/threads.h"
+#include "tools/lib/alloc_flags.h"
 #include "tools/lib/checkpoint.h"
 #include "tools/lib/devices.h"
 #include "tools/lib/evaluate.h"
@@ -29,6 +30,7 @@
 #include "tools/lib/memory_peak.h"
 #include "tools/lib/progress.h"
 #include "tools/lib/train_components.h"
+#include "tools/lib/train_data.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -79,35 +81,41 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   std::string device_note;
   const Device device = resolve_device(c.device, &device_note);
   if (!device_note.empty()) log << device_note << "\n";
+  apply_device_memory(c.alloc, device, log);
 
   // ---- data ----
-  DataSplits data = load_training_data(c.data, c.val, c.limit);
-  const ArrayDataset& train = data.train;
+  TrainData data = open_train_data(c, device);
+  DataSource& train = *data.train;
+  const int64_t train_channels = train.channels(), train_size = train.image_size(c.epochs - 1);
   int64_t max_label = train.max_label();
   if (data.val) max_label = std::max(max_label, data.val->max_label());
-  const int64_t num_classes = c.num_classes > 0 ? c.num_classes : max_label + 1;
+  const int64_t num_classes =
+      c.num_classes > 0 ? c.num_classes : std::max(max_label + 1, data.num_classes);
   KILN_CHECK(max_label < num_classes, "train: label ", max_label, " found in the data but --num-classes is ",
              num_classes);
   KILN_CHECK(c.class_weights.empty() || (int64_t)c.class_weights.size() == num_classes, "--class-weights: ",
              c.class_weights.size(), " weights for ", num_classes, " classes");
-  log << "data: " << train.source << ", " << train.n << " samples (" << train.channels << "x" << train.height << "x"
-      << train.width << ")";
-  if (data.val) log << "; val " << data.val->source << ", " << data.val->n << " samples";
-  if (data.format == "idx") log << "; normalized (x/255 - " << data.mean << ") / " << data.std;
+  log << "data: " << train.source() << ", " << train.size() << " samples (" << train_channels << "x" << train_size
+      << "x" << train_size << ")";
+  if (data.val) log << "; val " << data.val->source() << ", " << data.val->size() << " samples";
+  for (const std::string& note : data.notes) log << "; " << note;
   log << "\n";
 
   // ---- model, optimizer, state ----
+  // The memory prediction runs first (it builds a throwaway model and restores the RNG), so on a
+  // small simulated device it never competes with the real model for memory. It is for the first
+  // epoch's image size (progressive resizing changes it later).
+  TrainMemoryMonitor memory(c, num_classes, train.channels(), train.image_size(0), train.image_size(0), device, log);
   manual_seed(c.seed);
-  nn::ModulePtr model = build_model(c.model, num_classes, train.channels, train.height);
+  nn::ModulePtr model = build_model(c.model, num_classes, train_channels, train_size);
   model->to(device);
   if (!c.init.empty()) {
     model->load_state_dict(load_safetensors(c.init, device), true);
     log << "init: loaded " << c.init << "\n";
   }
-  TrainMemoryMonitor memory(c, num_classes, train.channels, train.height, train.width, device, log);
   memory.apply(*model);
   std::unique_ptr<TrainOptimizer> opt = build_optimizer(c, *model);
-  const int64_t steps_per_epoch = (train.n + c.batch - 1) / c.batch;
+  const int64_t steps_per_epoch = (train.size() + c.batch - 1) / c.batch;
   const int64_t total_steps = steps_per_epoch * c.epochs;
   int64_t start_epoch = 0, step = 0;
   if (!c.resume.empty()) {
@@ -130,24 +138,28 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   if (!c.out.empty()) fs::create_directories(c.out);
 
   TrainResult result;
+  FirstStepRecorder first_step(c.alloc, device);
   for (int64_t epoch = start_epoch; epoch < c.epochs; ++epoch) {
     model->train();
     reset_peak_memory(device);
     const auto t_epoch = Clock::now();
-    const std::vector<int64_t> perm = epoch_permutation(train.n, c.seed, epoch);
+    train.start_epoch(epoch, c.batch, true);
     ProgressLine bar(progress, progress_tty, epoch + 1, c.epochs, steps_per_epoch);
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     EpochStats es;
     es.epoch = epoch + 1;
-    for (int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
-      const int64_t begin = s * c.batch, end = std::min(train.n, begin + c.batch), n_step = end - begin;
+    if (!first_step.done()) first_step.begin();
+    SourceBatch step_batch;
+    for (int64_t s = 0; train.next(&step_batch); ++s, ++step) {
+      report_bad_samples(train, log);
+      const int64_t n_step = step_batch.x.size(0);
       const int64_t micro = (n_step + c.accum - 1) / c.accum;
       memory.before_step();
       model->zero_grad();
-      for (int64_t mb = begin; mb < end; mb += micro) {
-        const int64_t mb_end = std::min(end, mb + micro), m = mb_end - mb;
-        Batch b = gather_batch(train, perm, mb, mb_end, device);
+      for (int64_t mb = 0; mb < n_step; mb += micro) {
+        const int64_t m = std::min(n_step, mb + micro) - mb;
+        Batch b{narrow(step_batch.x, 0, mb, m), narrow(step_batch.y, 0, mb, m)};
         Tensor logits, loss;
         {
           MemoryScope scope(MemoryTag::temporary);
@@ -168,14 +180,21 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       opt->step();
       memory.after_step(log);
       bar.update(s + 1, loss_sum / (double)seen, seen);
+      if (!first_step.done()) {
+        bar.finish();
+        first_step.end(log);
+      }
     }
+    step_batch = SourceBatch();
+    report_bad_samples(train, log);
     bar.finish();
     es.seconds = seconds_since(t_epoch);
     es.images_per_s = (double)seen / std::max(es.seconds, 1e-9);
     es.train_loss = loss_sum / (double)seen;
     es.train_acc = (double)correct / (double)seen;
     if (data.val) {
-      EvalResult ev = evaluate(*model, *data.val, c.batch, device, class_weights);
+      EvalResult ev = evaluate_source(*model, *data.val, c.batch, epoch, class_weights);
+      report_bad_samples(*data.val, log);
       es.val_loss = ev.loss;
       es.val_acc = ev.accuracy;
     }
@@ -190,6 +209,10 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
                   es.images_per_s, es.seconds, format_bytes(es.peak_memory, mem, sizeof mem), es.lr);
     log << line << std::endl;
     memory.after_epoch(es.epoch, log);
+    log << "memory epoch " << es.epoch << ": " << format_tag_peaks(device) << "\n";
+    if (train.bad_count() > 0 || (data.val && data.val->bad_count() > 0))
+      log << "data: " << train.bad_count() + (data.val ? data.val->bad_count() : 0)
+          << " bad samples skipped so far (listed above)\n";
     result.epochs.push_back(es);
     const bool last = epoch + 1 == c.epochs;
     if (!c.out.empty() && (last || (c.checkpoint_every > 0 && (epoch + 1) % c.checkpoint_every == 0))) {
@@ -199,7 +222,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   }
   result.steps = step;
   if (!c.save.empty()) {
-    save_weights(c.save, *model, c.model, num_classes, train.channels, train.height);
+    save_weights(c.save, *model, c.model, num_classes, train_channels, train_size);
     log << "saved weights to " << c.save << "\n";
   }
   result.wall_s = seconds_since(t_start);
@@ -212,10 +235,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   j["config"]["num_classes"] = num_classes;
   j["device"] = device.str();
   j["threads"] = cpu::num_threads();
-  j["data"] = {{"format", data.format},   {"train", train.source}, {"train_samples", train.n},
-               {"mean", data.mean},       {"std", data.std}};
-  j["data"]["val"] = data.val ? nlohmann::json(data.val->source) : nlohmann::json();
-  j["data"]["val_samples"] = data.val ? data.val->n : 0;
+  j["data"] = data.ledger;
+  j["data"]["bad_samples"] = train.bad_count() + (data.val ? data.val->bad_count() : 0);
   j["model_parameters"] = model->num_parameters();
   j["schedule"] = schedule.str();
   j["start_epoch"] = start_epoch;

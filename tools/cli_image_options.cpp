@@ -1,0 +1,77 @@
+// The image-pipeline and allocator options of `kiln train` / `kiln predict` (see cli_commands.h).
+#include "tools/cli_commands.h"
+
+#include <map>
+
+namespace kiln_cli {
+
+namespace {
+// The --augment option of each registered ImageOptions: given without a value, it means rrc.
+std::map<const kiln::ImageOptions*, CLI::Option*>& augment_options() {
+  static std::map<const kiln::ImageOptions*, CLI::Option*> m;
+  return m;
+}
+}  // namespace
+
+void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
+  const char* g = "Image folders and CSV lists";
+  t->add_option("--image-size", o.image_size,
+                training ? "input size S (S x S); a schedule 128:10,224 trains 128 px for 10 epochs, then 224 "
+                           "(progressive resizing). Default: the first image's shorter side"
+                         : "input size S (default: the size the weights were trained at)")
+      ->group(g);
+  t->add_option("--resize", o.resize, "shorter side before the centre crop (default: the image size)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(g);
+  t->add_option("--crop", o.crop, "center: resize the shorter side, then centre crop; none: resize to S x S")
+      ->capture_default_str()
+      ->group(g);
+  if (training) {
+    augment_options()[&o] = t->add_option("--augment", o.augment,
+                  "training augmentation: none (default), flip, rrc (RandomResizedCrop scale 0.08-1 + flip; what "
+                  "--augment alone means) or rrc:MIN_SCALE")
+        ->expected(0, 1)
+        ->default_str("rrc")  // what --augment without a value gives (CLI11 fills it in)
+        ->group(g);
+    t->add_flag("--balance", o.balance, "sample classes equally (weighted sampler, inverse class frequencies)")
+        ->group(g);
+  }
+  t->add_option("--normalize", o.normalize,
+                "none, imagenet, auto (the training split's per-channel mean/std) or m1,m2,m3:s1,s2,s3")
+      ->capture_default_str()
+      ->group(g);
+  t->add_option("--workers", o.workers, "loader threads (default: half the cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(g);
+  t->add_flag("--pin-memory", o.pin_memory, "GPU: batches in pinned host memory, copied asynchronously")->group(g);
+  t->add_option("--channels", o.channels, "1 (grayscale) or 3 (RGB)")
+      ->check(CLI::IsMember({1, 3}))
+      ->capture_default_str()
+      ->group(g);
+}
+
+void finish_image_options(kiln::ImageOptions& o) {
+  auto it = augment_options().find(&o);
+  if (it != augment_options().end() && it->second->count() > 0) {
+    bool has_value = false;
+    for (const std::string& r : it->second->results()) has_value = has_value || !r.empty();
+    if (!has_value) o.augment = "rrc";  // --augment without a value
+  }
+  if (o.augment.empty()) o.augment = "rrc";
+  o.validate();
+}
+
+void add_alloc_options(CLI::App* t, kiln::AllocOptions& o) {
+  const char* g = "Memory";
+  t->add_option("--device-memory", o.device_memory,
+                "pretend the training device has this much memory (e.g. 6G, 512M): a small GPU simulated on the CPU")
+      ->group(g);
+  t->add_option("--memory-snapshot", o.memory_snapshot, "write the allocator snapshot (JSON) after the first step")
+      ->group(g);
+  t->add_option("--trace", o.trace, "write the first step's allocator events as Chrome trace JSON (Perfetto)")
+      ->group(g);
+  t->add_option("--alloc-trace", o.alloc_trace, "write the first step's alloc/free sequence for bench_alloc")
+      ->group(g);
+}
+
+}  // namespace kiln_cli

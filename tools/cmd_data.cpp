@@ -1,0 +1,23 @@
+// `kiln data PATH [--out DIR]`: the data set report of tools/lib/data_report.h on the command line.
+#include <iostream>
+
+#include "tools/cli_commands.h"
+
+namespace kiln_cli {
+
+CLI::App* add_data_command(CLI::App& app, kiln::DataReportOptions& o) {
+  CLI::App* d = app.add_subcommand(
+      "data", "report on an image folder or CSV list: classes, sizes, bad files, mean/std, contact sheets");
+  d->add_option("path", o.path, "image folder (optionally with train/ and val/ or test/) or CSV list")->required();
+  d->add_option("--out", o.out_dir, "folder for the contact sheets (\"\" for none)")->capture_default_str();
+  d->add_option("--workers", o.workers, "decode threads (default: half the cores)")->check(CLI::NonNegativeNumber);
+  d->add_option("--seed", o.seed, "which samples the contact sheets show")->capture_default_str();
+  return d;
+}
+
+int run_data_command(kiln::DataReportOptions& o) {
+  o.out = &std::cout;
+  return kiln::run_data_report(o);
+}
+
+}  // namespace kiln_cli

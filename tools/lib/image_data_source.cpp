@@ -1,0 +1,334 @@
+// ImageSource: ImageLoader batches as training tensors (see image_data_source.h).
+#include "tools/lib/image_data_source.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include "data/decode.h"
+#include "data/image_loader.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+#include "tools/lib/batch_transfer.h"
+
+namespace kiln {
+
+namespace {
+
+class ImageSource : public DataSource {
+ public:
+  ImageSource(ImageDataset ds, const ImageOptions& o, ImageSizeSchedule sizes, const float* mean, const float* std,
+              uint64_t seed, Device device)
+      : ds_(std::move(ds)), o_(o), sizes_(std::move(sizes)), seed_(seed), device_(device),
+        mem_(batch_memory_for(device, o.pin_memory)) {
+    for (int c = 0; c < 3; ++c) {
+      mean_[c] = mean[c];
+      std_[c] = std[c];
+    }
+  }
+  std::string source() const override { return "images:" + ds_.root; }
+  int64_t size() const override { return (int64_t)ds_.size(); }
+  int64_t channels() const override { return o_.channels; }
+  int64_t image_size(int64_t epoch) const override { return sizes_.at_epoch(epoch); }
+  int64_t max_label() const override {
+    int64_t m = -1;
+    for (const ImageSample& s : ds_.samples) m = std::max(m, s.label);
+    return m;
+  }
+  int64_t label(int64_t i) const override { return ds_.samples[(size_t)i].label; }
+  std::string path(int64_t i) const override { return ds_.samples[(size_t)i].path; }
+
+  int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override {
+    const int s = sizes_.at_epoch(epoch);
+    if (!loader_ || s != size_ || batch != batch_ || train != train_) {
+      loader_.reset();
+      size_ = s;
+      batch_ = batch;
+      train_ = train;
+      loader_ = std::make_unique<ImageLoader>(ds_, loader_options());
+    }
+    loader_->start_epoch((uint64_t)epoch);
+    return (int64_t)loader_->batches_per_epoch();
+  }
+
+  bool next(SourceBatch* out) override {
+    ImageBatch ib;
+    if (!loader_->next(ib)) {
+      collect_bad();
+      return false;
+    }
+    collect_bad();
+    out->x = batch_to_device(ib.buffer.get(), {ib.n, ib.c, ib.h, ib.w}, ib.buffer, device_, mem_.pinned);
+    {
+      MemoryScope scope(MemoryTag::data);
+      Tensor y = tensor_from(ib.labels, {ib.n});
+      out->y = device_.is_cpu() ? y : to_device(y, device_);
+    }
+    out->indices.assign(ib.indices.begin(), ib.indices.end());
+    return true;
+  }
+
+  std::vector<std::string> take_bad_reports() override {
+    std::vector<std::string> v;
+    v.swap(pending_);
+    return v;
+  }
+  int64_t bad_count() const override { return (int64_t)reported_.size(); }
+
+ private:
+  ImageLoaderOptions loader_options() const {
+    ImageLoaderOptions lo;
+    lo.batch_size = (size_t)batch_;
+    lo.seed = seed_ ^ 0x5bd1e9955bd1e995ULL;  // augmentation: a key apart from the sampler's
+    lo.workers = o_.workers;
+    lo.prefetch_batches = 4;
+    lo.alloc = mem_.alloc;
+    lo.release = mem_.release;
+    lo.on_bad_sample = [](const std::string&, const std::string&) {};  // reported from the main thread
+    if (train_) {
+      lo.sampler.kind = o_.balance ? SamplerKind::weighted : SamplerKind::random;
+      lo.sampler.balance = o_.balance;
+      lo.sampler.seed = seed_;
+    }
+    SampleTransform& t = lo.transform;
+    t.channels = o_.channels;
+    for (int c = 0; c < 3; ++c) {
+      t.mean[c] = mean_[c];
+      t.std[c] = std_[c];
+    }
+    t.out_w = t.out_h = size_;
+    if (train_ && o_.uses_rrc()) {
+      t.kind = SampleTransform::Kind::random_resized_crop;
+      t.rrc.scale_lo = o_.rrc_min_scale();
+    } else if (o_.crop == "none") {
+      t.kind = SampleTransform::Kind::resize_exact;
+    } else {
+      t.kind = SampleTransform::Kind::resize_center_crop;
+      // --resize R is given for the final size; earlier (smaller) stages keep its ratio.
+      const int fin = sizes_.final_size();
+      t.resize = o_.resize > 0 ? std::max(size_, (int)std::lround((double)o_.resize * size_ / std::max(fin, 1)))
+                               : size_;
+    }
+    t.random_hflip = train_ && o_.uses_flip();
+    return lo;
+  }
+
+  void collect_bad() {
+    if (!loader_ || loader_->bad_count() == 0) return;
+    for (const BadSample& b : loader_->bad_samples())
+      if (reported_.insert(b.path).second) pending_.push_back(b.path + ": " + b.reason);
+  }
+
+  ImageDataset ds_;
+  ImageOptions o_;
+  ImageSizeSchedule sizes_;
+  float mean_[3], std_[3];
+  uint64_t seed_;
+  Device device_;
+  BatchMemory mem_;
+  std::unique_ptr<ImageLoader> loader_;
+  int size_ = 0;
+  int64_t batch_ = 0;
+  bool train_ = false;
+  std::set<std::string> reported_;
+  std::vector<std::string> pending_;
+};
+
+// Evenly spread subset of `n` samples (keeps every class represented, unlike the first n).
+void keep_spread(ImageDataset& ds, int64_t n) {
+  if (n < 0 || (size_t)n >= ds.size()) return;
+  std::vector<ImageSample> kept;
+  kept.reserve((size_t)n);
+  for (int64_t i = 0; i < n; ++i) kept.push_back(ds.samples[(size_t)(i * (int64_t)ds.size() / n)]);
+  ds.samples = std::move(kept);
+}
+
+// Resolves the normalization (auto: measured on `stats_ds`) into mean/std; returns a log line.
+std::string resolve_norm(const Normalization& norm, const ImageDataset& stats_ds, int channels, int size,
+                         int workers, float* mean, float* std) {
+  for (int c = 0; c < 3; ++c) {
+    mean[c] = 0.f;
+    std[c] = 1.f;
+  }
+  if (norm.kind != Normalization::Kind::automatic) {
+    norm.values(channels, mean, std);
+    return "";
+  }
+  const size_t used = image_channel_stats(stats_ds, channels, size, workers, 50000, mean, std);
+  KILN_CHECK(used > 0, "--normalize auto: no readable image in ", stats_ds.root);
+  std::string m, s;
+  for (int c = 0; c < channels; ++c) {
+    m += (c ? "," : "") + str_cat(std::round(mean[c] * 1e4) / 1e4);
+    s += (c ? "," : "") + str_cat(std::round(std[c] * 1e4) / 1e4);
+  }
+  return str_cat("normalize auto: --normalize ", m, ":", s, " (measured on ", used, " images of ", stats_ds.root,
+                 ")");
+}
+
+}  // namespace
+
+int probe_image_size(const ImageDataset& ds) {
+  for (size_t i = 0; i < std::min<size_t>(ds.size(), 16); ++i) {
+    try {
+      const std::string bytes = read_file_bytes(ds.samples[i].path, 512ull << 20);
+      int w = 0, h = 0;
+      const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+      if (jpeg_probe_size(p, bytes.size(), true, &w, &h)) return std::min(w, h);
+      Image im = decode_image_bytes(p, bytes.size(), ds.samples[i].path);
+      return std::min(im.w, im.h);
+    } catch (const std::exception&) {
+    }
+  }
+  return 0;
+}
+
+size_t image_channel_stats(const ImageDataset& ds, int channels, int min_side, int workers, size_t max_images,
+                           float* mean, float* std) {
+  const size_t n = max_images > 0 ? std::min(max_images, ds.size()) : ds.size();
+  if (workers <= 0) workers = std::max(1, (int)std::thread::hardware_concurrency() / 2);
+  std::atomic<size_t> next{0};
+  struct Acc {
+    double s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+    double pixels = 0;
+    size_t images = 0;
+  };
+  std::vector<Acc> acc((size_t)workers);
+  auto work = [&](Acc& a) {
+    for (size_t k; (k = next++) < n;) {
+      const ImageSample& smp = ds.samples[k * ds.size() / n];
+      try {
+        DecodeOptions o;
+        o.gray = channels == 1;
+        const std::string bytes = read_file_bytes(smp.path, o.max_file_bytes);
+        const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+        int w = 0, h = 0;
+        if (min_side > 0 && jpeg_probe_size(p, bytes.size(), true, &w, &h)) {
+          const double s = std::min(1.0, (double)min_side / std::min(w, h));
+          o.min_w = (int)std::ceil(w * s);
+          o.min_h = (int)std::ceil(h * s);
+        }
+        Image im = decode_image_bytes(p, bytes.size(), smp.path, o);
+        const size_t np = (size_t)im.w * im.h;
+        uint64_t s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+        for (size_t q = 0; q < np; ++q)
+          for (int c = 0; c < im.c; ++c) {
+            const uint64_t v = im.px[q * im.c + c];
+            s1[c] += v;
+            s2[c] += v * v;
+          }
+        for (int c = 0; c < channels; ++c) {
+          const int src = im.c == 1 ? 0 : c;
+          a.s1[c] += (double)s1[src] / 255.0;
+          a.s2[c] += (double)s2[src] / (255.0 * 255.0);
+        }
+        a.pixels += (double)np;
+        a.images++;
+      } catch (const std::exception&) {
+      }
+    }
+  };
+  std::vector<std::thread> th;
+  for (int w = 0; w < workers; ++w) th.emplace_back(work, std::ref(acc[(size_t)w]));
+  for (auto& t : th) t.join();
+  Acc tot;
+  for (const Acc& a : acc) {
+    for (int c = 0; c < 3; ++c) {
+      tot.s1[c] += a.s1[c];
+      tot.s2[c] += a.s2[c];
+    }
+    tot.pixels += a.pixels;
+    tot.images += a.images;
+  }
+  for (int c = 0; c < channels; ++c) {
+    const double m = tot.pixels > 0 ? tot.s1[c] / tot.pixels : 0.0;
+    const double v = tot.pixels > 0 ? tot.s2[c] / tot.pixels - m * m : 1.0;
+    mean[c] = (float)m;
+    std[c] = (float)std::sqrt(std::max(v, 1e-12));
+  }
+  return tot.images;
+}
+
+TrainData open_image_train_data(const TrainConfig& c, Device device) {
+  const ImageOptions& o = c.image;
+  o.validate();
+  TrainData t;
+  t.format = "images";
+  ImageDataset train, val;
+  bool has_val = false;
+  std::string split_note;
+  if (has_split_folders(c.data) && std::filesystem::is_directory(c.data)) {
+    DatasetSplits s = image_folder_splits(c.data);
+    train = std::move(s.train);
+    val = std::move(s.eval);
+    has_val = true;
+    split_note = "train/ + " + s.eval_name + "/";
+  } else {
+    train = open_image_dataset(c.data);
+  }
+  if (!c.val.empty()) {
+    val = open_image_dataset(c.val);
+    KILN_CHECK(val.classes == train.classes || std::filesystem::is_regular_file(c.val), "--val ", c.val,
+               ": its classes differ from the training data's (", train.classes.size(), " vs ", val.classes.size(),
+               " class folders)");
+    has_val = true;
+  }
+  KILN_CHECK(train.size() > 0, "--data ", c.data, ": no training images");
+  keep_spread(train, c.limit);
+  ImageSizeSchedule sizes = ImageSizeSchedule::parse(o.image_size);
+  if (sizes.empty()) {
+    const int s = probe_image_size(train);
+    KILN_CHECK(s >= 4, "--data ", c.data, ": cannot read the first images to learn their size; pass --image-size");
+    sizes = ImageSizeSchedule::parse(std::to_string(s));
+    t.notes.push_back(str_cat("image size ", s, " (the first image's shorter side; --image-size to change)"));
+  }
+  if (sizes.progressive()) {
+    KILN_CHECK(c.model != "small_cnn", "--image-size ", o.image_size,
+               ": small_cnn takes one input size (its classifier is sized for it); progressive resizing needs a "
+               "model with global pooling (resnet18, resnet34, ...)");
+    t.notes.push_back("progressive resizing: " + sizes.str());
+  }
+  float mean[3], std[3];
+  const std::string norm_note =
+      resolve_norm(Normalization::parse(o.normalize), train, o.channels, sizes.final_size(), o.workers, mean, std);
+  if (!norm_note.empty()) t.notes.push_back(norm_note);
+  const std::string pin = pin_memory_note(device, o.pin_memory);
+  if (!pin.empty()) t.notes.push_back(pin);
+  if (o.pin_memory && device.is_cuda()) t.notes.push_back("batches: pinned host buffers, async copy to " + device.str());
+  t.num_classes = (int64_t)train.classes.size();
+  t.ledger = {{"format", "images"}, {"train", train.root}, {"train_samples", train.size()},
+              {"classes", train.classes}, {"image_size", sizes.str()}, {"normalize", o.normalize}};
+  t.ledger["mean"] = std::vector<float>(mean, mean + o.channels);
+  t.ledger["std"] = std::vector<float>(std, std + o.channels);
+  t.ledger["val"] = has_val ? nlohmann::json(val.root) : nlohmann::json();
+  t.ledger["val_samples"] = has_val ? val.size() : 0;
+  if (!split_note.empty()) t.notes.push_back("splits: " + split_note);
+  if (has_val && val.size() > 0)
+    t.val = std::make_unique<ImageSource>(std::move(val), o, sizes, mean, std, c.seed, device);
+  t.train = std::make_unique<ImageSource>(std::move(train), o, std::move(sizes), mean, std, c.seed, device);
+  return t;
+}
+
+std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& o, Device device,
+                                                    const std::string& stored_norm) {
+  o.validate();
+  ImageDataset ds, stats_ds;
+  if (std::filesystem::is_directory(path) && has_split_folders(path)) {
+    DatasetSplits s = image_folder_splits(path);
+    ds = std::move(s.eval);
+    stats_ds = std::move(s.train);
+  } else {
+    ds = open_image_dataset(path);
+    stats_ds = ds;
+  }
+  ImageSizeSchedule sizes = ImageSizeSchedule::parse(o.image_size);
+  if (sizes.empty()) sizes = ImageSizeSchedule::parse(std::to_string(std::max(4, probe_image_size(ds))));
+  sizes = ImageSizeSchedule::parse(std::to_string(sizes.final_size()));  // inference: the final size
+  float mean[3], std[3];
+  const std::string norm = o.normalize == "none" && !stored_norm.empty() ? stored_norm : o.normalize;
+  resolve_norm(Normalization::parse(norm), stats_ds, o.channels, sizes.final_size(), o.workers, mean, std);
+  return std::make_unique<ImageSource>(std::move(ds), o, std::move(sizes), mean, std, 0, device);
+}
+
+}  // namespace kiln
