@@ -90,6 +90,11 @@ nlohmann::json TrainConfig::to_json() const {
   j["checkpoint_every"] = checkpoint_every;
   j["out"] = out;
   j["limit"] = limit;
+  j["amp"] = amp;
+  if (amp) {
+    j["amp_init_scale"] = amp_init_scale;
+    j["amp_growth_interval"] = amp_growth_interval;
+  }
   return j;
 }
 

@@ -48,6 +48,10 @@ struct TrainConfig {
   int64_t checkpoint_every = 1;  // epochs between checkpoints (0: only at the end)
   std::string out = "runs";
   int64_t limit = -1;  // >= 0: use only the first N training samples
+  // Mixed precision (tools/lib/amp_training.h): autocast f16 + dynamic loss scaling.
+  bool amp = false;
+  double amp_init_scale = 65536.0;
+  int64_t amp_growth_interval = 2000;
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);
