@@ -19,6 +19,7 @@ using namespace kiln;
 
 namespace {
 Tensor param(const Shape& s) {
+  MemoryScope ms(MemoryTag::param);
   Tensor t = randn(s);
   t.set_requires_grad(true);
   return t;
