@@ -4,6 +4,8 @@
 // exactly the full-batch mean otherwise — backward; then clip, set the scheduled LR, step.
 // An epoch covers every sample once in a (seed, epoch)-determined order, ceil(N / batch) steps,
 // the last one smaller (no sample dropped): --batch N on N samples is exactly one step.
+// --amp (amp_training.h): forward and loss under autocast, backward of the scaled loss, unscale
+// before clipping, the step skipped (and the scale backed off) when a gradient is inf/NaN.
 #include "tools/lib/train_loop.h"
 
 #include <unistd.h>
