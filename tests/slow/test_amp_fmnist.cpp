@@ -1,9 +1,10 @@
-// --amp against f32 on Fashion-MNIST: `kiln train` of the small CNN with the main job's
-// hyper-parameters, on the first 12000 training images for one epoch, once in f32 and once with
-// --amp (same data, same seed); the --amp validation accuracy (full t10k split) must be within
-// 0.3 points of f32's, and the run must not have skipped more than a handful of steps. Skipped with
-// a message when dataset-fashion-mnist is not installed. The full 2-epoch comparison is measured by
-// hand (tests/support/cli/main_job.sh with --amp; numbers in the commit message).
+// --amp against f32 on Fashion-MNIST: the main job (`kiln train` of the small CNN, 2 epochs on all
+// 60000 images, tests/support/cli/main_job.sh's hyper-parameters), once in f32 and once with --amp
+// (same data, same seed); the --amp validation accuracy (full t10k split) must be within 0.3 points
+// of f32's, and the run must not have skipped more than a handful of steps. Takes ~10 minutes on
+// 2 threads. A shortened run is too noisy for 0.3 points: with --limit 12000 and one epoch the two
+// differed by 0.84 points (f32 81.12%), while the full job measured 90.16% vs 90.12%.
+// Skipped with a message when dataset-fashion-mnist is not installed.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -19,8 +20,8 @@ namespace {
 nlohmann::json run_fmnist(const std::string& data, const std::string& name, const std::string& extra) {
   const std::string out = kiln_test::cli_temp_dir(name);
   auto r = kiln_test::run_kiln("train --model small_cnn --data " + data +
-                               " --epochs 1 --batch 64 --optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine "
-                               "--seed 0 --threads 2 --limit 12000 --out " +
+                               " --epochs 2 --batch 64 --optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine "
+                               "--seed 0 --threads 2 --out " +
                                out + extra);
   REQUIRE_MESSAGE(r.status == 0, r.output);
   std::ifstream f(out + "/runs.jsonl");
@@ -31,7 +32,7 @@ nlohmann::json run_fmnist(const std::string& data, const std::string& name, cons
 
 }  // namespace
 
-TEST_CASE("amp slow: small_cnn on 12000 Fashion-MNIST images, --amp within 0.3 points of f32") {
+TEST_CASE("amp slow: small_cnn on Fashion-MNIST, 2 epochs, --amp within 0.3 points of f32") {
   const std::string data = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(data)) {
     MESSAGE("skipped: " << data << " not installed (apt install dataset-fashion-mnist)");
@@ -45,8 +46,8 @@ TEST_CASE("amp slow: small_cnn on 12000 Fashion-MNIST images, --amp within 0.3 p
                          << ", skipped " << amp["amp"]["skipped_steps"]);
   CHECK(f32["amp"]["enabled"] == false);
   CHECK(amp["amp"]["enabled"] == true);
-  CHECK(amp["data"]["train_samples"] == 12000);
-  CHECK(a32 >= 0.75);
+  CHECK(amp["data"]["train_samples"] == 60000);
+  CHECK(a32 >= 0.89);
   CHECK(std::fabs(a16 - a32) <= 0.003);
   CHECK(amp["amp"]["skipped_steps"].get<int64_t>() <= 5);
 }
