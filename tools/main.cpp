@@ -63,6 +63,13 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
   t->add_option("--out", c.out, "output folder: checkpoint.safetensors and runs.jsonl")->capture_default_str();
   t->add_option("--limit", c.limit, "use only the first N training samples (quick runs)")
       ->check(CLI::NonNegativeNumber);
+  t->add_flag("--amp", c.amp, "mixed precision: f16 autocast (conv, linear, matmul) + dynamic loss scaling");
+  t->add_option("--amp-init-scale", c.amp_init_scale, "initial loss scale of --amp")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--amp-growth-interval", c.amp_growth_interval, "clean steps before --amp doubles the loss scale")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 }  // namespace

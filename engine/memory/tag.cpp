@@ -11,6 +11,7 @@ const char* tag_name(MemoryTag t) {
     case MemoryTag::temporary: return "temporary";
     case MemoryTag::data: return "data";
     case MemoryTag::other: return "other";
+    case MemoryTag::param_f16: return "param_f16";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
 // Memory tags: every allocation is attributed to what it is for (param, grad, optimizer,
-// activation, temporary, data, other) and to the module path that asked for it. A thread-local
+// activation, temporary, data, other; param_f16: the per-step lower-precision copies of the
+// master weights that autocast makes) and to the module path that asked for it. A thread-local
 // scope sets both; the allocator reads them at allocation time.
 #pragma once
 #include <cstdint>
@@ -7,8 +8,8 @@
 
 namespace kiln {
 
-enum class MemoryTag : uint8_t { param, grad, optimizer, activation, temporary, data, other };
-constexpr int kNumMemoryTags = 7;
+enum class MemoryTag : uint8_t { param, grad, optimizer, activation, temporary, data, other, param_f16 };
+constexpr int kNumMemoryTags = 8;
 
 const char* tag_name(MemoryTag t);
 

@@ -1,5 +1,6 @@
 // matmul (1-D, 2-D, batched with broadcasting) and linear. A transposed operand is passed to
 // GEMM with a transpose flag instead of being copied.
+#include "engine/ops/autocast.h"
 #include "engine/ops/dispatch.h"
 #include "kernels/cpu/matmul.h"
 
@@ -81,6 +82,12 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_defined(a, "matmul", "first operand");
   check_defined(b, "matmul", "second operand");
+  if (autocast_enabled()) {  // lower-precision list
+    using namespace autocast_detail;
+    Tensor al = to_lower(a), bl = to_lower(b);
+    Suspend off;
+    return matmul(al, bl);
+  }
   check_same_device(a, b, "matmul");
   check_same_dtype(a, b, "matmul");
   check_floating(a, "matmul");
@@ -95,6 +102,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_defined(x, "linear", "input");
   check_defined(w, "linear", "weight");
+  if (autocast_enabled()) {  // lower-precision list
+    using namespace autocast_detail;
+    Tensor xl = to_lower(x), wl = to_lower(w), bl = to_lower(b);
+    Suspend off;
+    return linear(xl, wl, bl);
+  }
   KILN_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got ", w.str());
   KILN_CHECK(x.dim() >= 1 && x.sizes().back() == w.sizes()[1], "linear: input ", x.str(), " has ",
              x.dim() ? x.sizes().back() : 0, " features but weight ", w.str(), " expects ", w.sizes()[1]);

@@ -1,4 +1,5 @@
 // conv2d: x (N, C, H, W), w (K, C/groups, R, S), b (K) -> y (N, K, OH, OW).
+#include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/conv2d.h"
 
@@ -13,6 +14,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
   check_defined(x, "conv2d", "input");
   check_defined(w, "conv2d", "weight");
+  if (autocast_enabled()) {  // lower-precision list
+    using namespace autocast_detail;
+    Tensor xl = to_lower(x), wl = to_lower(w), bl = to_lower(b);
+    Suspend off;
+    return conv2d(xl, wl, bl, stride, padding, dilation, groups);
+  }
   check_same_dtype(x, w, "conv2d");
   check_same_device(x, w, "conv2d");
   if (is_16bit(x.dtype())) {

@@ -1,5 +1,6 @@
 // Losses: cross_entropy (class weights, label smoothing, ignore_index), nll_loss, mse_loss,
 // with PyTorch's reductions. logits (N, K), target (N) i64.
+#include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/loss.h"
 
@@ -26,6 +27,12 @@ Shape loss_shape(Reduction r, int64_t n) { return r == Reduction::none ? Shape{n
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, Reduction reduction,
                      int64_t ignore_index, double label_smoothing) {
+  if (autocast_enabled()) {  // f32 list
+    using namespace autocast_detail;
+    Tensor lf = to_f32(logits), wf = to_f32(weight);
+    Suspend off;
+    return cross_entropy(lf, target, wf, reduction, ignore_index, label_smoothing);
+  }
   check_targets(logits, target, weight, "cross_entropy");
   if (is_16bit(logits.dtype())) {  // losses run in f32 (autocast rule)
     Tensor w = weight.defined() ? to_dtype(weight, DType::f32) : weight;
@@ -59,6 +66,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
                 int64_t ignore_index) {
+  if (autocast_enabled()) {  // f32 list
+    using namespace autocast_detail;
+    Tensor lf = to_f32(log_probs), wf = to_f32(weight);
+    Suspend off;
+    return nll_loss(lf, target, wf, reduction, ignore_index);
+  }
   check_targets(log_probs, target, weight, "nll_loss");
   if (is_16bit(log_probs.dtype())) {
     Tensor w = weight.defined() ? to_dtype(weight, DType::f32) : weight;
@@ -89,6 +102,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   check_defined(a, "mse_loss", "input");
   check_defined(b, "mse_loss", "target");
+  if (autocast_enabled()) {  // f32 list
+    using namespace autocast_detail;
+    Tensor af = to_f32(a), bf = to_f32(b);
+    Suspend off;
+    return mse_loss(af, bf, reduction);
+  }
   check_same_dtype(a, b, "mse_loss");
   check_same_device(a, b, "mse_loss");
   KILN_CHECK(a.sizes() == b.sizes(), "mse_loss: input ", a.str(), " and target ", b.str(), " differ in shape");

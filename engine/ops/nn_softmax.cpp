@@ -1,4 +1,5 @@
 // softmax / log_softmax along any dim (moved last, reduced row by row) and their backward.
+#include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/softmax.h"
 
@@ -8,6 +9,11 @@ namespace {
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log_form) {
   const char* name = log_form ? "log_softmax" : "softmax";
   check_defined(x, name, "input");
+  if (autocast_enabled()) {  // f32 list
+    Tensor xf = autocast_detail::to_f32(x);
+    autocast_detail::Suspend off;
+    return softmax_impl(xf, dim, log_form);
+  }
   if (is_16bit(x.dtype())) return to_dtype(softmax_impl(to_dtype(x, DType::f32), dim, log_form), x.dtype());
   int d = wrap_dim(dim, x.dim(), name);
   int64_t nd = std::max<int64_t>(x.dim(), 1);

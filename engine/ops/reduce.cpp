@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/ops/autocast.h"
 #include "engine/ops/dispatch.h"
 #include "kernels/cpu/reduce.h"
 
@@ -60,10 +61,36 @@ std::pair<Tensor, Tensor> run_reduce(ReduceOp op, const Tensor& x, const ReduceP
   return {out, idx};
 }
 
+Tensor sum_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+Tensor mean_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+
 }  // namespace
 
+// sum and mean are on autocast's f32 list; backward formulas and sum_to call the plain versions
+// so they keep their gradient's dtype even inside a region.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined(x, "sum", "input");
+  if (autocast_enabled()) {
+    Tensor xf = autocast_detail::to_f32(x);
+    autocast_detail::Suspend off;
+    return sum_impl(xf, dims, keepdim);
+  }
+  return sum_impl(x, dims, keepdim);
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  check_defined(x, "mean", "input");
+  if (autocast_enabled()) {
+    Tensor xf = autocast_detail::to_f32(x);
+    autocast_detail::Suspend off;
+    return mean_impl(xf, dims, keepdim);
+  }
+  return mean_impl(x, dims, keepdim);
+}
+
+namespace {
+
+Tensor sum_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   Tensor out = run_reduce(ReduceOp::sum, x, p, false, "sum").first;
   Shape in_shape = x.sizes(), keep = p.out_keep;
@@ -73,8 +100,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined(x, "mean", "input");
+Tensor mean_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
   Tensor out = run_reduce(ReduceOp::mean, x, p, false, "mean").first;
   Shape in_shape = x.sizes(), keep = p.out_keep;
@@ -84,6 +110,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   });
   return out;
 }
+
+}  // namespace
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, bool keepdim) {
   check_defined(x, "var", "input");
@@ -97,7 +125,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, boo
   auto node = record_op("var", {x}, {out}, [keep, rd, den](FunctionNode& n, const std::vector<Tensor>& g) {
     // d var / dx = 2 (x - mean) / den
     Tensor x = n.saved(0);
-    Tensor m = mean(x, rd, true);
+    Tensor m = mean_impl(x, rd, true);
     Tensor gk = reshape(g[0], keep);
     return std::vector<Tensor>{mul(mul(sub(x, m), gk), 2.0 / den)};
   });
@@ -147,7 +175,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     else if (shape[i - lead] == 1 && x.sizes()[i] != 1) dims.push_back((int64_t)i);
   }
   if (dims.empty()) return reshape(x, shape);
-  return reshape(sum(x, dims, true), shape);
+  return reshape(sum_impl(x, dims, true), shape);
 }
 
 }  // namespace kiln

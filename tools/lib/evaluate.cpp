@@ -10,7 +10,7 @@ namespace kiln {
 int64_t count_correct(const Tensor& logits, const Tensor& y) {
   KILN_CHECK(logits.dim() == 2 && y.dim() == 1 && y.size(0) == logits.size(0), "count_correct: logits ",
              shape_str(logits.sizes()), " and labels ", shape_str(y.sizes()));
-  const std::vector<float> l = to_device(logits.detach(), Device::cpu()).to_vector<float>();
+  const std::vector<float> l = to_device(to_dtype(logits.detach(), DType::f32), Device::cpu()).to_vector<float>();
   const std::vector<int64_t> t = to_device(y, Device::cpu()).to_vector<int64_t>();
   const int64_t b = logits.size(0), k = logits.size(1);
   int64_t correct = 0;

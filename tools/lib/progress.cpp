@@ -27,8 +27,8 @@ void ProgressLine::update(int64_t step, double loss, int64_t images) {
   std::snprintf(buf, sizeof buf, "epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %d:%02d",
                 (long long)epoch_, (long long)epochs_, (long long)step, (long long)steps_, loss, rate,
                 (int)eta / 60, (int)eta % 60);
-  if (tty_) os_ << '\r' << buf << "\x1b[K" << std::flush;
-  else os_ << buf << '\n' << std::flush;
+  if (tty_) os_ << '\r' << buf << suffix_ << "\x1b[K" << std::flush;
+  else os_ << buf << suffix_ << '\n' << std::flush;
 }
 
 void ProgressLine::finish() {

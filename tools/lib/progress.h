@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 namespace kiln {
 
@@ -15,12 +16,15 @@ class ProgressLine {
   void update(int64_t step, double loss, int64_t images);
   // Clears a TTY line (the epoch summary follows on its own line).
   void finish();
+  // Text appended to the line from now on (e.g. the --amp loss scale); "" for none.
+  void set_suffix(const std::string& s) { suffix_ = s; }
 
  private:
   std::ostream& os_;
   bool tty_;
   int64_t epoch_, epochs_, steps_;
   int64_t next_report_ = 1;
+  std::string suffix_;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 

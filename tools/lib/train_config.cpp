@@ -94,6 +94,11 @@ nlohmann::json TrainConfig::to_json() const {
   j["memory_report"] = memory_report;
   j["image"] = image.to_json();
   j["alloc"] = alloc.to_json();
+  j["amp"] = amp;
+  if (amp) {
+    j["amp_init_scale"] = amp_init_scale;
+    j["amp_growth_interval"] = amp_growth_interval;
+  }
   return j;
 }
 

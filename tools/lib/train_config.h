@@ -55,6 +55,10 @@ struct TrainConfig {
   std::string memory_report;     // HTML memory report path (empty: none)
   ImageOptions image;  // image folders / CSV lists: --image-size, --augment, --normalize, ...
   AllocOptions alloc;  // --device-memory, --memory-snapshot, --trace, --alloc-trace
+  // Mixed precision (tools/lib/amp_training.h): autocast f16 + dynamic loss scaling.
+  bool amp = false;
+  double amp_init_scale = 65536.0;
+  int64_t amp_growth_interval = 2000;
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);

@@ -4,6 +4,8 @@
 // exactly the full-batch mean otherwise — backward; then clip, set the scheduled LR, step.
 // An epoch covers every sample once in a (seed, epoch)-determined order, ceil(N / batch) steps,
 // the last one smaller (no sample dropped): --batch N on N samples is exactly one step.
+// --amp (amp_training.h): forward and loss under autocast, backward of the scaled loss, unscale
+// before clipping, the step skipped (and the scale backed off) when a gradient is inf/NaN.
 #include "tools/lib/train_loop.h"
 
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include "engine/ops/ops.h"
 #include "kernels/cpu/threads.h"
 #include "tools/lib/alloc_flags.h"
+#include "tools/lib/amp_training.h"
 #include "tools/lib/checkpoint.h"
 #include "tools/lib/devices.h"
 #include "tools/lib/evaluate.h"
@@ -62,6 +65,10 @@ nlohmann::json epoch_json(const EpochStats& e) {
   j["val_loss"] = e.val_loss >= 0 ? nlohmann::json(e.val_loss) : nlohmann::json();
   j["val_acc"] = e.val_acc >= 0 ? nlohmann::json(e.val_acc) : nlohmann::json();
   j["peak_memory_bytes"] = e.peak_memory >= 0 ? nlohmann::json(e.peak_memory) : nlohmann::json();
+  if (e.loss_scale > 0) {
+    j["loss_scale"] = e.loss_scale;
+    j["skipped_steps"] = e.skipped_steps;
+  }
   return j;
 }
 
@@ -137,6 +144,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       << " steps/epoch\n";
   if (!c.out.empty()) fs::create_directories(c.out);
 
+  AmpTraining amp(c, device);
+  if (amp.enabled()) log << "amp: f16 autocast, loss scale " << amp.loss_scale() << "\n";
   TrainResult result;
   FirstStepRecorder first_step(c.alloc, device);
   for (int64_t epoch = start_epoch; epoch < c.epochs; ++epoch) {
@@ -163,10 +172,11 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
         Tensor logits, loss;
         {
           MemoryScope scope(MemoryTag::temporary);
+          auto autocast = amp.region();
           logits = (*model)(b.x);
           loss = cross_entropy(logits, b.y, class_weights);
         }
-        mul(loss, (double)m / (double)n_step).backward();
+        amp.backward(mul(loss, (double)m / (double)n_step));
         const double lv = loss.item();
         KILN_CHECK(std::isfinite(lv), "train: loss became ", lv, " at epoch ", epoch + 1, ", step ", s + 1,
                    " (try a smaller --lr, --clip or --warmup)");
@@ -174,11 +184,15 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
         correct += count_correct(logits, b.y);
         seen += m;
       }
-      if (c.clip > 0) clip_gradients(model->parameters(), c.clip);
+      if (c.clip > 0) {
+        amp.unscale(model->parameters());
+        clip_gradients(model->parameters(), c.clip);
+      }
       es.lr = schedule.lr_at(c.lr, step, steps_per_epoch, total_steps);
       opt->set_lr(es.lr);
-      opt->step();
+      amp.step(model->parameters(), [&opt] { opt->step(); });
       memory.after_step(log);
+      bar.set_suffix(amp.progress_text());
       bar.update(s + 1, loss_sum / (double)seen, seen);
       if (!first_step.done()) {
         bar.finish();
@@ -192,7 +206,13 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     es.images_per_s = (double)seen / std::max(es.seconds, 1e-9);
     es.train_loss = loss_sum / (double)seen;
     es.train_acc = (double)correct / (double)seen;
+    if (amp.enabled()) {
+      es.loss_scale = amp.loss_scale();
+      es.skipped_steps = amp.skipped_steps();
+      log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
+    }
     if (data.val) {
+      auto autocast = amp.region();  // --amp evaluates in the same precision it trains in
       EvalResult ev = evaluate_source(*model, *data.val, c.batch, epoch, class_weights);
       report_bad_samples(*data.val, log);
       es.val_loss = ev.loss;
@@ -258,6 +278,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();
   j["wall_s"] = result.wall_s;
   j["memory"] = memory.to_json();
+  j["amp"] = amp.ledger_json();
   if (!c.out.empty()) append_ledger(c.out, j);
   result.ledger_line = j;
   return result;

@@ -22,6 +22,8 @@ struct EpochStats {
   double seconds = 0;
   double lr = 0;                 // LR of the epoch's last step
   int64_t peak_memory = -1;      // bytes, -1 unknown
+  double loss_scale = -1;        // --amp: the loss scale after the epoch (-1 without --amp)
+  int64_t skipped_steps = -1;    // --amp: optimizer steps skipped on inf/NaN so far
 };
 
 struct TrainResult {
