@@ -15,6 +15,7 @@ split after every epoch. images/s counts training images over training time (eva
 import argparse
 import gzip
 import json
+import math
 import os
 import sys
 import time
@@ -62,6 +63,8 @@ def main():
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--schedule", choices=["none", "cosine"], default="none",
+                   help="per-step learning rate: none, or cosine from lr to 0 over the run (kiln's --schedule cosine)")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke runs)")
     args = p.parse_args()
 
@@ -88,6 +91,8 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     gen = torch.Generator().manual_seed(args.seed)
     accs, losses, train_s, seen = [], [], 0.0, 0
+    steps_per_epoch = (len(xtr) + args.batch - 1) // args.batch
+    total_steps, step = steps_per_epoch * args.epochs, 0
     for _ in range(args.epochs):
         model.train()
         t0 = time.perf_counter()
@@ -95,6 +100,10 @@ def main():
         total, n = 0.0, 0
         for i in range(0, len(order), args.batch):
             idx = order[i:i + args.batch]
+            if args.schedule == "cosine":  # the lr of step `step`, set before it, as kiln does
+                for g in opt.param_groups:
+                    g["lr"] = 0.5 * args.lr * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
+            step += 1
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
