@@ -199,7 +199,9 @@ void CachingAllocator::retag(void* ptr, MemoryTag tag) {
   stats_.tag_requested[(int)b->tag].add(-rq);
   stats_.tag_allocated[(int)tag].add(sz);
   stats_.tag_requested[(int)tag].add(rq);
+  const MemoryTag prev = b->tag;
   b->tag = tag;
+  if (ring_) trace(TraceKind::retag, b->id, (uintptr_t)b->ptr, b->requested, b->stream, tag, b->module).prev_tag = prev;
 }
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
@@ -508,7 +510,7 @@ std::vector<std::pair<std::string, int64_t>> CachingAllocator::top_modules(size_
   return v;
 }
 
-void CachingAllocator::trace(TraceKind kind, uint64_t id, uintptr_t addr, size_t size, StreamId stream,
+TraceEvent& CachingAllocator::trace(TraceKind kind, uint64_t id, uintptr_t addr, size_t size, StreamId stream,
                              MemoryTag tag, uint32_t module) {
   TraceEvent& e = ring_->push();
   e.ts_ns = now_ns();
@@ -520,6 +522,7 @@ void CachingAllocator::trace(TraceKind kind, uint64_t id, uintptr_t addr, size_t
   e.tag = tag;
   e.module = module;
   for (int t = 0; t < kNumMemoryTags; ++t) e.tag_bytes[t] = stats_.tag_allocated[t].current;
+  return e;
 }
 
 void CachingAllocator::enable_trace(size_t capacity) {

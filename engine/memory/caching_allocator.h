@@ -148,7 +148,7 @@ class CachingAllocator : public Allocator {
   bool map_arena();
   void account_alloc(Block* b, Pool pool);
   void account_free(Block* b, Pool pool);
-  void trace(TraceKind kind, uint64_t id, uintptr_t addr, size_t size, StreamId stream, MemoryTag tag,
+  TraceEvent& trace(TraceKind kind, uint64_t id, uintptr_t addr, size_t size, StreamId stream, MemoryTag tag,
              uint32_t module);
   [[noreturn]] void throw_oom(size_t requested, size_t rounded);
   void poison(Block* b);

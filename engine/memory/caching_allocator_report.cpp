@@ -18,6 +18,7 @@ const char* trace_kind_name(TraceKind k) {
     case TraceKind::map: return "segment map";
     case TraceKind::unmap: return "segment unmap";
     case TraceKind::oom: return "oom";
+    case TraceKind::retag: return "retag";
   }
   return "?";
 }
@@ -130,6 +131,10 @@ nlohmann::json CachingAllocator::chrome_trace() const {
     switch (e.kind) {
       case TraceKind::alloc:
       case TraceKind::free:
+        counter((int)e.tag, e.tag_bytes[(int)e.tag], ts);
+        break;
+      case TraceKind::retag:
+        counter((int)e.prev_tag, e.tag_bytes[(int)e.prev_tag], ts);
         counter((int)e.tag, e.tag_bytes[(int)e.tag], ts);
         break;
       case TraceKind::map:

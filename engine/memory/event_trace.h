@@ -11,7 +11,9 @@
 
 namespace kiln {
 
-enum class TraceKind : uint8_t { alloc, free, map, unmap, oom };
+// retag: a live block changed attribution (e.g. an op output saved for backward becomes an
+// activation, a gradient buffer moves to `grad`): the per-tag levels move without an alloc.
+enum class TraceKind : uint8_t { alloc, free, map, unmap, oom, retag };
 const char* trace_kind_name(TraceKind k);
 
 struct TraceEvent {
@@ -22,6 +24,7 @@ struct TraceEvent {
   StreamId stream = 0;
   uint32_t module = 0;
   MemoryTag tag = MemoryTag::other;
+  MemoryTag prev_tag = MemoryTag::other;  // retag: the tag before
   TraceKind kind = TraceKind::alloc;
   int64_t tag_bytes[kNumMemoryTags] = {};  // allocated bytes per tag after the event
 };

@@ -13,9 +13,11 @@ namespace kiln {
 
 namespace {
 
-// Tag colours, in MemoryTag order: param, grad, optimizer, activation, temporary, data, other.
-const char* const kTagColor[kNumMemoryTags] = {"#4e79a7", "#f28e2b", "#b07aa1", "#e15759",
-                                               "#76b7b2", "#59a14f", "#9c9c9c"};
+// Tag colours, in MemoryTag order: param, grad, optimizer, activation, temporary, data, other,
+// param_f16 (the per-step f16 weight copies of --amp).
+const char* const kTagColor[] = {"#4e79a7", "#f28e2b", "#b07aa1", "#e15759",
+                                 "#76b7b2", "#59a14f", "#9c9c9c", "#edc948"};
+static_assert(sizeof(kTagColor) / sizeof(kTagColor[0]) == kNumMemoryTags, "one colour per memory tag");
 
 std::string human(int64_t b) {
   char buf[48];
@@ -239,6 +241,8 @@ std::string render_memory_report(const MemPrediction& p, const MemMeasured& m) {
        "for(let k=0;k<p.length;k++){t+=p[k];if(p[k])parts.push(names[k]+' '+h(p[k]));}"
        "r.textContent='total '+h(t)+': '+parts.join(', ');});})();\n</script>\n";
   o << "</body></html>\n";
+  // A failed insertion (e.g. a null string) sets badbit and silently drops the rest of the page.
+  KILN_CHECK(o.good(), "memory report: rendering the page failed");
   return o.str();
 }
 
