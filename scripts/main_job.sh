@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-$(nproc 2>/dev/null || echo 2)}
-scripts/setup.sh
+scripts/setup.sh --cli
 DATA=/usr/share/datasets/fashion-mnist
 JPEG=${KILN_FMNIST_JPEG:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/fashion-mnist-jpeg}
 build/kiln export-images --data "$DATA" --out "$JPEG" --quality 95

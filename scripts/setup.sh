@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kiln needs to build, test and run its main job (quick when they
 # are already there), then configures and builds kiln in ./build (Release; CUDA when nvcc exists).
-# Usage: scripts/setup.sh [--test] [extra cmake args...]   (--test adds what only the tests need)
+# Usage: scripts/setup.sh [--test | --cli] [extra cmake args...]
+#   --test  also installs what only the tests need, and builds everything (tests, benchmarks)
+#   --cli   builds only the `kiln` command (what the main job needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for_tests=0
-if [ "${1:-}" = "--test" ]; then
-  for_tests=1
-  shift
-fi
+target=all
+case "${1:-}" in
+  --test) for_tests=1; shift ;;
+  --cli) target=kiln_cli; shift ;;
+esac
 
 packages=(build-essential cmake pkg-config libturbojpeg0-dev libstb-dev doctest-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil
@@ -29,4 +32,4 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build build -j"$jobs"
+cmake --build build -j"$jobs" --target "$target"
