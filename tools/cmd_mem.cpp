@@ -19,6 +19,7 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   m->add_option("--checkpoint", o.checkpoint, "recompute segments N (0: off) or auto (fit the budget)")
       ->capture_default_str();
+  m->add_flag("--amp", c.train.amp, "mixed precision as kiln train --amp: f16 autocast + dynamic loss scaling");
   m->add_option("--accum", c.train.accum, "micro-batches per step")->check(CLI::PositiveNumber)->capture_default_str();
   m->add_option("--device-memory", o.device_memory, "memory budget, e.g. 8G (default: the device's capacity)");
   m->add_flag("--json", o.json, "print one JSON object");

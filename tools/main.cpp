@@ -70,6 +70,9 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
   t->add_option("--amp-growth-interval", c.amp_growth_interval, "clean steps before --amp doubles the loss scale")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  t->add_option("--kernels", c.kernels,
+                "GEMM/convolution kernels on CUDA: vendor (cuBLAS/cuDNN) or kiln (kiln's Tensor Core kernels)")
+      ->capture_default_str();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "engine/autograd/node.h"
 #include "engine/core/generator.h"
 #include "engine/memory/tag.h"
+#include "engine/ops/autocast.h"
 
 namespace kiln::nn {
 
@@ -44,6 +45,10 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
   if (!any_requires_grad(inputs)) return fn(x);  // nothing to differentiate: a plain run keeps nothing either
 
   const RngState rng = global_rng();  // the state fn starts from; the recompute replays it
+  // The autocast state fn runs under; the recompute (in backward, normally outside the region)
+  // re-enters it so it computes the same dtypes, and the same values, as the forward.
+  const bool ac_enabled = autocast_enabled();
+  const DType ac_dtype = autocast_dtype();
   Tensor y;
   {
     NoGradGuard ng;
@@ -53,7 +58,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
   if (y.is_same(x)) y = y.detach();  // never overwrite the input's own history
   const size_t n_inputs = inputs.size();
   auto node = record_op(label.c_str(), inputs, {y},
-                        [fn, rng, n_inputs, label](FunctionNode& nd, const std::vector<Tensor>& g) {
+                        [fn, rng, ac_enabled, ac_dtype, n_inputs, label](FunctionNode& nd, const std::vector<Tensor>& g) {
                           const bool need_dx = nd.needs_input_grad(0);
                           Tensor xd = nd.saved(0).detach();  // x: same data, a fresh leaf
                           if (need_dx) xd.set_requires_grad(true);
@@ -61,6 +66,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
                           {
                             RecomputeScope rs(rng);
                             EnableGradGuard eg;
+                            AutocastGuard ac(ac_enabled, ac_dtype);
                             yr = fn(xd);
                           }
                           KILN_CHECK(yr.sizes() == g[0].sizes(), label, ": the recomputed output ", yr.str(),

@@ -1,8 +1,8 @@
 // Recompute-on-backward (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost").
 // checkpoint(fn, x) runs fn under NoGradGuard, so none of its intermediate tensors are kept; it
-// saves only x, the Philox generator state and the module path. Its backward node restores the
-// generator state, re-runs fn with grad enabled on a detached copy of x that requires grad
-// (BatchNorm uses batch statistics but does not update its running buffers again: see
+// saves only x, the Philox generator state, the autocast state (enabled + dtype) and the module
+// path. Its backward node restores the generator state, re-enters the autocast state, re-runs
+// fn with grad enabled on a detached copy of x that requires grad (BatchNorm uses batch statistics but does not update its running buffers again: see
 // recomputing()), back-propagates the incoming gradient through that graph and returns the
 // gradient of x; parameter gradients accumulate into the parameters as in a plain backward.
 // On the CPU in f32 the gradients are the plain run's bit for bit.

@@ -70,7 +70,8 @@ void LossScaler::unscale_(Optimizer& opt) { unscale_(params_of(opt)); }
 
 bool LossScaler::read_found_inf() {
   if (!found_read_) {
-    found_host_ = found_inf_.item() != 0.0;
+    // The meta device (memory prediction) has shapes but no values: its steps are clean.
+    found_host_ = device_.is_meta() ? false : found_inf_.item() != 0.0;
     found_read_ = true;
     ++syncs_;
   }
@@ -94,6 +95,22 @@ bool LossScaler::step(const std::vector<Tensor>& params, const std::function<voi
 
 bool LossScaler::step(Optimizer& opt) {
   return step(params_of(opt), [&opt] { opt.step(); });
+}
+
+void LossScaler::load_state(double scale, int64_t growth_tracker, int64_t skipped_steps) {
+  KILN_CHECK(scale > 0 && std::isfinite(scale) && scale <= FLT_MAX, "LossScaler.load_state: scale ", scale,
+             " must be a positive finite f32 value");
+  KILN_CHECK(growth_tracker >= 0 && skipped_steps >= 0, "LossScaler.load_state: negative counters (",
+             growth_tracker, ", ", skipped_steps, ")");
+  if (!o_.enabled) return;
+  NoGradGuard ng;
+  fill_(scale_, scale);
+  fill_(tracker_, (double)growth_tracker);
+  fill_(found_inf_, 0.0);
+  scale_host_ = (double)(float)scale;
+  tracker_host_ = growth_tracker;
+  skipped_ = skipped_steps;
+  unscaled_ = found_read_ = found_host_ = last_skipped_ = false;
 }
 
 void LossScaler::update() {

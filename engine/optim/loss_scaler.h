@@ -11,6 +11,8 @@
 // parameters' device and is updated there with tensor ops; the host reads found_inf exactly once
 // per step (in step(), or in update() when step() was not called) and keeps a mirror of the scale
 // and the counters from it, so scale() and the counters cost no device synchronization.
+// On the meta device (tools/lib/mem_predict) it allocates and runs the same ops; found_inf reads
+// as 0 there (no values), so every meta step is a clean one.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -56,6 +58,10 @@ class LossScaler {
   int64_t growth_tracker() const { return tracker_host_; }   // consecutive clean steps
   bool last_step_skipped() const { return last_skipped_; }
   int64_t host_syncs() const { return syncs_; }              // found_inf reads so far (tests)
+  // Restores a saved state (training checkpoints): scale, consecutive clean steps and skipped
+  // steps, on the device and in the host mirror. Throws kiln::Error for a non-positive or
+  // non-finite scale or negative counters; a no-op when disabled.
+  void load_state(double scale, int64_t growth_tracker, int64_t skipped_steps);
   // The device state (one-element f32 tensors), e.g. to check the mirror against.
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& growth_tracker_tensor() const { return tracker_; }

@@ -1,14 +1,20 @@
 // `kiln train --amp` end to end on a tiny npy data set (small_cnn): the progress line shows the
 // loss scale and the skipped steps, runs.jsonl records them (per epoch and for the run); a run
-// started with a loss scale that overflows f16 (--amp-init-scale) skips its first steps, backs off and finishes.
+// started with a loss scale that overflows f16 (--amp-init-scale) skips its first steps, backs off and finishes;
+// the scaler's state travels in the training checkpoint (2 epochs == 1 epoch + --resume 1 epoch);
+// --kernels kiln|vendor is parsed and checked.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/io/safetensors.h"
 #include "support/cli/run_kiln.h"
+#include "tools/lib/kernel_option.h"
 
 using kiln_test::contains;
 using kiln_test::run_kiln;
@@ -72,4 +78,69 @@ TEST_CASE("cli train --amp: loss scale and skipped steps in the progress line an
   nlohmann::json j3 = last_ledger_line(out3 + "/runs.jsonl");
   CHECK(j3["amp"]["enabled"] == false);
   CHECK_FALSE(j3["epochs"][0].contains("loss_scale"));
+}
+
+TEST_CASE("cli train --amp: 2 epochs equal 1 epoch + --resume 1 epoch (weights, loss scale, skipped steps)") {
+  const std::string data = kiln_test::cli_temp_dir("amp_resume_data");
+  kiln_test::make_npy_folder(data, 32, 1, 8, 2);
+  const std::string a = kiln_test::cli_temp_dir("amp_resume_a"), b = kiln_test::cli_temp_dir("amp_resume_b");
+  // An overflowing initial scale (skipped steps, back-offs) and growth every 3 clean steps: the
+  // scale, the growth tracker and the skip count all move during the first epoch.
+  const std::string extra = " --amp-init-scale 16777216 --amp-growth-interval 3";
+  auto ra = run_kiln(amp_args(data, a, 2, 4) + extra + " --save " + a + "/w.safetensors");
+  REQUIRE_MESSAGE(ra.status == 0, ra.output);
+  auto rb1 = run_kiln(amp_args(data, b, 1, 4) + extra);
+  REQUIRE_MESSAGE(rb1.status == 0, rb1.output);
+  const std::map<std::string, std::string> meta = kiln::read_safetensors(b + "/checkpoint.safetensors").metadata;
+  REQUIRE(meta.count("amp_scale"));
+  CHECK(meta.at("amp_scale") != "16777216");  // it moved in epoch 1
+  CHECK(std::stoll(meta.at("amp_skipped_steps")) > 0);
+  auto rb2 = run_kiln(amp_args(data, b, 2, 4) + extra + " --resume " + b + "/checkpoint.safetensors --save " + b +
+                      "/w.safetensors");
+  REQUIRE_MESSAGE(rb2.status == 0, rb2.output);
+  CHECK(contains(rb2.output, "resume:"));
+
+  const nlohmann::json ja = last_ledger_line(a + "/runs.jsonl"), jb = last_ledger_line(b + "/runs.jsonl");
+  MESSAGE("straight: scale " << ja["amp"]["loss_scale"] << ", skipped " << ja["amp"]["skipped_steps"]
+                             << "; resumed: scale " << jb["amp"]["loss_scale"] << ", skipped "
+                             << jb["amp"]["skipped_steps"]);
+  CHECK(ja["amp"]["loss_scale"] == jb["amp"]["loss_scale"]);
+  CHECK(ja["amp"]["skipped_steps"] == jb["amp"]["skipped_steps"]);
+  const kiln::SafetensorsFile wa = kiln::read_safetensors(a + "/w.safetensors");
+  const kiln::SafetensorsFile wb = kiln::read_safetensors(b + "/w.safetensors");
+  REQUIRE(wa.tensors.size() == wb.tensors.size());
+  for (size_t i = 0; i < wa.tensors.size(); ++i) {
+    CHECK(wa.tensors[i].name == wb.tensors[i].name);
+    CHECK_MESSAGE(wa.tensors[i].array.bytes == wb.tensors[i].array.bytes, wa.tensors[i].name);
+  }
+  // A checkpoint saved without --amp resumes an --amp run from the initial scale, with a note.
+  const std::string c = kiln_test::cli_temp_dir("amp_resume_c");
+  auto rc1 = run_kiln("train --model small_cnn --data " + data + " --epochs 1 --batch 4 --optimizer sgd --lr 0.05 --momentum 0.9 "
+                      "--seed 3 --threads 1 --device cpu --out " + c);
+  REQUIRE_MESSAGE(rc1.status == 0, rc1.output);
+  auto rc2 = run_kiln(amp_args(data, c, 2, 4) + " --resume " + c + "/checkpoint.safetensors");
+  REQUIRE_MESSAGE(rc2.status == 0, rc2.output);
+  CHECK(contains(rc2.output, "has no loss scaler state"));
+}
+
+TEST_CASE("--kernels kiln|vendor: parsed and checked in every build") {
+  CHECK(kiln::check_kernels_option("vendor") == "vendor");
+  CHECK(kiln::check_kernels_option("kiln") == "kiln");
+  CHECK_THROWS_WITH_AS(kiln::check_kernels_option("cudnn"), doctest::Contains("expected vendor"), kiln::Error);
+  std::ostringstream log;
+  kiln::apply_kernels_option("vendor", log);
+  CHECK(log.str().empty());
+#if !defined(KILN_WITH_CUDA)
+  kiln::apply_kernels_option("kiln", log);
+  CHECK(contains(log.str(), "only affects CUDA kernels"));
+#endif
+  const std::string data = kiln_test::cli_temp_dir("kernels_data");
+  kiln_test::make_npy_folder(data, 8, 1, 8, 2);
+  auto bad = run_kiln(amp_args(data, kiln_test::cli_temp_dir("kernels_bad"), 1, 8) + " --kernels fast");
+  CHECK(bad.status != 0);
+  CHECK(contains(bad.output, "--kernels: 'fast'"));
+  const std::string out = kiln_test::cli_temp_dir("kernels_ok");
+  auto ok = run_kiln(amp_args(data, out, 1, 8) + " --kernels kiln");
+  REQUIRE_MESSAGE(ok.status == 0, ok.output);
+  CHECK(last_ledger_line(out + "/runs.jsonl")["config"]["kernels"] == "kiln");
 }

@@ -16,6 +16,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/sequential.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "models/registry.h"
 #include "support/tensor_host.h"
@@ -39,7 +40,9 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
 }
 
 // One training step (forward, cross entropy, backward) from a fixed seed; segments 0 = plain.
-StepResult run_step(const std::string& model, int64_t image, int64_t channels, int segments, bool input_grad) {
+// amp: the forward and the loss run under autocast (f16), backward outside it, as --amp does.
+StepResult run_step(const std::string& model, int64_t image, int64_t channels, int segments, bool input_grad,
+                    bool amp = false) {
   manual_seed(7);
   nn::ModulePtr m = models::make_model(model, 10, channels, image);
   m->train();
@@ -48,7 +51,11 @@ StepResult run_step(const std::string& model, int64_t image, int64_t channels, i
   Tensor x = normal({4, channels, image, image}, 0.0, 1.0);
   if (input_grad) x.set_requires_grad(true);
   Tensor y = tensor_from(std::vector<int64_t>{1, 3, 5, 7}, {4});
-  Tensor loss = cross_entropy((*m)(x), y);
+  Tensor loss;
+  {
+    AutocastGuard ac(amp, DType::f16);
+    loss = cross_entropy((*m)(x), y);
+  }
   loss.backward();
   StepResult r;
   r.loss = loss.item();
@@ -102,6 +109,26 @@ TEST_CASE("checkpointed small_cnn with dropout: bit for bit (Philox replay), inp
     CAPTURE(seg);
     check_equal(plain, run_step("small_cnn", 12, 1, seg, false));
   }
+}
+
+TEST_CASE("checkpoint under autocast recomputes under autocast: small_cnn and resnet18_small bit for bit") {
+  struct Case {
+    const char* model;
+    int64_t image, channels;
+    bool input_grad;
+  };
+  for (const Case& c : {Case{"small_cnn", 12, 1, false}, Case{"resnet18_small", 8, 3, true}}) {
+    CAPTURE(c.model);
+    StepResult plain = run_step(c.model, c.image, c.channels, 0, c.input_grad, /*amp=*/true);
+    // Autocast really changes the numbers (else the comparison below would prove nothing).
+    StepResult f32 = run_step(c.model, c.image, c.channels, 0, c.input_grad, /*amp=*/false);
+    CHECK(plain.tensors.front().second != f32.tensors.front().second);
+    for (int seg : {2, 3}) {
+      CAPTURE(seg);
+      check_equal(plain, run_step(c.model, c.image, c.channels, seg, c.input_grad, /*amp=*/true));
+    }
+  }
+  CHECK_FALSE(autocast_enabled());
 }
 
 TEST_CASE("the stages of resnet18 (torchvision stem) chain to forward exactly") {

@@ -2,7 +2,7 @@
 // starts fresh) predicts its step on the meta device at startup and measures the first step and
 // the epoch with the caching allocator; the ledger line must have both, within 2% for the peak
 // allocated bytes (small_cnn, resnet18_small, resnet18; batch and image sizes, optimizers,
-// --checkpoint, --accum). Also `kiln mem --json`, --max-batch and --checkpoint auto in-process.
+// --checkpoint, --accum, --amp: exact there too). Also `kiln mem --json`, --max-batch and --checkpoint auto in-process.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -37,6 +37,36 @@ struct TrainCase {
   std::string extra;
 };
 
+// Trains tc for two steps in a subprocess and compares the ledger's prediction with the
+// measurement; returns the ledger's memory object.
+nlohmann::json check_train_case(const TrainCase& tc, const std::string& tag) {  // the ledger line
+  CAPTURE(tag);
+  CAPTURE(tc.extra);
+  const std::string data = kiln_test::cli_temp_dir("mem_data_" + tag), out = kiln_test::cli_temp_dir("mem_out_" + tag);
+  kiln_test::make_npy_folder(data, 2 * tc.batch, tc.channels, tc.size, 4);  // two steps: first + steady
+  auto r = run_kiln("train --model " + std::string(tc.model) + " --data " + data + " --num-classes 4 --epochs 1 --batch " +
+                    std::to_string(tc.batch) + " --threads 1 --device cpu --lr 0.01 --out " + out + " " + tc.extra);
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  CHECK(contains(r.output, "memory predicted (meta run)"));
+  CHECK(contains(r.output, "memory first step: peak allocated measured"));
+  const nlohmann::json run = last_ledger_line(out + "/runs.jsonl");
+  const nlohmann::json& m = run["memory"];
+  REQUIRE(m["predicted"].is_object());
+  const int64_t p_first = m["predicted"]["first_step"]["peak_allocated"], p_all = m["predicted"]["peak_allocated"];
+  const int64_t m_first = m["measured_first_step"]["peak_allocated"];
+  const int64_t m_epoch = m["measured_epochs"][0]["measured_peak_allocated"];
+  MESSAGE(tag, " ", tc.extra, ": first step predicted ", p_first, " measured ", m_first, "; epoch predicted ", p_all,
+          " measured ", m_epoch);
+  CHECK(rel(p_first, m_first) < 0.02);
+  CHECK(rel(p_all, m_epoch) < 0.02);
+  // Per tag: parameters and gradients are exact.
+  CHECK(m["predicted"]["first_step"]["tag_peak"]["param"] == m["measured_first_step"]["tag_peak"]["param"]);
+  const int64_t grad_peak = std::max(m["predicted"]["first_step"]["tag_peak"]["grad"].get<int64_t>(),
+                                     m["predicted"]["steady_step"]["tag_peak"]["grad"].get<int64_t>());
+  CHECK(grad_peak == m["measured_epochs"][0]["measured_tag_peak"]["grad"].get<int64_t>());
+  return run;
+}
+
 }  // namespace
 
 TEST_CASE("predicted peak within 2% of the measured CPU peak (kiln train, ledger)") {
@@ -50,31 +80,41 @@ TEST_CASE("predicted peak within 2% of the measured CPU peak (kiln train, ledger
       {"resnet18", 3, 32, 2, "--optimizer sgd --checkpoint 3"},
   };
   int i = 0;
+  for (const TrainCase& tc : cases) check_train_case(tc, std::string(tc.model) + "_" + std::to_string(i++));
+}
+
+TEST_CASE("--amp: the prediction replays autocast and the loss scaler (exact on the CPU, with --checkpoint)") {
+  const TrainCase cases[] = {
+      {"small_cnn", 1, 16, 8, "--optimizer sgd"},
+      {"small_cnn", 3, 28, 16, "--optimizer sgd --momentum 0.9 --checkpoint 2 --accum 2"},
+      {"resnet18_small", 3, 16, 4, "--optimizer adamw --clip 1"},
+      {"resnet18_small", 3, 32, 4, "--optimizer sgd --momentum 0.9 --checkpoint 4"},
+      {"resnet18", 3, 32, 2, "--optimizer sgd --checkpoint 3"},
+  };
+  // The prediction is of a clean step (the optimizer runs and allocates its state); a scale of
+  // 8 keeps these runs from skipping steps, whose smaller footprint would not be comparable.
+  const std::string amp = " --amp --amp-init-scale 8";
+  int i = 0;
   for (const TrainCase& tc : cases) {
-    const std::string tag = std::string(tc.model) + "_" + std::to_string(i++);
-    CAPTURE(tag);
-    CAPTURE(tc.extra);
-    const std::string data = kiln_test::cli_temp_dir("mem_data_" + tag), out = kiln_test::cli_temp_dir("mem_out_" + tag);
-    kiln_test::make_npy_folder(data, 2 * tc.batch, tc.channels, tc.size, 4);  // two steps: first + steady
-    auto r = run_kiln("train --model " + std::string(tc.model) + " --data " + data + " --num-classes 4 --epochs 1 --batch " +
-                      std::to_string(tc.batch) + " --threads 1 --device cpu --lr 0.01 --out " + out + " " + tc.extra);
-    REQUIRE_MESSAGE(r.status == 0, r.output);
-    CHECK(contains(r.output, "memory predicted (meta run)"));
-    CHECK(contains(r.output, "memory first step: peak allocated measured"));
-    const nlohmann::json m = last_ledger_line(out + "/runs.jsonl")["memory"];
-    REQUIRE(m["predicted"].is_object());
-    const int64_t p_first = m["predicted"]["first_step"]["peak_allocated"], p_all = m["predicted"]["peak_allocated"];
-    const int64_t m_first = m["measured_first_step"]["peak_allocated"];
-    const int64_t m_epoch = m["measured_epochs"][0]["measured_peak_allocated"];
-    MESSAGE(tag, " ", tc.extra, ": first step predicted ", p_first, " measured ", m_first, "; epoch predicted ", p_all,
-            " measured ", m_epoch);
-    CHECK(rel(p_first, m_first) < 0.02);
-    CHECK(rel(p_all, m_epoch) < 0.02);
-    // Per tag: parameters and gradients are exact.
-    CHECK(m["predicted"]["first_step"]["tag_peak"]["param"] == m["measured_first_step"]["tag_peak"]["param"]);
-    const int64_t grad_peak = std::max(m["predicted"]["first_step"]["tag_peak"]["grad"].get<int64_t>(),
-                                       m["predicted"]["steady_step"]["tag_peak"]["grad"].get<int64_t>());
-    CHECK(grad_peak == m["measured_epochs"][0]["measured_tag_peak"]["grad"].get<int64_t>());
+    TrainCase ac = tc;
+    ac.extra += amp;
+    const nlohmann::json run = check_train_case(ac, std::string("amp_") + tc.model + "_" + std::to_string(i++));
+    const nlohmann::json& m = run["memory"];
+    CAPTURE(ac.extra);
+    CHECK(run["amp"]["skipped_steps"] == 0);
+    CHECK(m["predicted"]["amp"] == true);
+    // The per-step f16 weight copies exist and are predicted to the byte, as is the whole peak.
+    const int64_t f16_pred = m["predicted"]["first_step"]["tag_peak"]["param_f16"];
+    CHECK(f16_pred > 0);
+    CHECK(f16_pred == m["measured_first_step"]["tag_peak"]["param_f16"].get<int64_t>());
+    // Exact to the byte (optimizer state incl. the scaler's tensors too), except with AdamW: one
+    // 512-byte block per parameter more is measured in the optimizer tag (~31 KiB on
+    // resnet18_small, < 0.02%; not --amp specific, still to be found).
+    if (ac.extra.find("adamw") == std::string::npos) {
+      CHECK(m["predicted"]["first_step"]["peak_allocated"] == m["measured_first_step"]["peak_allocated"]);
+      CHECK(m["predicted"]["first_step"]["tag_peak"]["optimizer"] ==
+            m["measured_first_step"]["tag_peak"]["optimizer"]);
+    }
   }
 }
 

@@ -32,6 +32,12 @@ class AmpTraining {
   // updates the scale. Returns whether the step ran.
   bool step(const std::vector<Tensor>& params, const std::function<void()>& optimizer_step);
 
+  // The scaler's state for training checkpoints, and its restore (--resume).
+  const optim::LossScaler& scaler() const { return scaler_; }
+  void load_state(double scale, int64_t growth_tracker, int64_t skipped_steps) {
+    scaler_.load_state(scale, growth_tracker, skipped_steps);
+  }
+
   double loss_scale() const { return scaler_.current_scale(); }
   int64_t skipped_steps() const { return scaler_.skipped_steps(); }
   // "  scale 65536  skipped 0" under --amp, "" otherwise.

@@ -1,6 +1,8 @@
 // Checkpoint and weight files (see checkpoint.h).
 #include "tools/lib/checkpoint.h"
 
+#include <cstdio>
+
 #include "engine/io/safetensors.h"
 
 namespace kiln {
@@ -32,6 +34,13 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const Tra
       {"rng_offset", std::to_string(st.rng.offset)},
       {"config", c.to_json().dump()},
   };
+  if (st.has_amp) {
+    char scale[64];
+    std::snprintf(scale, sizeof scale, "%.17g", st.amp_scale);  // exact for an f32 scale
+    meta["amp_scale"] = scale;
+    meta["amp_growth_tracker"] = std::to_string(st.amp_growth_tracker);
+    meta["amp_skipped_steps"] = std::to_string(st.amp_skipped_steps);
+  }
   save_safetensors(path, all, meta);
 }
 
@@ -59,8 +68,14 @@ CheckpointState load_checkpoint(const std::string& path, nn::Module& model, Trai
     st.step = std::stoll(meta_at(f, "step", path));
     st.rng.seed = std::stoull(meta_at(f, "rng_seed", path));
     st.rng.offset = std::stoull(meta_at(f, "rng_offset", path));
+    if (f.metadata.count("amp_scale")) {
+      st.has_amp = true;
+      st.amp_scale = std::stod(meta_at(f, "amp_scale", path));
+      st.amp_growth_tracker = std::stoll(meta_at(f, "amp_growth_tracker", path));
+      st.amp_skipped_steps = std::stoll(meta_at(f, "amp_skipped_steps", path));
+    }
   } catch (const std::logic_error&) {
-    throw Error(str_cat("--resume: ", path, ": malformed epoch/step/rng metadata"));
+    throw Error(str_cat("--resume: ", path, ": malformed epoch/step/rng/amp metadata"));
   }
   return st;
 }

@@ -2,7 +2,8 @@
 // A checkpoint holds "model.<state_dict name>" and "optim.<optimizer state name>" tensors; its
 // __metadata__ holds format "kiln-checkpoint-1", model, num_classes, epoch (completed), step
 // (optimizer steps done), rng_seed / rng_offset (engine/core/generator.h) and the configuration
-// as JSON. A weights file (--save) is the plain state_dict with torchvision names, plus metadata
+// as JSON; under --amp also amp_scale, amp_growth_tracker and amp_skipped_steps (the LossScaler's
+// state, restored by --resume). A weights file (--save) is the plain state_dict with torchvision names, plus metadata
 // (model, num_classes, in_channels, image_size) that `kiln predict` uses to rebuild the model.
 #pragma once
 #include <cstdint>
@@ -19,6 +20,10 @@ struct CheckpointState {
   int64_t epoch = 0;
   int64_t step = 0;
   RngState rng;
+  // The --amp loss scaler's state (has_amp: the run that saved it used --amp).
+  bool has_amp = false;
+  double amp_scale = 0;
+  int64_t amp_growth_tracker = 0, amp_skipped_steps = 0;
 };
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const TrainOptimizer& opt,

@@ -28,7 +28,7 @@ void print_text(const MemPrediction& p, std::ostream& out) {
       << (p.config.checkpoint > 0 ? std::to_string(p.config.checkpoint) + " of " + std::to_string(p.num_stages) +
                                         " stages"
                                   : "off")
-      << ", device " << p.target << " (predicted on meta)\n";
+      << (t.amp ? ", amp f16" : "") << ", device " << p.target << " (predicted on meta)\n";
   const std::pair<const char*, int64_t> acc[] = {{"parameters", p.params},
                                                  {"gradients", p.grads},
                                                  {"optimizer state", p.optimizer},

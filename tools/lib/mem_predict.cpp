@@ -11,6 +11,7 @@
 #include "engine/memory/provider.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/ops/ops.h"
+#include "tools/lib/amp_training.h"
 #include "tools/lib/memory_peak.h"
 #include "tools/lib/train_components.h"
 
@@ -142,21 +143,27 @@ MemPrediction predict_memory(const MemConfig& c) {
     Tensor class_weights;  // the loop's class-weight tensor (allocated untagged, like train's)
     if (!c.train.class_weights.empty())
       class_weights = empty({num_classes_of(c)}, DType::f32, Device::meta());
+    // --amp: the loop's AmpTraining (its scaler's state tensors come after the class weights, as
+    // in train_loop), so autocast's f16 weight copies and the scaler's ops are replayed as well.
+    AmpTraining amp(c.train, Device::meta());
     const int64_t n_step = c.train.batch, micro = (n_step + c.train.accum - 1) / c.train.accum;
 
     auto step = [&](bool last) {
+      // The loop loads the whole step's batch before zero_grad; micro-batches are views of it.
+      Tensor x_step, y_step;
+      {
+        MemoryScope ds(MemoryTag::data);
+        x_step = empty({n_step, c.in_channels, c.image_size, c.image_size}, DType::f32, Device::meta());
+        y_step = empty({n_step}, DType::i64, Device::meta());
+      }
       model->zero_grad();
       for (int64_t mb = 0; mb < n_step; mb += micro) {
         const int64_t m = std::min(n_step, mb + micro) - mb;
-        Tensor x, y;
-        {
-          MemoryScope ds(MemoryTag::data);
-          x = empty({m, c.in_channels, c.image_size, c.image_size}, DType::f32, Device::meta());
-          y = empty({m}, DType::i64, Device::meta());
-        }
+        Tensor x = narrow(x_step, 0, mb, m), y = narrow(y_step, 0, mb, m);
         Tensor logits, loss;
         {
           MemoryScope scope(MemoryTag::temporary);
+          auto autocast = amp.region();
           logits = (*model)(x);
           loss = cross_entropy(logits, y, class_weights);
         }
@@ -165,9 +172,10 @@ MemPrediction predict_memory(const MemConfig& c) {
           r.activations = 0;
           for (auto& [n, b] : r.layer_activations) r.activations += b;
         }
-        mul(loss, (double)m / (double)n_step).backward();
+        amp.backward(mul(loss, (double)m / (double)n_step));
       }
       if (c.train.clip > 0) {
+        amp.unscale(model->parameters());
         // clip_grad_norm's allocations: per gradient an f64 copy, its square and the sum (the
         // norm itself needs data, so the scaling is not replayed; it is in place anyway).
         NoGradGuard ng;
@@ -179,7 +187,7 @@ MemPrediction predict_memory(const MemConfig& c) {
           }
       }
       opt->set_lr(c.train.lr);
-      opt->step();
+      amp.step(model->parameters(), [&opt] { opt->step(); });
     };
 
     session.begin_step();
@@ -305,6 +313,7 @@ nlohmann::json MemPrediction::to_json() const {
           {"optimizer", t.optimizer},
           {"momentum", t.momentum},
           {"checkpoint", config.checkpoint},
+          {"amp", t.amp},
           {"num_stages", num_stages},
           {"device", target},
           {"parameters", params},

@@ -4,8 +4,8 @@
 // per module path, the predicted peak allocated and reserved bytes of the first step and of the
 // steady state, and optionally the step's event timeline and the segment map at the peak.
 // The meta step mirrors tools/lib/train_loop.cpp's order of allocations (zero_grad, per
-// micro-batch: batch, forward, loss, backward; clip; optimizer step), so on the CPU the prediction
-// is exact. Must not touch real data or the target device's memory (it builds the model on the
+// micro-batch: batch, forward, loss, backward; clip; optimizer step), with --amp (train.amp) under
+// autocast and through the loop's LossScaler, so on the CPU the prediction is exact. Must not touch real data or the target device's memory (it builds the model on the
 // CPU briefly and returns that memory).
 #pragma once
 #include <array>

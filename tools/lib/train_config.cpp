@@ -95,6 +95,7 @@ nlohmann::json TrainConfig::to_json() const {
   j["image"] = image.to_json();
   j["alloc"] = alloc.to_json();
   j["amp"] = amp;
+  j["kernels"] = kernels;
   if (amp) {
     j["amp_init_scale"] = amp_init_scale;
     j["amp_growth_interval"] = amp_growth_interval;

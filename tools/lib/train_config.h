@@ -59,6 +59,7 @@ struct TrainConfig {
   bool amp = false;
   double amp_init_scale = 65536.0;
   int64_t amp_growth_interval = 2000;
+  std::string kernels = "vendor";  // GEMM/convolution kernels on CUDA: vendor | kiln (kernel_option.h)
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);

@@ -26,6 +26,7 @@
 #include "kernels/cpu/threads.h"
 #include "tools/lib/alloc_flags.h"
 #include "tools/lib/amp_training.h"
+#include "tools/lib/kernel_option.h"
 #include "tools/lib/checkpoint.h"
 #include "tools/lib/devices.h"
 #include "tools/lib/evaluate.h"
@@ -84,6 +85,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   KILN_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
+  apply_kernels_option(c.kernels, log);
   check_model_name(c.model);
   std::string device_note;
   const Device device = resolve_device(c.device, &device_note);
@@ -125,8 +127,9 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   const int64_t steps_per_epoch = (train.size() + c.batch - 1) / c.batch;
   const int64_t total_steps = steps_per_epoch * c.epochs;
   int64_t start_epoch = 0, step = 0;
+  CheckpointState resumed;
   if (!c.resume.empty()) {
-    CheckpointState st = load_checkpoint(c.resume, *model, *opt, c.model, num_classes, device);
+    CheckpointState st = resumed = load_checkpoint(c.resume, *model, *opt, c.model, num_classes, device);
     start_epoch = st.epoch;
     step = st.step;
     global_rng() = st.rng;
@@ -145,6 +148,11 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   if (!c.out.empty()) fs::create_directories(c.out);
 
   AmpTraining amp(c, device);
+  if (amp.enabled() && resumed.has_amp) {
+    amp.load_state(resumed.amp_scale, resumed.amp_growth_tracker, resumed.amp_skipped_steps);
+  } else if (amp.enabled() && !c.resume.empty()) {
+    log << "amp: " << c.resume << " has no loss scaler state (saved without --amp); starting from the initial scale\n";
+  }
   if (amp.enabled()) log << "amp: f16 autocast, loss scale " << amp.loss_scale() << "\n";
   TrainResult result;
   FirstStepRecorder first_step(c.alloc, device);
@@ -237,6 +245,12 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     const bool last = epoch + 1 == c.epochs;
     if (!c.out.empty() && (last || (c.checkpoint_every > 0 && (epoch + 1) % c.checkpoint_every == 0))) {
       CheckpointState st{epoch + 1, step, global_rng()};
+      if (amp.enabled()) {
+        st.has_amp = true;
+        st.amp_scale = amp.scaler().current_scale();
+        st.amp_growth_tracker = amp.scaler().growth_tracker();
+        st.amp_skipped_steps = amp.skipped_steps();
+      }
       save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c, num_classes);
     }
   }

@@ -1,0 +1,30 @@
+// `--kernels kiln|vendor` (see kernel_option.h).
+#include "tools/lib/kernel_option.h"
+
+#include "engine/core/error.h"
+
+#if defined(KILN_WITH_CUDA)
+#include "kernels/cuda/kernel_select.h"
+#endif
+
+namespace kiln {
+
+const std::string& check_kernels_option(const std::string& text) {
+  KILN_CHECK(text == "vendor" || text == "kiln", "--kernels: '", text,
+             "' is not a kernel source (expected vendor: cuBLAS/cuDNN, or kiln: kiln's Tensor Core kernels)");
+  return text;
+}
+
+void apply_kernels_option(const std::string& text, std::ostream& log) {
+  check_kernels_option(text);
+#if defined(KILN_WITH_CUDA)
+  kiln::cuda::set_kernel_source(kiln::cuda::parse_kernel_source(text));
+  if (text == "kiln") log << "kernels: kiln's own Tensor Core GEMM and convolution kernels on CUDA devices\n";
+#else
+  if (text == "kiln")
+    log << "kernels: --kernels kiln only affects CUDA kernels; this build has no CUDA backend, so the CPU "
+           "kernels run as usual\n";
+#endif
+}
+
+}  // namespace kiln
