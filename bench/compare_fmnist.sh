@@ -8,7 +8,7 @@ BUILD=${1:-build}
 T=${2:-2}
 shift $(( $# > 2 ? 2 : $# ))
 DATA=/usr/share/datasets/fashion-mnist
-HP=(--epochs 2 --batch 64 --optimizer adamw --lr 2e-3 --weight-decay 5e-4 --schedule cosine --threads "$T")
+HP=(--epochs 2 --batch 16 --optimizer adamw --lr 1e-3 --weight-decay 5e-4 --schedule cosine --threads "$T")
 echo "== kiln"
 start=$(date +%s)
 "$BUILD/kiln" train --model small_cnn --data "$DATA" "${HP[@]}" "$@" --out /tmp/kiln_compare_fmnist | grep -E "^epoch .* val"

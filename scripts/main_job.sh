@@ -13,7 +13,7 @@ scripts/setup.sh --cli
 DATA=/usr/share/datasets/fashion-mnist
 JPEG=${KILN_FMNIST_JPEG:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/fashion-mnist-jpeg}
 build/kiln export-images --data "$DATA" --out "$JPEG" --quality 95
-build/kiln train --model small_cnn --data "$JPEG" --channels 1 --normalize auto --epochs 2 --batch 64 \
-  --optimizer adamw --lr 2e-3 --weight-decay 5e-4 --schedule cosine --threads "$T" --workers 1 \
+build/kiln train --model small_cnn --data "$JPEG" --channels 1 --normalize auto --epochs 2 --batch 16 \
+  --optimizer adamw --lr 1e-3 --weight-decay 5e-4 --schedule cosine --threads "$T" --workers 1 \
   --out runs/fmnist --save runs/fmnist/small_cnn.safetensors
 echo "main job done: weights in runs/fmnist/small_cnn.safetensors, the run's record in runs/fmnist/runs.jsonl"
