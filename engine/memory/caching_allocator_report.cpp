@@ -149,7 +149,7 @@ nlohmann::json CachingAllocator::chrome_trace() const {
     }
   }
   return {{"traceEvents", ev}, {"displayTimeUnit", "ns"},
-          {"otherData", {{"device", device_.str()}, {"dropped_events", ring_->dropped()}}}};
+          {"otherData", {{"device", device_.str()}, {"dropped_events", ring_->dropped()}, {"t0_ns", t0}}}};
 }
 
 void CachingAllocator::write_trace_file(const std::string& path) const {

@@ -6,6 +6,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
+#include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
 #include "kernels/common/strided.h"
 #include "kernels/cpu/elementwise.h"
@@ -33,6 +34,7 @@ void check_floating(const Tensor& t, const char* op);
 #define KILN_DISPATCH(device, fn, ...)                         \
   do {                                                         \
     ::kiln::Device kiln_dev_ = (device);                       \
+    ::kiln::OpSpanScope kiln_span_(#fn);                       \
     if (kiln_dev_.is_cpu()) ::kiln::cpu::fn(__VA_ARGS__);      \
     else if (kiln_dev_.is_cuda()) KILN_CUDA_CALL(fn, __VA_ARGS__); \
   } while (0)

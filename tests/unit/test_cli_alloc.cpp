@@ -56,6 +56,20 @@ TEST_CASE("cli alloc: snapshot, Chrome trace, bench trace and per-tag peaks of t
   const nlohmann::json trace = nlohmann::json::parse(slurp(out + "/trace.json"));
   CHECK(trace.contains("traceEvents"));
   CHECK(trace["traceEvents"].size() > 10);
+  // op spans ("X" events) of the step's kernels, inside the memory counters' window
+  int spans = 0, conv_spans = 0, counters = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    const std::string ph = e.value("ph", "");
+    if (ph == "C") ++counters;
+    if (ph != "X") continue;
+    ++spans;
+    CHECK(e["ts"].get<double>() >= 0.0);
+    CHECK(e["dur"].get<double>() >= 0.0);
+    if (e["name"].get<std::string>().rfind("conv2d_forward", 0) == 0) ++conv_spans;
+  }
+  CHECK(counters > 10);
+  CHECK(spans > 10);
+  CHECK(conv_spans > 0);
   std::istringstream lines(slurp(out + "/step.trace"));
   std::string line;
   int allocs = 0, frees = 0;

@@ -1,6 +1,10 @@
 // Allocator options of `kiln train` (see alloc_flags.h).
 #include "tools/lib/alloc_flags.h"
 
+#include <nlohmann/json.hpp>
+
+#include "engine/ops/op_trace.h"
+
 #include "engine/core/error.h"
 #include "engine/io/atomic_file.h"
 #include "engine/memory/alloc_config.h"
@@ -47,6 +51,10 @@ void FirstStepRecorder::begin() {
   CachingAllocator* a = caching_allocator_for(d_);
   KILN_CHECK(a != nullptr, "--trace / --alloc-trace: ", d_.str(), " has no caching allocator");
   a->enable_trace(kTraceEvents);
+  if (!o_.trace.empty()) {
+    op_trace_take();  // drop spans from before the step
+    op_trace_enable(true);
+  }
 }
 
 void FirstStepRecorder::end(std::ostream& log) {
@@ -60,8 +68,12 @@ void FirstStepRecorder::end(std::ostream& log) {
     log << "memory snapshot (end of step 1): " << o_.memory_snapshot << "\n";
   }
   if (!o_.trace.empty()) {
-    write_text(o_.trace, a->chrome_trace().dump() + "\n", "--trace");
-    log << "allocator trace (step 1, Chrome trace JSON): " << o_.trace << "\n";
+    op_trace_enable(false);
+    nlohmann::json t = a->chrome_trace();
+    const nlohmann::json& other = t.contains("otherData") ? t["otherData"] : nlohmann::json::object();
+    if (other.contains("t0_ns")) append_op_spans(t, op_trace_take(), other["t0_ns"].get<uint64_t>());
+    write_text(o_.trace, t.dump() + "\n", "--trace");
+    log << "trace of step 1 (Chrome trace JSON: memory counters and op spans): " << o_.trace << "\n";
   }
   if (!o_.alloc_trace.empty()) {
     try {
