@@ -22,11 +22,6 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
   }
   check_same_dtype(x, w, "conv2d");
   check_same_device(x, w, "conv2d");
-  if (is_16bit(x.dtype())) {
-    Tensor b32 = b.defined() ? to_dtype(b, DType::f32) : b;
-    return to_dtype(conv2d(to_dtype(x, DType::f32), to_dtype(w, DType::f32), b32, stride, padding, dilation, groups),
-                    x.dtype());
-  }
   KILN_CHECK(x.dim() == 4, "conv2d: input must be 4-D (N, C, H, W), got ", x.str());
   KILN_CHECK(w.dim() == 4, "conv2d: weight must be 4-D (K, C/groups, R, S), got ", w.str());
   stride = expand_pair(stride, "conv2d", "stride");
@@ -43,29 +38,41 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
              " input channels but input ", x.str(), " has ", d.C);
   if (b.defined())
     KILN_CHECK(b.dim() == 1 && b.size(0) == d.K, "conv2d: bias ", b.str(), " does not match ", d.K, " output channels");
+  if (b.defined() && !is_16bit(x.dtype())) check_same_dtype(x, b, "conv2d");
   KILN_CHECK(d.out_h() > 0 && d.out_w() > 0, "conv2d: input ", x.str(), " is too small for kernel ", d.R, "x", d.S,
              " with padding ", d.pad_h, ",", d.pad_w, " and dilation ", d.dil_h, ",", d.dil_w);
   cpu::conv2d_check(d, "conv2d");
+  // 16-bit tensors compute in f32 and round on store (kiln's CPU rule); what is saved for
+  // backward stays 16-bit, so --amp halves the activations conv keeps.
+  const bool half = is_16bit(x.dtype());
+  const DType xdt = x.dtype(), bdt = b.defined() ? b.dtype() : x.dtype();
+  auto compute = [half](const Tensor& t) { return half && t.defined() ? to_dtype(t, DType::f32) : t; };
   Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
   Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
-  Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, x.dtype(), x.device());
+  Tensor y;
   {
-    Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(x.dtype())), x.device());
-    KILN_NN_TYPED(x.dtype(), "conv2d",
-                  KILN_DISPATCH(x.device(), conv2d_forward<T>, d, ptr<T>(xc), ptr<T>(wc), ptr<T>(bc), ptr<T>(y),
+    Tensor xk = compute(xc), wk = compute(wc), bk = compute(bc);
+    Tensor yk = empty({d.N, d.K, d.out_h(), d.out_w()}, xk.dtype(), x.device());
+    Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(xk.dtype())), x.device());
+    KILN_NN_TYPED(xk.dtype(), "conv2d",
+                  KILN_DISPATCH(x.device(), conv2d_forward<T>, d, ptr<T>(xk), ptr<T>(wk), ptr<T>(bk), ptr<T>(yk),
                                 ws.data_ptr()));
+    y = half ? to_dtype(yk, xdt) : yk;
   }
   bool has_bias = b.defined();
-  auto node = record_op("conv2d", {x, w, b}, {y}, [d, has_bias](FunctionNode& n, const std::vector<Tensor>& g) {
-    Tensor x = n.saved(0), w = n.saved(1);
-    Tensor dy = contiguous(g[0]);
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, has_bias, half, xdt, bdt, compute](FunctionNode& n,
+                                                                                      const std::vector<Tensor>& g) {
+    Tensor x = compute(n.saved(0)), w = compute(n.saved(1));
+    Tensor dy = contiguous(compute(g[0]));
+    auto back = [half](const Tensor& t, DType dt) { return half && t.defined() ? to_dtype(t, dt) : t; };
     std::vector<Tensor> r(3);
     Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(x.dtype())), x.device());
     if (n.needs_input_grad(0)) {
-      r[0] = empty(x.sizes(), x.dtype(), x.device());
+      Tensor dx = empty(x.sizes(), x.dtype(), x.device());
       KILN_NN_TYPED(x.dtype(), "conv2d backward",
-                    KILN_DISPATCH(x.device(), conv2d_backward_input<T>, d, ptr<T>(dy), ptr<T>(w), ptr<T>(r[0]),
+                    KILN_DISPATCH(x.device(), conv2d_backward_input<T>, d, ptr<T>(dy), ptr<T>(w), ptr<T>(dx),
                                   ws.data_ptr()));
+      r[0] = back(dx, xdt);
     }
     if (n.needs_input_grad(1) || n.needs_input_grad(2)) {
       Tensor dw = empty(w.sizes(), w.dtype(), w.device());
@@ -73,8 +80,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
       KILN_NN_TYPED(x.dtype(), "conv2d backward",
                     KILN_DISPATCH(x.device(), conv2d_backward_weight<T>, d, ptr<T>(x), ptr<T>(dy), ptr<T>(dw),
                                   ptr<T>(db), ws.data_ptr()));
-      r[1] = dw;
-      r[2] = db;
+      r[1] = back(dw, xdt);
+      r[2] = back(db, bdt);
     }
     return r;
   });

@@ -8,40 +8,40 @@ namespace kiln {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
   check_defined(x, "batch_norm", "input");
-  if (is_16bit(x.dtype())) {
-    // Statistics and normalization in f32 (the autocast rule for norms); the affine params stay f32.
-    return to_dtype(batch_norm(to_dtype(x, DType::f32), weight, bias, running_mean, running_var, training, momentum,
-                               eps),
-                    x.dtype());
-  }
+  // A 16-bit input is normalized in f32 (the autocast rule for norms; the affine parameters and
+  // running statistics stay f32) and the output rounded back; backward keeps only the 16-bit input.
+  const bool half = is_16bit(x.dtype());
+  const DType xdt = x.dtype(), cdt = half ? DType::f32 : x.dtype();
   KILN_CHECK(x.dim() >= 2, "batch_norm: input must be (N, C, ...), got ", x.str());
   int64_t N = x.size(0), C = x.size(1), HW = x.numel() / std::max<int64_t>(N * C, 1);
   for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
     if (t->defined()) {
       KILN_CHECK(t->dim() == 1 && t->size(0) == C, "batch_norm: parameter ", t->str(), " does not match ", C,
                  " channels of input ", x.str());
-      check_same_dtype(x, *t, "batch_norm");
+      KILN_CHECK(t->dtype() == cdt, "batch_norm: parameter ", t->str(), " must be ", dtype_name(cdt), " for input ",
+                 x.str());
       check_same_device(x, *t, "batch_norm");
     }
   if (training) KILN_CHECK(N * HW > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
                            x.str());
   else
     KILN_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
-  Tensor xc = contiguous(x.detach());
-  Tensor y = empty(x.sizes(), x.dtype(), x.device());
+  Tensor xs = contiguous(x.detach());                     // what backward keeps (16-bit when half)
+  Tensor xc = half ? to_dtype(xs, DType::f32) : xs;        // what the kernels read
+  Tensor y = empty(x.sizes(), cdt, x.device());
   Tensor save_mean, save_invstd;
   Tensor rm = running_mean, rv = running_var;
   if (training) {
-    save_mean = empty({C}, x.dtype(), x.device());
-    save_invstd = empty({C}, x.dtype(), x.device());
-    KILN_NN_TYPED(x.dtype(), "batch_norm",
+    save_mean = empty({C}, cdt, x.device());
+    save_invstd = empty({C}, cdt, x.device());
+    KILN_NN_TYPED(cdt, "batch_norm",
                   KILN_DISPATCH(x.device(), batch_norm_forward_train<T>, N, C, HW, ptr<T>(xc), ptr<T>(weight),
                                 ptr<T>(bias), eps, ptr<T>(y), ptr<T>(save_mean), ptr<T>(save_invstd), ptr<T>(rm),
                                 ptr<T>(rv), momentum));
     if (rm.defined()) rm.bump_version();
     if (rv.defined()) rv.bump_version();
   } else {
-    KILN_NN_TYPED(x.dtype(), "batch_norm",
+    KILN_NN_TYPED(cdt, "batch_norm",
                   KILN_DISPATCH(x.device(), batch_norm_forward_eval<T>, N, C, HW, ptr<T>(xc), ptr<T>(weight),
                                 ptr<T>(bias), ptr<T>(rm), ptr<T>(rv), eps, ptr<T>(y)));
   }
@@ -49,7 +49,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   auto node = record_op("batch_norm", {x, weight, bias}, {y},
                         [=](FunctionNode& n, const std::vector<Tensor>& g) {
                           Tensor x = n.saved(0), w = n.saved(1), a = n.saved(2), b = n.saved(3);
-                          Tensor dy = contiguous(g[0]);
+                          if (half) x = to_dtype(x, DType::f32);
+                          Tensor dy = contiguous(half ? to_dtype(g[0], DType::f32) : g[0]);
                           Tensor dx = empty(x.sizes(), x.dtype(), x.device());
                           Tensor dw = empty({C}, x.dtype(), x.device()), db = empty({C}, x.dtype(), x.device());
                           if (training) {
@@ -63,16 +64,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                                                         ptr<T>(x), ptr<T>(w), ptr<T>(a), ptr<T>(b), eps, ptr<T>(dx),
                                                         ptr<T>(dw), ptr<T>(db)));
                           }
-                          return std::vector<Tensor>{dx, has_w ? dw : Tensor(), has_b ? db : Tensor()};
+                          return std::vector<Tensor>{half ? to_dtype(dx, xdt) : dx, has_w ? dw : Tensor(),
+                                                     has_b ? db : Tensor()};
                         });
   if (node) {
-    node->save(xc);
+    node->save(xs);
     node->save(weight);
     // Eval-mode backward reads the running stats; they must not change before backward.
     node->save(training ? save_mean : (rm.defined() ? clone(rm) : Tensor()));
     node->save(training ? save_invstd : (rv.defined() ? clone(rv) : Tensor()));
   }
-  return y;
+  return half ? to_dtype(y, xdt) : y;
 }
 
 }  // namespace kiln
