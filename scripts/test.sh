@@ -10,6 +10,6 @@ jobs=$(nproc 2>/dev/null || echo 2)
 (cd build && ctest -j"$jobs" --output-on-failure)
 echo "== sanitizer build (ASan + UBSan, CPU code, unit tests)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
-cmake --build build-asan -j"$jobs"
+cmake --build build-asan -j"$jobs" --target kiln_tests_unit kiln_cli
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j"$jobs" -L unit --output-on-failure)
 echo "all tests passed in $(( $(date +%s) - start )) s"
