@@ -69,6 +69,8 @@ void AllocatorConfig::validate() const {
              large_round, " must be a multiple of round=", round);
   KILN_CHECK(large_segment % large_round == 0, "allocator config: large_segment=", large_segment,
              " must be a multiple of large_round=", large_round);
+  KILN_CHECK(is_pow2(granule) && granule >= 4096 && granule % round == 0, "allocator config: granule=", granule,
+             " must be a power of two >= 4096 and a multiple of round=", round);
   KILN_CHECK(max_split > small_max, "allocator config: max_split=", max_split,
              " must exceed small_max=", small_max);
 }
@@ -96,9 +98,11 @@ AllocatorConfig parse_alloc_conf(const std::string& text, AllocatorConfig c) {
     else if (key == "large_segment") c.large_segment = need();
     else if (key == "max_split") c.max_split = need();
     else if (key == "trace") c.trace_capacity = need();
+    else if (key == "expandable") c.expandable = val.empty() || val == "1" || lower(val) == "true";
+    else if (key == "granule") c.granule = need();
     else
       throw Error(str_cat("KILN_ALLOC_CONF: unknown key '", key, "' in '", text,
-                          "' (known: round, small_max, small_segment, large_round, large_segment, max_split, debug, trace)"));
+                          "' (known: round, small_max, small_segment, large_round, large_segment, max_split, expandable, granule, debug, trace)"));
   }
   c.validate();
   return c;

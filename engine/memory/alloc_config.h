@@ -16,6 +16,13 @@ struct AllocatorConfig {
   // Large requests below half of this share segments of this size (so their blocks can split
   // and coalesce); bigger ones map their own segment. 0: every large request maps its own.
   size_t large_segment = size_t(20) << 20;
+  // Expandable arena: when the provider can reserve address space and commit memory to it piece
+  // by piece (host, meta; see Provider::granule), small and large blocks share one growable
+  // range, grown and shrunk at its end in `granule` steps, so every free neighbour coalesces and
+  // a request that fits no hole extends the free tail instead of mapping a fresh segment. The
+  // segment settings above then apply only to providers without it (cuda, pinned).
+  bool expandable = true;
+  size_t granule = size_t(512) << 10;     // commit step (raised to the provider's own granule)
   size_t max_split = SIZE_MAX;           // free blocks >= this are never split (fragmentation cap)
   bool debug = false;                    // poison freed memory, check it on reuse (host memory only)
   size_t trace_capacity = 0;             // event ring entries; 0 = tracing off

@@ -24,12 +24,17 @@ struct AllocPlan {
   std::vector<size_t> offsets;        // offsets[i]: where requests[i] lives in the arena
   size_t arena_bytes = 0;             // max(offset + size)
   size_t peak_live_bytes = 0;         // the lower bound: most bytes alive at one tick
+  // conflicts[conflict_begin[i] .. conflict_begin[i+1]): the requests whose bytes overlap
+  // request i's (i itself included). None of them may be alive when i is served again, which is
+  // all a replay has to check: O(its conflicts) per allocation instead of a search.
+  std::vector<uint32_t> conflict_begin, conflicts;
 };
 
-// Greedy by size, best-fit gap: largest requests are placed first, each into the smallest gap
-// (between already-placed requests whose lifetimes overlap it) that holds it, else on top.
+// Greedy placement, three ways (largest first at the lowest offset that fits; largest first into
+// the smallest gap; largest size x lifetime first into the smallest gap), keeping the smallest
+// arena. A request goes between already-placed requests whose lifetimes overlap it, else on top.
 // Requests on different streams never share addresses.
-// O(n^2) in the number of requests; a training step has a few thousand.
+// O(n^2) per way in the number of requests; a training step has a few thousand.
 AllocPlan plan_offsets(std::vector<PlanRequest> requests);
 
 // Max over ticks of the bytes alive (the arena can never be smaller).

@@ -36,7 +36,11 @@ struct Block {
   int32_t rec = -1;     // index in the recorded step (plan mode), -1 when not recorded
   uint32_t rec_gen = 0; // which recording `rec` belongs to
   int16_t bin = -1;     // bin index while in a bin
+  int32_t plan_idx = -1;   // planned blocks: the request of the plan it serves
+  uint32_t plan_gen = 0;   // ... of which plan
+  uint32_t arena_pos = 0;  // its slot in the allocator's list of live planned blocks
   MemoryTag tag = MemoryTag::other;
+  Pool pool = Pool::small;  // the pool its allocation is counted in (by request size)
   BlockState state = BlockState::free;
   bool planned = false;  // served from the plan arena (not linked into a segment's list)
 };
@@ -47,12 +51,17 @@ constexpr unsigned char kPoisonByte = 0xDB;
 // Block::event value meaning "known finished" (0 means "no event recorded yet").
 constexpr EventId kSettled = ~EventId(0);
 
+// A segment: [base, base+size) mapped by the provider, or, for the expandable arena, the
+// committed front of a reserved range of `reserved` bytes that grows and shrinks at its end.
 struct Segment {
   char* base = nullptr;
   size_t size = 0;
   Pool pool = Pool::small;
   Block* first = nullptr;
+  Block* last = nullptr;
   uint64_t id = 0;
+  size_t reserved = 0;     // expandable arena: reserved address bytes; 0 for a mapped segment
+  bool growable() const { return reserved != 0; }
 };
 
 // Size-class bins: 4 classes per power of two (class = 4*floor(log2 s) + next two bits), each a

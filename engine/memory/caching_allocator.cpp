@@ -25,6 +25,10 @@ CachingAllocator::CachingAllocator(Device device, Provider* provider, AllocatorC
     : device_(device), provider_(provider), cfg_(config) {
   KILN_CHECK(provider_, "CachingAllocator(", device.str(), "): null provider");
   cfg_.validate();
+  // The expandable arena needs a provider that can grow a range; the granule is at least the
+  // provider's own. config() reports these effective values (the meta predictor copies them).
+  if (provider_->granule() == 0) cfg_.expandable = false;
+  else cfg_.granule = std::max(cfg_.granule, provider_->granule());
   poison_ = cfg_.debug && provider_->host_accessible();
   module_names_.push_back("");
   module_live_.push_back(0);
@@ -39,10 +43,15 @@ CachingAllocator::~CachingAllocator() {
       delete b;
       b = n;
     }
-    provider_->unmap(s->base, s->size);
+    if (s->growable()) {
+      if (s->size) provider_->decommit(s->base, s->size);
+      provider_->release(s->base, s->reserved);
+    } else {
+      provider_->unmap(s->base, s->size);
+    }
     delete s;
   }
-  for (auto& kv : arena_live_) delete kv.second;
+  for (Block* b : arena_blocks_) delete b;
   if (arena_) {
     delete arena_->first;
     provider_->unmap(arena_->base, arena_->size);
@@ -99,6 +108,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
     b = alloc_block(rounded, nbytes, stream);
   }
   b->state = detail::BlockState::allocated;
+  b->pool = pool;
   b->requested = nbytes;
   b->stream = stream;
   b->event = 0;
@@ -129,10 +139,10 @@ void CachingAllocator::deallocate(void* ptr) {
   KILN_CHECK(b, "free on ", device_.str(), ": pointer ", ptr,
              " was not allocated by this allocator (double free or foreign pointer)");
   if (recording_ && b->rec >= 0 && b->rec_gen == rec_gen_) rec_[(size_t)b->rec].end = rec_clock_++;
-  account_free(b, b->planned ? Pool::plan : b->seg->pool);
+  account_free(b, b->pool);
   if (ring_) trace(TraceKind::free, b->id, (uintptr_t)b->ptr, b->requested, b->stream, b->tag, b->module);
   if (b->planned) {
-    arena_live_.erase((size_t)(b->ptr - arena_->base));
+    drop_planned(b);
     recycle_block(b);
     return;
   }
@@ -149,7 +159,7 @@ void CachingAllocator::deallocate(void* ptr) {
         p.events.push_back(events_->record(b->stream));
         b->state = detail::BlockState::pending;
         int64_t sz = (int64_t)b->size;
-        stats_.pool[(int)b->seg->pool].active.add(sz);
+        stats_.pool[(int)b->pool].active.add(sz);
         stats_.total.active.add(sz);
         pending_.push_back(std::move(p));
         return;
@@ -250,11 +260,12 @@ CachingAllocator::Block* CachingAllocator::find_free(Pool pool, size_t rounded, 
   detail::SizeBins& bins = bins_[(int)pool];
   for (int bi = bins.next_nonempty(detail::SizeBins::bin_of(rounded)); bi >= 0; bi = bins.next_nonempty(bi + 1)) {
     Block* best = nullptr;
+    // Best fit; among equal sizes the lowest address, which keeps the expandable arena's top free.
     for (Block* x = bins.head(bi); x; x = x->bin_next) {
-      if (x->size < rounded || (best && x->size >= best->size)) continue;
+      if (x->size < rounded || (best && (x->size > best->size || (x->size == best->size && x->ptr > best->ptr))))
+        continue;
       if (!usable(x, rounded, stream)) continue;
       best = x;
-      if (x->size == rounded) break;
     }
     if (best) return best;
   }
@@ -263,7 +274,9 @@ CachingAllocator::Block* CachingAllocator::find_free(Pool pool, size_t rounded, 
 
 void CachingAllocator::split(Block* b, size_t rounded) {
   size_t rest = b->size - rounded;
-  bool worth = b->seg->pool == Pool::small ? rest >= cfg_.round : rest > cfg_.small_max;
+  // In the expandable arena every remainder is kept (all sizes share it); in mapped segments a
+  // large block keeps a remainder only when it could serve a large request.
+  bool worth = b->seg->growable() || b->seg->pool == Pool::small ? rest >= cfg_.round : rest > cfg_.small_max;
   if (!worth || b->size >= cfg_.max_split) return;
   Block* r = new_block();
   r->seg = b->seg;
@@ -274,6 +287,7 @@ void CachingAllocator::split(Block* b, size_t rounded) {
   r->prev = b;
   r->next = b->next;
   if (b->next) b->next->prev = r;
+  else b->seg->last = r;
   b->next = r;
   b->size = rounded;
   bins_[(int)b->seg->pool].insert(r);
@@ -282,12 +296,20 @@ void CachingAllocator::split(Block* b, size_t rounded) {
 CachingAllocator::Block* CachingAllocator::alloc_block(size_t rounded, size_t requested, StreamId stream) {
   if (!pending_.empty()) process_pending();
   Pool pool = pool_for(rounded);
-  Block* b = find_free(pool, rounded, stream);
+  Block* b = find_free(cfg_.expandable ? kArenaPool : pool, rounded, stream);
   if (b) {
     if (poison_ && !poison_intact(b->ptr, rounded))
       throw Error(str_cat("use-after-free on ", device_.str(), ": freed memory at ", (const void*)b->ptr,
                           " (", b->size, "-byte free block) was written after it was freed"));
-    bins_[(int)pool].remove(b);
+    bins_[(int)b->seg->pool].remove(b);
+  } else if (cfg_.expandable) {
+    b = grow_arena(rounded, stream);
+    if (!b) {
+      ++stats_.num_retries;
+      release_cached();
+      b = grow_arena(rounded, stream);
+      if (!b) throw_oom(requested, rounded);
+    }
   } else {
     // Own segment rounded to large_round; mid-size large requests prefer a shared
     // large_segment, and fall back to their own size when that does not fit.
@@ -362,6 +384,7 @@ bool CachingAllocator::try_merge(Block* left, Block* right) {
   left->size += right->size;
   left->next = right->next;
   if (right->next) right->next->prev = left;
+  else left->seg->last = left;
   left->stream = stream;
   left->event = event;
   recycle_block(right);
@@ -403,7 +426,7 @@ void CachingAllocator::process_pending() {
     }
     Block* b = p.block;
     int64_t sz = (int64_t)b->size;
-    stats_.pool[(int)b->seg->pool].active.add(-sz);
+    stats_.pool[(int)b->pool].active.add(-sz);
     stats_.total.active.add(-sz);
     free_to_bins(b);
   }
@@ -425,7 +448,7 @@ CachingAllocator::Segment* CachingAllocator::map_segment(size_t bytes, Pool pool
   b->ptr = s->base;
   b->size = bytes;
   b->event = detail::kSettled;  // fresh memory: no stream has touched it
-  s->first = b;
+  s->first = s->last = b;
   if (poison_) std::memset(s->base, kPoison, bytes);
   if (pool != Pool::plan) segments_.push_back(s);
   stats_.pool[(int)pool].reserved.add((int64_t)bytes);
@@ -445,12 +468,98 @@ void CachingAllocator::unmap_segment(Segment* s) {
   delete s;
 }
 
+// The expandable arena: reserved once (as much address space as the device has, up to 1 TiB),
+// committed at its end in granule steps. A request no free block holds extends the free tail
+// block when there is one (on a compatible stream), else gets a new block at the end.
+CachingAllocator::Block* CachingAllocator::grow_arena(size_t rounded, StreamId stream) {
+  const size_t g = cfg_.granule;
+  Segment* s = grow_;
+  if (!s) {
+    size_t want = std::min(provider_->capacity(), size_t(1) << 40) / g * g;
+    want = std::max(want, (rounded + g - 1) / g * g);
+    void* p = provider_->reserve(want);
+    if (!p) return nullptr;
+    s = new Segment();
+    s->base = static_cast<char*>(p);
+    s->reserved = want;
+    s->pool = kArenaPool;
+    s->id = next_segment_id_++;
+    grow_ = s;
+    segments_.push_back(s);
+  }
+  Block* tail = s->last;
+  bool extend = tail && tail->state == detail::BlockState::free && (tail->stream == stream || settled(tail));
+  size_t have = extend ? tail->size : 0;
+  size_t grow = (rounded - have + g - 1) / g * g;
+  if (grow > s->reserved - s->size) return nullptr;
+  char* at = s->base + s->size;
+  if (!provider_->commit(at, grow)) return nullptr;
+  if (poison_) std::memset(at, kPoison, grow);
+  s->size += grow;
+  stats_.pool[(int)s->pool].reserved.add((int64_t)grow);
+  stats_.total.reserved.add((int64_t)grow);
+  ++stats_.num_segment_maps;
+  if (ring_) trace(TraceKind::map, s->id, (uintptr_t)at, grow, 0, MemoryTag::other, 0);
+  if (extend) {
+    bins_[(int)s->pool].remove(tail);
+    tail->size += grow;
+    return tail;
+  }
+  Block* b = new_block();
+  b->seg = s;
+  b->ptr = at;
+  b->size = grow;
+  b->event = detail::kSettled;  // fresh memory
+  b->prev = s->last;
+  if (s->last) s->last->next = b;
+  else s->first = b;
+  s->last = b;
+  return b;
+}
+
+// Gives the arena's free tail back to the provider, whole granules only.
+void CachingAllocator::shrink_arena(Segment* s) {
+  Block* t = s->last;
+  if (!t || t->state != detail::BlockState::free || !settled(t)) return;
+  const size_t g = cfg_.granule;
+  char* from = s->base + ((size_t)(t->ptr - s->base) + g - 1) / g * g;
+  size_t n = (size_t)(s->base + s->size - from);
+  if (n == 0) return;
+  if (ring_) trace(TraceKind::unmap, s->id, (uintptr_t)from, n, 0, MemoryTag::other, 0);
+  provider_->decommit(from, n);
+  s->size -= n;
+  stats_.pool[(int)s->pool].reserved.add(-(int64_t)n);
+  stats_.total.reserved.add(-(int64_t)n);
+  ++stats_.num_segment_unmaps;
+  bins_[(int)s->pool].remove(t);
+  if (from == t->ptr) {
+    s->last = t->prev;
+    if (t->prev) t->prev->next = nullptr;
+    else s->first = nullptr;
+    recycle_block(t);
+  } else {
+    t->size -= n;
+    bins_[(int)s->pool].insert(t);
+  }
+}
+
 void CachingAllocator::release_cached() {
   process_pending();
   coalesce_all();
   size_t keep = 0;
   for (size_t i = 0; i < segments_.size(); ++i) {
     Segment* s = segments_[i];
+    if (s->growable()) {
+      shrink_arena(s);
+      if (s->size == 0) {  // nothing left: give the address range back too
+        provider_->release(s->base, s->reserved);
+        if (grow_ == s) grow_ = nullptr;
+        delete s;
+      } else {
+        segments_[keep++] = s;
+      }
+      continue;
+    }
     Block* b = s->first;
     if (b->next == nullptr && b->state == detail::BlockState::free && settled(b)) {
       bins_[(int)s->pool].remove(b);
@@ -460,7 +569,7 @@ void CachingAllocator::release_cached() {
     }
   }
   segments_.resize(keep);
-  if (arena_ && arena_live_.empty() && !replaying_) {
+  if (arena_ && arena_blocks_.empty() && !replaying_) {
     Segment* a = arena_;
     arena_ = nullptr;
     unmap_segment(a);  // its `first` block is the unused whole-arena block from map_segment

@@ -16,7 +16,6 @@
 // Thread-safe (one mutex). It never dereferences memory except for debug poisoning, and only when
 // the provider is host-accessible.
 #pragma once
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -137,6 +136,10 @@ class CachingAllocator : public Allocator {
   bool usable(Block* b, size_t rounded, StreamId stream);
   bool settled(Block* b);
   Segment* map_segment(size_t bytes, Pool pool);
+  Block* grow_arena(size_t rounded, StreamId stream);
+  void shrink_arena(Segment* s);
+  // The expandable arena's blocks live in this pool's bins and its reserved bytes count here.
+  static constexpr Pool kArenaPool = Pool::large;
   void unmap_segment(Segment* s);
   void split(Block* b, size_t rounded);
   void free_to_bins(Block* b);
@@ -165,6 +168,7 @@ class CachingAllocator : public Allocator {
   bool multi_stream_ = false;  // a stream other than 0 was seen: record events on free
 
   std::vector<Segment*> segments_;
+  Segment* grow_ = nullptr;  // the expandable arena (also in segments_), once reserved
   detail::SizeBins bins_[2];  // small, large
   detail::PtrMap live_;
   std::vector<Block*> spare_blocks_;
@@ -195,7 +199,12 @@ class CachingAllocator : public Allocator {
   bool has_plan_ = false;
   Segment* arena_ = nullptr;
   size_t cursor_ = 0;
-  std::map<size_t, Block*> arena_live_;  // offset -> live planned block
+  std::vector<Block*> arena_blocks_;  // live planned blocks, any plan (Block::arena_pos)
+  std::vector<Block*> plan_live_;     // the current plan's live blocks by request index
+  uint32_t plan_gen_ = 0;             // bumped by each new or discarded plan
+  size_t stale_planned_ = 0;          // live planned blocks of older plans: replay checks them all
+  void drop_planned(Block* b);
+  std::vector<const Block*> arena_sorted() const;  // live planned blocks in address order
   PlanReport plan_stats_;
 };
 

@@ -27,7 +27,10 @@ void CachingAllocator::end_record() {
   rec_.clear();
   has_plan_ = true;
   plan_stats_ = PlanReport();
-  if (arena_ && arena_->size < plan_.arena_bytes && arena_live_.empty()) {
+  ++plan_gen_;
+  plan_live_.assign(plan_.requests.size(), nullptr);
+  stale_planned_ = arena_blocks_.size();
+  if (arena_ && arena_->size < plan_.arena_bytes && arena_blocks_.empty()) {
     Segment* a = arena_;
     arena_ = nullptr;
     unmap_segment(a);
@@ -38,7 +41,7 @@ bool CachingAllocator::map_arena() {
   size_t bytes = std::max(plan_.arena_bytes, cfg_.round);
   if (arena_ && arena_->size >= bytes) return true;
   if (arena_) {
-    if (!arena_live_.empty()) return false;  // blocks of an older plan still live in it
+    if (!arena_blocks_.empty()) return false;  // blocks of an older plan still live in it
     Segment* a = arena_;
     arena_ = nullptr;
     unmap_segment(a);
@@ -82,11 +85,29 @@ void CachingAllocator::discard_plan() {
   KILN_CHECK(!replaying_, "discard_plan on ", device_.str(), ": a replay is in progress");
   has_plan_ = false;
   plan_ = AllocPlan();
-  if (arena_ && arena_live_.empty()) {
+  ++plan_gen_;
+  plan_live_.clear();
+  stale_planned_ = arena_blocks_.size();
+  if (arena_ && arena_blocks_.empty()) {
     Segment* a = arena_;
     arena_ = nullptr;
     unmap_segment(a);
   }
+}
+
+void CachingAllocator::drop_planned(Block* b) {
+  Block* moved = arena_blocks_.back();
+  arena_blocks_[b->arena_pos] = moved;
+  moved->arena_pos = b->arena_pos;
+  arena_blocks_.pop_back();
+  if (b->plan_gen == plan_gen_) plan_live_[(size_t)b->plan_idx] = nullptr;
+  else --stale_planned_;
+}
+
+std::vector<const CachingAllocator::Block*> CachingAllocator::arena_sorted() const {
+  std::vector<const Block*> v(arena_blocks_.begin(), arena_blocks_.end());
+  std::sort(v.begin(), v.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
+  return v;
 }
 
 PlanReport CachingAllocator::plan_report() const {
@@ -109,12 +130,18 @@ CachingAllocator::Block* CachingAllocator::try_plan(size_t rounded, StreamId str
   }
   if (match) {
     // The planned bytes must be free now: a block kept longer than in the recorded step would
-    // otherwise be overwritten.
-    auto it = arena_live_.lower_bound(off);
-    if (it != arena_live_.end() && it->first < off + rounded) match = false;
-    if (match && it != arena_live_.begin()) {
-      --it;
-      if (it->first + it->second->size > off) match = false;
+    // otherwise be overwritten. Only the requests planned over these bytes can be there, unless
+    // blocks of an older plan still live (then all live planned blocks are checked).
+    if (stale_planned_ == 0) {
+      for (uint32_t k = plan_.conflict_begin[cursor_]; match && k < plan_.conflict_begin[cursor_ + 1]; ++k)
+        if (plan_live_[plan_.conflicts[k]]) match = false;
+    } else {
+      const char* lo = arena_->base + off;
+      for (const Block* x : arena_blocks_)
+        if (x->ptr < lo + rounded && lo < x->ptr + x->size) {
+          match = false;
+          break;
+        }
     }
   }
   if (!match) {
@@ -128,7 +155,11 @@ CachingAllocator::Block* CachingAllocator::try_plan(size_t rounded, StreamId str
   b->ptr = arena_->base + off;
   b->size = rounded;
   b->planned = true;
-  arena_live_[off] = b;
+  b->plan_idx = (int32_t)cursor_;
+  b->plan_gen = plan_gen_;
+  b->arena_pos = (uint32_t)arena_blocks_.size();
+  arena_blocks_.push_back(b);
+  plan_live_[cursor_] = b;
   ++cursor_;
   ++plan_stats_.plan_allocs;
   ++stats_.num_plan_allocs;

@@ -61,7 +61,7 @@ std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
     si.address = (uintptr_t)arena_->base;
     si.size = arena_->size;
     si.pool = Pool::plan;
-    for (const auto& kv : arena_live_) si.blocks.push_back(info(kv.second, arena_));
+    for (const Block* b : arena_sorted()) si.blocks.push_back(info(b, arena_));
     out.push_back(std::move(si));
   }
   return out;
@@ -197,10 +197,10 @@ void CachingAllocator::verify() const {
                  where, "blocks do not tile segment ", s->id, " at offset ", (size_t)(expect - s->base));
       expect += b->size;
       if (b->state == detail::BlockState::allocated) {
-        count_alloc(b, pool);
+        count_alloc(b, (int)b->pool);
         KILN_CHECK(b->bin < 0, where, "allocated block in a bin");
       } else if (b->state == detail::BlockState::pending) {
-        pending[pool] += (int64_t)b->size;
+        pending[(int)b->pool] += (int64_t)b->size;
       } else {
         ++n_free;
         KILN_CHECK(b->bin == detail::SizeBins::bin_of(b->size), where, "free block of ", b->size,
@@ -216,17 +216,18 @@ void CachingAllocator::verify() const {
         }
       }
     }
+    KILN_CHECK(s->last == prev, where, "segment ", s->id, " does not know its last block");
     KILN_CHECK(expect == s->base + s->size, where, "blocks of segment ", s->id, " cover ",
                (size_t)(expect - s->base), " of ", s->size, " bytes");
   }
   if (arena_) {
     reserved[(int)Pool::plan] += (int64_t)arena_->size;
     size_t end = 0;
-    for (const auto& kv : arena_live_) {
-      KILN_CHECK(kv.first >= end && kv.first + kv.second->size <= arena_->size, where,
-                 "planned blocks overlap at arena offset ", kv.first);
-      end = kv.first + kv.second->size;
-      count_alloc(kv.second, (int)Pool::plan);
+    for (const Block* b : arena_sorted()) {
+      size_t off = (size_t)(b->ptr - arena_->base);
+      KILN_CHECK(off >= end && off + b->size <= arena_->size, where, "planned blocks overlap at arena offset ", off);
+      end = off + b->size;
+      count_alloc(b, (int)Pool::plan);
     }
   }
   size_t in_bins = 0;

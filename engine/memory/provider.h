@@ -24,6 +24,19 @@ class Provider {
   virtual const char* name() const = 0;
   // True when the CPU may read and write the memory (debug poisoning needs it).
   virtual bool host_accessible() const = 0;
+
+  // Growable ranges (the allocator's expandable arena). A provider that supports them returns its
+  // commit granularity (> 0) from granule(); the default returns 0 and the rest is never called.
+  //   reserve(bytes): an address range with no memory behind it (nullptr when refused);
+  //   commit(p, n):   memory behind [p, p+n) inside a reserved range, p and n multiples of the
+  //                   granule; false when the memory is not there (counts toward capacity);
+  //   decommit(p, n): gives committed memory back; the addresses stay reserved;
+  //   release(p, bytes): returns a whole reserved range (everything in it decommitted first).
+  virtual size_t granule() const { return 0; }
+  virtual void* reserve(size_t) { return nullptr; }
+  virtual bool commit(void*, size_t) { return false; }
+  virtual void decommit(void*, size_t) {}
+  virtual void release(void*, size_t) {}
 };
 
 // Aligned host memory (aligned_alloc, 4 KiB alignment so segments start on a page).
@@ -34,6 +47,12 @@ class HostProvider : public Provider {
   size_t capacity() const override;
   const char* name() const override { return "host"; }
   bool host_accessible() const override { return true; }
+  // mmap(PROT_NONE) reservations, committed with mprotect, decommitted with madvise(DONTNEED).
+  size_t granule() const override { return 4096; }
+  void* reserve(size_t bytes) override;
+  bool commit(void* p, size_t bytes) override;
+  void decommit(void* p, size_t bytes) override;
+  void release(void* p, size_t bytes) override;
 };
 
 // Address-only provider for the meta device: hands out non-overlapping, 4 KiB-aligned fake
@@ -46,6 +65,11 @@ class VirtualProvider : public Provider {
   size_t capacity() const override { return capacity_; }
   const char* name() const override { return "virtual"; }
   bool host_accessible() const override { return false; }
+  size_t granule() const override { return 4096; }
+  void* reserve(size_t bytes) override { return map(bytes); }
+  bool commit(void*, size_t) override { return true; }
+  void decommit(void*, size_t) override {}
+  void release(void*, size_t) override {}
 
  private:
   std::atomic<uintptr_t> next_{uintptr_t(1) << 44};  // far from any real heap address
@@ -63,6 +87,12 @@ class LimitedProvider : public Provider {
   size_t capacity() const override;
   const char* name() const override { return base_->name(); }
   bool host_accessible() const override { return base_->host_accessible(); }
+  // Committed bytes count toward the limit like mapped ones.
+  size_t granule() const override { return base_->granule(); }
+  void* reserve(size_t bytes) override { return base_->reserve(bytes); }
+  bool commit(void* p, size_t bytes) override;
+  void decommit(void* p, size_t bytes) override;
+  void release(void* p, size_t bytes) override { base_->release(p, bytes); }
 
   void set_limit(size_t cap);
   size_t limit() const { return cap_; }

@@ -42,9 +42,10 @@ TEST_CASE("alloc config: KILN_ALLOC_CONF strings") {
   CHECK_THROWS_AS(parse_alloc_conf("round"), Error);
 }
 
+// The mapped-segment policy (providers that cannot grow a range: cuda, pinned), forced on the host.
 TEST_CASE("alloc policy: rounding, pools, own large segments and splitting") {
   HostProvider host;
-  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("large_segment=0"));
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("expandable=0,large_segment=0"));
   void* s1 = a.allocate(1);
   void* s2 = a.allocate(700);
   CHECK(a.block_size(s1) == 512);
@@ -74,7 +75,7 @@ TEST_CASE("alloc policy: rounding, pools, own large segments and splitting") {
 TEST_CASE("alloc policy: mid-size large requests share 20 MiB segments and coalesce there") {
   HostProvider host;
   LimitedProvider lim(&host, 32 * MiB);
-  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  CachingAllocator a(Device::cpu(), &lim, parse_alloc_conf("expandable=0"));
   void* x = a.allocate(3 * MiB);
   void* y = a.allocate(5 * MiB + 1);
   CHECK((char*)y == (char*)x + 3 * MiB);  // carved from the same segment
@@ -96,7 +97,7 @@ TEST_CASE("alloc policy: mid-size large requests share 20 MiB segments and coale
 
 TEST_CASE("alloc policy: max_split keeps oversize blocks whole") {
   HostProvider host;
-  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("max_split=4M,large_segment=0"));
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("expandable=0,max_split=4M,large_segment=0"));
   void* big = a.allocate(8 * MiB);
   a.deallocate(big);
   void* mid = a.allocate(2 * MiB);  // must not carve the 8 MiB block
@@ -138,4 +139,95 @@ TEST_CASE("alloc registry: default caching allocators, overrides, device memory 
 #ifndef KILN_WITH_CUDA
   CHECK_THROWS_AS(allocator_for(Device::cuda(0)), Error);
 #endif
+}
+
+// The expandable arena (the default where the provider can grow a range: host, meta).
+TEST_CASE("alloc expandable: one growable range, the free tail grows, empty_cache gives it back") {
+  HostProvider host;
+  LimitedProvider lim(&host, 64 * MiB);
+  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  REQUIRE(a.config().expandable);
+  const int64_t G = (int64_t)a.config().granule;  // 512 KiB by default
+  CHECK(G == 512 * 1024);
+  void* x = a.allocate(100);      // small
+  void* y = a.allocate(3 * MiB);  // large: same range, right after it
+  CHECK((char*)y == (char*)x + 512);
+  auto up = [&](int64_t n) { return (n + G - 1) / G * G; };
+  CHECK(a.stats().total.reserved.current == up(512 + 3 * MiB));
+  CHECK((int64_t)lim.mapped() == up(512 + 3 * MiB));
+  a.deallocate(y);
+  void* z = a.allocate(5 * MiB);  // no hole holds it: the free tail is extended in place
+  CHECK(z == y);
+  MemoryStats s = a.stats();
+  CHECK(s.total.reserved.current == up(512 + 5 * MiB));
+  CHECK(s.pool[(int)Pool::small].allocated.current == 512);
+  CHECK(s.pool[(int)Pool::large].allocated.current == (int64_t)(5 * MiB));
+  CHECK(s.num_segment_maps == 3);  // three growths of one range (x, y, then z over the tail)
+  a.deallocate(x);
+  void* w = a.allocate(200);  // best fit: the 512-byte hole at the bottom, not the tail
+  CHECK(w == x);
+  a.deallocate(w);
+  a.deallocate(z);
+  a.verify();
+  REQUIRE(a.segments().size() == 1);
+  CHECK(a.segments()[0].blocks.size() == 1);  // small and large neighbours coalesced
+  a.empty_cache();
+  CHECK(a.stats().total.reserved.current == 0);
+  CHECK(lim.mapped() == 0);
+  CHECK(a.segments().empty());
+  void* again = a.allocate(MiB);  // a fresh range after the release
+  a.deallocate(again);
+  a.verify();
+}
+
+TEST_CASE("alloc expandable: holes that hold no request give an OOM with the account, the tail shrinks") {
+  HostProvider host;
+  LimitedProvider lim(&host, 8 * MiB);
+  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  std::vector<void*> v;
+  for (int i = 0; i < 8; ++i) v.push_back(a.allocate(MiB));
+  CHECK(lim.mapped() == 8 * MiB);
+  for (int i = 1; i < 8; i += 2) a.deallocate(v[i]);  // 4 MiB free, in 1 MiB holes
+  std::string msg;
+  try {
+    a.allocate(2 * MiB);
+    FAIL("expected OutOfMemory");
+  } catch (const OutOfMemory& e) {
+    msg = e.what();
+  }
+  // The retry gave back the free 1 MiB at the top: 7 MiB reserved, 3 MiB of it in holes.
+  CHECK(msg.find("asked for 2.00 MiB") != std::string::npos);
+  CHECK(msg.find("reserved 7.00 MiB, allocated 4.00 MiB, cached but free 3.00 MiB") != std::string::npos);
+  CHECK(msg.find("largest free block 1.00 MiB; fragmentation 42.9%") != std::string::npos);
+  CHECK(msg.find("short by 1.00 MiB of unreserved capacity") != std::string::npos);
+  CHECK(lim.mapped() == 7 * MiB);
+  MemoryStats s = a.stats();
+  CHECK(s.num_retries == 1);
+  CHECK(s.num_ooms == 1);
+  a.verify();
+  a.deallocate(v[6]);  // 5..8 MiB is now one free tail
+  a.empty_cache();
+  CHECK(lim.mapped() == 5 * MiB);
+  void* big = a.allocate(3 * MiB);  // fits again: the tail regrows
+  CHECK((char*)big == (char*)v[5]);
+  CHECK(lim.mapped() == 8 * MiB);
+  for (int i : {0, 2, 4}) a.deallocate(v[i]);
+  a.deallocate(big);
+  a.verify();
+}
+
+TEST_CASE("alloc expandable: off where the provider cannot grow a range, and by KILN_ALLOC_CONF") {
+  struct FixedOnly : HostProvider {
+    size_t granule() const override { return 0; }
+  } fixed;
+  CachingAllocator a(Device::cpu(), &fixed, AllocatorConfig{});
+  CHECK_FALSE(a.config().expandable);
+  void* s = a.allocate(100);
+  void* l = a.allocate(3 * MiB);
+  CHECK(a.segments().size() == 2);  // a small and a large segment
+  a.deallocate(s);
+  a.deallocate(l);
+  CHECK_FALSE(parse_alloc_conf("expandable=0").expandable);
+  CHECK(parse_alloc_conf("granule=2M").granule == 2 * MiB);
+  CHECK_THROWS_WITH_AS(parse_alloc_conf("granule=3000"), doctest::Contains("granule"), Error);
 }

@@ -53,10 +53,11 @@ bool intact(const LiveBlock& b) {
   return b.n <= 65536 ? ok(0, b.n) : ok(0, 4096) && ok(b.n - 4096, 4096);
 }
 
-void run_seed(uint64_t seed, int ops, bool with_events) {
+void run_seed(uint64_t seed, int ops, bool with_events, bool expandable) {
   HostProvider host;
   LimitedProvider lim(&host, SIZE_MAX);
   AllocatorConfig cfg;
+  cfg.expandable = expandable;
   CachingAllocator a(Device::cpu(), &lim, cfg);
   kiln_test::FakeEvents events;
   if (with_events) a.set_event_source(&events);
@@ -142,14 +143,16 @@ void run_seed(uint64_t seed, int ops, bool with_events) {
 TEST_CASE("alloc random: sequences match the reference model (synchronous streams)") {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     CAPTURE(seed);
-    run_seed(seed, 8000, false);
+    run_seed(seed, 8000, false, true);
+    run_seed(seed, 8000, false, false);
   }
 }
 
 TEST_CASE("alloc random: sequences match the reference model (fake events)") {
   for (uint64_t seed = 100; seed < 106; ++seed) {
     CAPTURE(seed);
-    run_seed(seed, 8000, true);
+    run_seed(seed, 8000, true, true);
+    run_seed(seed, 8000, true, false);
   }
 }
 

@@ -22,7 +22,7 @@ bool has(const std::string& s, const std::string& what) { return s.find(what) !=
 TEST_CASE("alloc oom: releases the cache and retries before failing") {
   HostProvider host;
   LimitedProvider lim(&host, 8 * MiB);
-  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  CachingAllocator a(Device::cpu(), &lim, parse_alloc_conf("expandable=0"));  // mapped segments
   // Fill three small segments (6 MiB), then free them: cached, not returned.
   std::vector<void*> v;
   for (int i = 0; i < 12; ++i) v.push_back(a.allocate(512 * 1024));
@@ -42,7 +42,7 @@ TEST_CASE("alloc oom: releases the cache and retries before failing") {
 TEST_CASE("alloc oom: the message gives the full account and what to try") {
   HostProvider host;
   LimitedProvider lim(&host, 8 * MiB);
-  CachingAllocator a(Device::cpu(), &lim, AllocatorConfig{});
+  CachingAllocator a(Device::cpu(), &lim, parse_alloc_conf("expandable=0"));  // mapped segments
   void *w, *act1, *act2, *d;
   {
     MemoryScope s(MemoryTag::param, "fc");
@@ -174,7 +174,7 @@ TEST_CASE("alloc tags: per-tag and per-module bytes, retag moves the bytes") {
 
 TEST_CASE("alloc snapshot: valid JSON listing segments, blocks, tags and modules") {
   HostProvider host;
-  CachingAllocator a(Device::cpu(), &host, AllocatorConfig{});
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("expandable=0"));  // one small, one large segment
   void* p;
   void* big;
   {
@@ -210,7 +210,7 @@ TEST_CASE("alloc snapshot: valid JSON listing segments, blocks, tags and modules
   a.deallocate(big);
 }
 
-TEST_CASE("alloc trace: Chrome trace JSON with tag counters and segment events; text trace") {
+TEST_CASE("alloc trace: Chrome trace JSON with tag counters and segment events, text trace") {
   HostProvider host;
   LimitedProvider lim(&host, 4 * MiB);
   AllocatorConfig cfg = parse_alloc_conf("trace=1000");

@@ -26,7 +26,7 @@ Tensor param(const Shape& s) {
 }
 }  // namespace
 
-TEST_CASE("autocast: off by default; the guard nests and restores") {
+TEST_CASE("autocast: off by default, the guard nests and restores") {
   CHECK_FALSE(autocast_enabled());
   {
     AutocastGuard on;
@@ -78,7 +78,7 @@ TEST_CASE("autocast: output dtypes per op") {
   CHECK(matmul(a64, m64).dtype() == DType::f64);
 }
 
-TEST_CASE("autocast: f16 results match the f32 op to f16 accuracy; outside a region ops follow inputs") {
+TEST_CASE("autocast: f16 results match the f32 op to f16 accuracy, outside a region ops follow inputs") {
   manual_seed(5);
   Tensor x = randn({2, 3, 8, 8}), w = param({6, 3, 3, 3});
   Tensor ref = conv2d(x, w, Tensor(), {1, 1}, {1, 1});

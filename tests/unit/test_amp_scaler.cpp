@@ -116,7 +116,7 @@ TEST_CASE("LossScaler: grows after N clean steps, backs off and skips on inf/NaN
   CHECK(s.host_syncs() == 10);  // exactly one per step
 }
 
-TEST_CASE("LossScaler: unscale_ before clipping, only once per step; growth never overflows f32") {
+TEST_CASE("LossScaler: unscale_ before clipping, only once per step, growth never overflows f32") {
   LossScaler s;
   Tensor p = leaf({0.0f});
   p.set_grad(tensor_from<float>({3.0f * 65536.0f}, {1}));

@@ -56,7 +56,7 @@ TEST_CASE("backward with an explicit gradient and from a non-scalar without one"
   CHECK(throws_with([&] { z.backward(ones({3}, DType::f64)); }, "does not match the output shape"));
 }
 
-TEST_CASE("backward twice without retain_graph fails clearly; with it, works") {
+TEST_CASE("backward twice without retain_graph fails clearly, with it, works") {
   Tensor x = tensor_from<double>({1, 2}, {2}).set_requires_grad(true);
   Tensor l = sum(mul(x, x));
   l.backward(Tensor(), true);
@@ -92,7 +92,7 @@ TEST_CASE("bad input: shapes, dtypes, dims are kiln::Error naming the op and sha
   CHECK(throws_with([&] { permute(a, {0, 0}); }, "permute: dim 0 repeated"));
 }
 
-TEST_CASE("views share storage; reshape copies only when it must") {
+TEST_CASE("views share storage, reshape copies only when it must") {
   Tensor a = tensor_from<float>({0, 1, 2, 3, 4, 5}, {2, 3});
   Tensor t = transpose(a, 0, 1);
   CHECK(!t.is_contiguous());

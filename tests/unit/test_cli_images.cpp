@@ -52,7 +52,7 @@ std::string base_args(const std::string& out, int workers = 2, int seed = 3) {
 
 }  // namespace
 
-TEST_CASE("cli images: a split image folder trains; a bad JPEG is skipped and reported once") {
+TEST_CASE("cli images: a split image folder trains, a bad JPEG is skipped and reported once") {
   const std::string out = kiln_test::cli_temp_dir("images_train");
   auto r = run_kiln(base_args(out) + " --normalize auto --save " + out + "/w.safetensors");
   REQUIRE_MESSAGE(r.status == 0, r.output);
@@ -106,7 +106,7 @@ TEST_CASE("cli images: augmentation and balanced sampling are deterministic for 
   CHECK(last_ledger(c)["final_train_loss"].get<double>() != ja["final_train_loss"].get<double>());
 }
 
-TEST_CASE("cli images: --augment alone means rrc; a CSV list trains") {
+TEST_CASE("cli images: --augment alone means rrc, a CSV list trains") {
   const std::string out = kiln_test::cli_temp_dir("images_csv");
   const std::string csv = out + "/list.csv";
   {
@@ -152,7 +152,7 @@ TEST_CASE("cli images: malformed options are one-line errors") {
   CHECK(contains(missing.output, "kiln: error: --data /nonexistent/folder: no such file or folder"));
 }
 
-TEST_CASE("cli images: --pin-memory without CUDA says it is a no-op; --device auto says why") {
+TEST_CASE("cli images: --pin-memory without CUDA says it is a no-op, --device auto says why") {
   const std::string out = kiln_test::cli_temp_dir("images_pin");
   auto r = run_kiln("train --model small_cnn --data " + gray_folder().root +
                     " --channels 1 --epochs 1 --batch 8 --threads 1 --device auto --pin-memory --out " + out);
@@ -164,7 +164,7 @@ TEST_CASE("cli images: --pin-memory without CUDA says it is a no-op; --device au
   }
 }
 
-TEST_CASE("cli data: report on an image folder; exit 1 when it cannot be read") {
+TEST_CASE("cli data: report on an image folder, exit 1 when it cannot be read") {
   const std::string out = kiln_test::cli_temp_dir("data_report");
   auto r = run_kiln("data " + gray_folder().root + " --out " + out + "/sheets");
   REQUIRE_MESSAGE(r.status == 0, r.output);

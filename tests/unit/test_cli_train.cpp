@@ -94,7 +94,7 @@ TEST_CASE("cli train: resume ends with the same weights as an uninterrupted run"
   CHECK(lb[1]["final_train_loss"] == la[0]["final_train_loss"]);
 }
 
-TEST_CASE("cli train: --batch N on N samples is one step; --val and --accum; predict") {
+TEST_CASE("cli train: --batch N on N samples is one step, --val and --accum, predict") {
   const std::string o = kiln_test::cli_temp_dir("one_step");
   auto r = run_kiln("train --model small_cnn --data " + data_dir() + " --val " + data_dir() +
                     " --epochs 1 --batch 16 --accum 3 --optimizer adamw --lr 0.001 --clip 1.0 --warmup 2 "

@@ -19,7 +19,7 @@ static Image decode_str(const std::string& b, const DecodeOptions& o = {}) {
   return decode_image_bytes(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "mem.jpg", o);
 }
 
-TEST_CASE("jpeg round trip at quality 100 stays close; size and mode reported") {
+TEST_CASE("jpeg round trip at quality 100 stays close, size and mode reported") {
   Image src;  // smooth, so 4:2:0 chroma costs little
   src.w = 64;
   src.h = 48;

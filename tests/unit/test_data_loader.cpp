@@ -68,7 +68,7 @@ ImageLoaderOptions train_options(int workers) {
 
 }  // namespace
 
-TEST_CASE("loader: same batches with 1, 2 and 4 workers; bad samples skipped and reported once") {
+TEST_CASE("loader: same batches with 1, 2 and 4 workers, bad samples skipped and reported once") {
   Folder f;
   ImageDataset ds = image_folder(f.dir.path);
   REQUIRE(ds.size() == 25);
@@ -109,7 +109,7 @@ TEST_CASE("loader: same batches with 1, 2 and 4 workers; bad samples skipped and
   CHECK(shorter >= 1);  // 25 samples in batches of 5, 2 bad: at least one batch came out smaller
 }
 
-TEST_CASE("loader: epochs reshuffle and re-augment; the sequential sampler keeps data set order") {
+TEST_CASE("loader: epochs reshuffle and re-augment, the sequential sampler keeps data set order") {
   Folder f;
   ImageDataset ds = image_folder(f.dir.path);
   ImageLoader L(ds, train_options(2));

@@ -74,7 +74,7 @@ TEST_CASE("gemm matches a naive reference for all transposes, padded leading dim
       }
 }
 
-TEST_CASE("gemm with K == 0 scales C by beta; M or N == 0 is a no-op") {
+TEST_CASE("gemm with K == 0 scales C by beta, M or N == 0 is a no-op") {
   std::vector<float> C = {1, 2, 3, 4};
   cpu::gemm<float>(false, false, 2, 2, 0, 1.f, nullptr, 1, nullptr, 2, 0.5f, C.data(), 2);
   CHECK(C == std::vector<float>({0.5f, 1.f, 1.5f, 2.f}));
@@ -91,7 +91,7 @@ TEST_CASE("gemm rejects a too-small leading dimension") {
                   kiln::Error);
 }
 
-TEST_CASE("gemm_batched matches per-matrix references (small: threaded; large: sequential; broadcast A)") {
+TEST_CASE("gemm_batched matches per-matrix references (small: threaded, large: sequential, broadcast A)") {
   std::mt19937 g(99);
   for (int64_t M : {3, 70}) {
     int64_t N = M + 1, K = M + 2, batch = 5;

@@ -185,7 +185,7 @@ TEST_CASE("cross_entropy matches the composed formula for every weight/smoothing
         }
 }
 
-TEST_CASE("cross_entropy / nll_loss: out-of-range target names the index and K; all-ignored mean is NaN") {
+TEST_CASE("cross_entropy / nll_loss: out-of-range target names the index and K, all-ignored mean is NaN") {
   std::vector<double> logits(6, 0.0), logp(6), out(1);
   std::vector<int64_t> t = {1, 3};
   try {

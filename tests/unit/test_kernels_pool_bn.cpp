@@ -141,7 +141,7 @@ TEST_CASE("max_pool2d propagates NaN and rejects too much padding") {
   CHECK_THROWS_AS(cpu::max_pool2d_forward<float>(d, x.data(), y.data(), nullptr), kiln::Error);
 }
 
-TEST_CASE("avg_pool2d fwd matches the reference; bwd is its exact adjoint (count_include_pad both ways)") {
+TEST_CASE("avg_pool2d fwd matches the reference, bwd is its exact adjoint (count_include_pad both ways)") {
   std::mt19937 g(12);
   const Pool2dDesc cases[] = {
       pdesc(2, 3, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, false), pdesc(1, 2, 7, 9, 3, 2, 2, 3, 1, 1, 1, 1, true),
@@ -275,7 +275,7 @@ TEST_CASE("batch_norm train forward, running stats (unbiased var, momentum) and 
   }
 }
 
-TEST_CASE("batch_norm eval forward/backward use the running statistics; training rejects 1 value per channel") {
+TEST_CASE("batch_norm eval forward/backward use the running statistics, training rejects 1 value per channel") {
   std::mt19937 g(22);
   int64_t N = 3, C = 2, HW = 4;
   auto x = rand_vec(N * C * HW, g), gm = rand_vec(C, g), bt = rand_vec(C, g), dy = rand_vec(N * C * HW, g);

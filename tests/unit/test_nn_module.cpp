@@ -174,7 +174,7 @@ TEST_CASE("load_state_dict copies in place: parameter handles stay the same tens
   CHECK(w.requires_grad());
 }
 
-TEST_CASE("default init: Linear and Conv2d U(+-1/sqrt(fan_in)); resnet convs N(0, 2/fan_out); BN 1/0") {
+TEST_CASE("default init: Linear and Conv2d U(+-1/sqrt(fan_in)), resnet convs N(0, 2/fan_out), BN 1/0") {
   manual_seed(3);
   nn::Linear lin(400, 300);
   double bound = 1.0 / std::sqrt(400.0);
@@ -230,7 +230,7 @@ TEST_CASE("forward pushes the module path: recorded ops name the module that ran
   CHECK(z.grad_fn()->module == "fc");
 }
 
-TEST_CASE("BatchNorm2d counts batches in train mode only; Dropout is identity in eval") {
+TEST_CASE("BatchNorm2d counts batches in train mode only, Dropout is identity in eval") {
   auto m = models::small_cnn(10, 1, 28);
   Tensor x = randn({2, 1, 28, 28});
   (*m)(x);
