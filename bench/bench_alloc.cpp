@@ -1,4 +1,5 @@
-// bench_alloc: replays allocation traces through (a) kiln's bins (CachingAllocator), (b) kiln's
+// bench_alloc: replays allocation traces through (a) kiln's bins (CachingAllocator; with the
+// configured policy and again with mapped segments forced), (b) kiln's
 // plan mode (record the first round, replay the rest from the arena), (c) the raw provider
 // (aligned_alloc/free per request), and prints, side by side, ns per alloc+free pair and peak
 // reserved bytes over peak live bytes (1.00 is the limit). Also times the bins' hit path (the
@@ -187,9 +188,9 @@ double replay(const Trace& t, std::vector<void*>& ptrs, Alloc&& alloc, Free&& fr
   return now_s() - t0;
 }
 
-Result run_bins(const Trace& t, int rounds) {
+Result run_bins(const Trace& t, int rounds, const AllocatorConfig& cfg) {
   HostProvider host;
-  CachingAllocator a(Device::cpu(), &host, alloc_config_from_env());
+  CachingAllocator a(Device::cpu(), &host, cfg);
   std::vector<void*> ptrs(t.slots, nullptr);
   auto al = [&](size_t n) { return a.allocate(n); };
   auto fr = [&](void* p) { a.deallocate(p); };
@@ -315,15 +316,24 @@ int main(int argc, char** argv) {
   hit_path();
   std::printf("\ntrace replay, %d rounds each (reserved/peak: peak reserved bytes over peak live bytes, 1.00 is the limit)\n",
               rounds);
-  std::printf("%-28s %7s %10s | %-19s | %-28s | %-19s\n", "trace", "allocs", "peak live", "kiln bins",
-              "kiln plan", "raw provider");
-  std::printf("%-28s %7s %10s | %8s %10s | %8s %10s %8s | %8s %10s\n", "", "", "", "ns/pair", "res/peak", "ns/pair",
-              "res/peak", "diverged", "ns/pair", "res/peak");
+  // "kiln bins" is the configured policy (by default the expandable arena, what the host and meta
+  // devices get); "segments" forces mapped segments (expandable=0), what cuda and pinned memory get
+  // until their providers can grow a range.
+  const AllocatorConfig cfg = alloc_config_from_env();
+  AllocatorConfig seg_cfg = cfg;
+  seg_cfg.expandable = false;
+  std::printf("bins: %s arena, granule %s\n", cfg.expandable ? "expandable" : "no expandable",
+              format_bytes((double)cfg.granule).c_str());
+  std::printf("%-28s %7s %10s | %-19s | %-19s | %-28s | %-19s\n", "trace", "allocs", "peak live", "kiln bins",
+              "kiln bins, segments", "kiln plan", "raw provider");
+  std::printf("%-28s %7s %10s | %8s %10s | %8s %10s | %8s %10s %8s | %8s %10s\n", "", "", "", "ns/pair", "res/peak",
+              "ns/pair", "res/peak", "ns/pair", "res/peak", "diverged", "ns/pair", "res/peak");
   for (const Trace& t : traces) {
-    Result b = run_bins(t, rounds), p = run_plan(t, rounds), r = run_raw(t, rounds);
-    std::printf("%-28s %7zu %10s | %8.1f %10.3f | %8.1f %10.3f %8llu | %8.1f %10.3f\n", t.name.c_str(), t.allocs,
-                format_bytes((double)t.peak_live).c_str(), b.ns_per_pair, b.ratio, p.ns_per_pair, p.ratio,
-                (unsigned long long)p.diverged, r.ns_per_pair, r.ratio);
+    Result b = run_bins(t, rounds, cfg), s = run_bins(t, rounds, seg_cfg), p = run_plan(t, rounds),
+           r = run_raw(t, rounds);
+    std::printf("%-28s %7zu %10s | %8.1f %10.3f | %8.1f %10.3f | %8.1f %10.3f %8llu | %8.1f %10.3f\n", t.name.c_str(),
+                t.allocs, format_bytes((double)t.peak_live).c_str(), b.ns_per_pair, b.ratio, s.ns_per_pair, s.ratio,
+                p.ns_per_pair, p.ratio, (unsigned long long)p.diverged, r.ns_per_pair, r.ratio);
   }
   return 0;
 }

@@ -1,4 +1,12 @@
 // CachingAllocator: kiln's bump-and-bin allocator over a Provider, with exact accounting.
+//   - expandable arena (the default where the provider can grow a range: host, meta, cuda with
+//     the driver's virtual memory management): every request is served from one reserved
+//     address range whose committed part grows at its end in granule steps; a fresh request that
+//     no free block holds bumps the end (extending the free tail block in place), frees coalesce
+//     with every free neighbour, empty_cache() decommits the free tail. Requests still count in
+//     the small or large pool by size; the arena's reserved bytes count in the large pool.
+//     Measured on recorded training steps this keeps reserved within 4-18% of peak live bytes
+//     where mapped segments needed 17-47% (bench/bench_alloc.cpp). Otherwise, mapped segments:
 //   - small pool: requests <= small_max (1 MiB) share small_segment (2 MiB) segments; large pool:
 //     requests below large_segment/2 (10 MiB) share large_segment (20 MiB) segments so their
 //     blocks coalesce (falling back to their own size when 20 MiB does not fit), bigger ones map

@@ -125,7 +125,9 @@ MemPrediction predict_memory(const MemConfig& c) {
   const Device target = c.train.device == "auto" ? Device::cpu() : Device::parse(c.train.device);
   r.target = target.str();
   CachingAllocator* target_alloc = caching_allocator_for(target.is_meta() ? Device::cpu() : target);
-  const AllocatorConfig cfg = target_alloc ? target_alloc->config() : alloc_config_from_env();
+  AllocatorConfig cfg = target_alloc ? target_alloc->config() : alloc_config_from_env();
+  // No GPU here to ask: assume the usual CUDA allocation granularity (2 MiB) for its arena.
+  if (!target_alloc && target.is_cuda()) cfg.granule = std::max(cfg.granule, size_t(2) << 20);
   MetaTargetScope imitate(target);
   const uint64_t seed_before = global_rng().seed, offset_before = global_rng().offset;
 
