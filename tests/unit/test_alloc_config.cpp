@@ -231,3 +231,28 @@ TEST_CASE("alloc expandable: off where the provider cannot grow a range, and by 
   CHECK(parse_alloc_conf("granule=2M").granule == 2 * MiB);
   CHECK_THROWS_WITH_AS(parse_alloc_conf("granule=3000"), doctest::Contains("granule"), Error);
 }
+
+TEST_CASE("alloc expandable: a close hole first, else the free tail, else a loose hole, else grow") {
+  HostProvider host;
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("granule=4M"));
+  void* h1 = a.allocate(2 * MiB);  // becomes a 2 MiB hole
+  void* k1 = a.allocate(4096);
+  void* h2 = a.allocate(1 * MiB);  // becomes a 1 MiB hole
+  void* k2 = a.allocate(4096);
+  a.deallocate(h1);
+  a.deallocate(h2);
+  // committed: 4 MiB; the free tail is 4 MiB - 3 MiB - 8 KiB.
+  void* x = a.allocate(900 * 1024);  // the 1 MiB hole is within 25%: taken
+  CHECK(x == h2);
+  void* y = a.allocate(600 * 1024);  // the 2 MiB hole is loose: the tail takes it (bump)
+  CHECK((char*)y == (char*)k2 + 4096);
+  // 2 MiB is more than 1.25 x 1.5 MiB (a loose hole), but the tail (~376 KiB) cannot hold it.
+  void* z = a.allocate(1536 * 1024);
+  CHECK(z == h1);
+  CHECK(a.stats().total.reserved.current == (int64_t)(4 * MiB));
+  void* g = a.allocate(3 * MiB);  // nothing holds it: grow (the tail extends)
+  CHECK((char*)g == (char*)y + 600 * 1024);
+  CHECK(a.stats().total.reserved.current == (int64_t)(8 * MiB));
+  for (void* p : {k1, k2, x, y, z, g}) a.deallocate(p);
+  a.verify();
+}
