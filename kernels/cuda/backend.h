@@ -12,6 +12,7 @@
 #include "kernels/common/elementwise_math.h"
 #include "kernels/common/reduce_op.h"
 #include "kernels/common/strided.h"
+#include "kernels/common/update_rules.h"
 #include "kernels/cuda/nn_backend.h"
 
 namespace kiln::cuda {
@@ -31,5 +32,13 @@ void reduce_rows(ReduceOp op, DType dt, const void* x, int64_t rows, int64_t col
 void gemm_strided(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* A,
                   int64_t lda, int64_t stride_a, const void* B, int64_t ldb, int64_t stride_b, double beta, void* C,
                   int64_t ldc, int64_t stride_c, int64_t batch);
+
+// ---- fused optimizer updates (optim_update.cu) -- the per-element rules of update_rules.h ----
+// In place over n contiguous f32 elements of one parameter tensor, one kernel launch each.
+// momentum_buffer may be nullptr when h.momentum == 0 (the rule does not touch it).
+void sgd_fused(float* p, const float* g, float* momentum_buffer, int64_t n, bool first_step,
+               const optim::SgdParams& h);
+void adamw_fused(float* p, const float* g, float* exp_avg, float* exp_avg_sq, int64_t n,
+                 const optim::AdamWParams& h);
 
 }  // namespace kiln::cuda
