@@ -3,7 +3,10 @@
 // device, work is queued on compute_stream(current device) and is asynchronous unless noted. Same
 // math as the CPU (kernels/common/, engine/core/philox.h), so random draws agree bit for bit.
 // The NN kernels (conv, pool, batch norm, softmax, losses, dropout) are declared in nn_backend.h,
-// included here so the op layer's KILN_DISPATCH finds them.
+// included here so the op layer's KILN_DISPATCH finds them. The fused optimizer updates are called
+// by engine/optim directly (no CPU twin in kernels/cpu: the CPU loop lives in sgd.cpp / adamw.cpp).
+// STATUS: sgd_fused / adamw_fused compiled for sm_80/sm_90, never run on a GPU yet
+// (tests/cuda/test_cuda_optim.cpp checks them against the CPU loop when one is present).
 #pragma once
 #include <cstddef>
 #include <cstdint>
