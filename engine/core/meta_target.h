@@ -1,7 +1,8 @@
 // The device a meta-device run stands in for. `kiln mem` predicts a CPU run by running the same
 // step on meta; where kiln takes a device-specific path that changes allocations (the optimizers'
-// fused CPU update allocates nothing, their generic path allocates temporaries), the meta run
-// asks meta_target() and takes the path of the device it imitates. Default: cpu.
+// fused update, a CPU loop or a CUDA kernel, allocates nothing; their generic path allocates
+// temporaries), the meta run asks meta_target() and takes the path of the device it imitates.
+// Default: cpu.
 #pragma once
 #include "engine/core/device.h"
 

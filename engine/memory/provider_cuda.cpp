@@ -7,25 +7,9 @@
 #include <unistd.h>
 
 #include "engine/core/error.h"
+#include "engine/memory/cuda_device_guard.h"
 
 namespace kiln {
-
-namespace {
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int d) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (prev_ != d) cudaSetDevice(d);
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = -1;
-};
-}  // namespace
 
 int cuda_device_count() {
   int n = 0;
@@ -37,7 +21,7 @@ int cuda_device_count() {
 }
 
 void* CudaProvider::map(size_t bytes) {
-  DeviceGuard g(device_);
+  CudaDeviceGuard g(device_);
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error so the retry can succeed
@@ -47,13 +31,13 @@ void* CudaProvider::map(size_t bytes) {
 }
 
 void CudaProvider::unmap(void* p, size_t) {
-  DeviceGuard g(device_);
+  CudaDeviceGuard g(device_);
   cudaError_t e = cudaFree(p);
   KILN_CHECK(e == cudaSuccess, "cudaFree on cuda:", device_, ": ", cudaGetErrorString(e));
 }
 
 size_t CudaProvider::capacity() const {
-  DeviceGuard g(device_);
+  CudaDeviceGuard g(device_);
   size_t free_b = 0, total = 0;
   if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
     cudaGetLastError();

@@ -1,6 +1,8 @@
 // Per-device allocator registry: the default allocator of every device is a CachingAllocator
 // (cpu over host memory, meta over fake addresses, cuda:N over cudaMalloc, created on first use),
-// each behind a LimitedProvider so a device can be made to look smaller (--device-memory).
+// each behind a LimitedProvider so a device can be made to look smaller (--device-memory). A cuda
+// allocator gets a CudaEventSource, so a block freed on one stream is reused on another only once
+// that stream's work has finished.
 // set_allocator() overrides a device (tests, tools); nothing here knows the allocator's policy.
 #include <map>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "engine/memory/caching_allocator.h"
 #include "engine/memory/provider.h"
 #ifdef KILN_WITH_CUDA
+#include "engine/memory/event_source_cuda.h"
 #include "engine/memory/provider_cuda.h"
 #endif
 
@@ -20,6 +23,7 @@ namespace {
 struct DeviceSlot {
   std::unique_ptr<Provider> base;
   std::unique_ptr<LimitedProvider> limited;
+  std::unique_ptr<EventSource> events;  // cuda: stream events for cross-stream reuse
   std::unique_ptr<CachingAllocator> caching;
   Allocator* override_ = nullptr;
 };
@@ -59,6 +63,12 @@ DeviceSlot& slot_for(Device d) {
   }
   s.limited.reset(new LimitedProvider(s.base.get(), SIZE_MAX));
   s.caching.reset(new CachingAllocator(d, s.limited.get()));
+#ifdef KILN_WITH_CUDA
+  if (d.is_cuda()) {
+    s.events.reset(new CudaEventSource(d.index));
+    s.caching->set_event_source(s.events.get());
+  }
+#endif
   return s;
 }
 

@@ -1,11 +1,17 @@
-// AdamW update: fused CPU loop over update_rules.h, or in-place tensor ops elsewhere.
+// AdamW update: fused per-element rule of kernels/common/update_rules.h (a CPU loop, or one CUDA
+// kernel per parameter on a GPU), or in-place tensor ops elsewhere.
 #include "engine/optim/adamw.h"
 
 #include <cmath>
 
 #include "engine/memory/tag.h"
+#include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
-#include "engine/optim/update_rules.h"
+#include "kernels/common/update_rules.h"
+#ifdef KILN_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace kiln::optim {
 
@@ -38,13 +44,22 @@ void AdamW::update(const std::string& name, Tensor& p, const Tensor& g, const Pa
   if (use_fused(p, g) && m.is_contiguous() && v.is_contiguous()) {
     AdamWParams h{(float)lr, (float)o_.beta1, (float)o_.beta2, (float)o_.eps, (float)wd, (float)step_size,
                   (float)bc2_sqrt};
+    if (p.device().is_meta()) return;  // no data, nothing to update
     float* pp = p.data<float>();
     const float* gp = g.data<float>();
     float* mp = m.data<float>();
     float* vp = v.data<float>();
-    const int64_t n = p.device().is_meta() ? 0 : p.numel();  // meta: no data, nothing to update
+    const int64_t n = p.numel();
+    if (p.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+      OpSpanScope span("adamw_fused");
+      cuda::DeviceGuard dg(p.device().index);
+      cuda::adamw_fused(pp, gp, mp, vp, n, h);
+#endif
+    } else {
 #pragma omp parallel for if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) adamw_update(pp[i], gp[i], mp[i], vp[i], h);
+      for (int64_t i = 0; i < n; ++i) adamw_update(pp[i], gp[i], mp[i], vp[i], h);
+    }
     p.bump_version();
     m.bump_version();
     v.bump_version();

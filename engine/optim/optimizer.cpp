@@ -80,9 +80,12 @@ Tensor& Optimizer::state(const std::string& param, const std::string& key, const
 }
 
 bool Optimizer::use_fused(const Tensor& p, const Tensor& g) const {
-  // A meta run imitating the CPU takes the fused path too (it allocates nothing; the loop is skipped).
-  const bool cpu_like = p.device().is_cpu() || (p.device().is_meta() && meta_target().is_cpu());
-  return fused_ && cpu_like && p.dtype() == DType::f32 && p.is_contiguous() && g.is_contiguous();
+  // cpu: an OpenMP loop; cuda: one kernel per parameter (only in a CUDA build, where cuda tensors
+  // exist). A meta run takes the path of the device it imitates (the fused path allocates nothing;
+  // the update is skipped), so predicted memory matches the real run on either device.
+  const Device d = p.device().is_meta() ? meta_target() : p.device();
+  const bool has_fused = d.is_cpu() || d.is_cuda();
+  return fused_ && has_fused && p.dtype() == DType::f32 && p.is_contiguous() && g.is_contiguous();
 }
 
 NamedTensors Optimizer::state_dict() const {

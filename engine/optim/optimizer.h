@@ -42,7 +42,8 @@ class Optimizer {
   void set_lr_factor(double f);                         // every group: lr = initial_lr * f
   const std::string& type() const { return type_; }
   int64_t steps_taken() const { return steps_; }
-  // CPU f32 contiguous tensors use fused per-element loops (update_rules.h) unless disabled;
+  // f32 contiguous tensors on cpu or cuda use fused per-element updates (kernels/common/
+  // update_rules.h: an OpenMP loop, or one CUDA kernel per parameter) unless disabled;
   // everything else goes through in-place tensor ops.
   void set_fused(bool on) { fused_ = on; }
 

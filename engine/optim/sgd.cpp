@@ -1,9 +1,15 @@
-// SGD update: fused CPU loop over update_rules.h, or in-place tensor ops elsewhere.
+// SGD update: fused per-element rule of kernels/common/update_rules.h (a CPU loop, or one CUDA
+// kernel per parameter on a GPU), or in-place tensor ops elsewhere.
 #include "engine/optim/sgd.h"
 
 #include "engine/memory/tag.h"
+#include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
-#include "engine/optim/update_rules.h"
+#include "kernels/common/update_rules.h"
+#ifdef KILN_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace kiln::optim {
 
@@ -31,14 +37,24 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, const Para
   }
   if (use_fused(p, g) && (buf == nullptr || buf->is_contiguous())) {
     SgdParams h{(float)lr, (float)m, (float)o_.dampening, (float)wd, o_.nesterov};
+    if (p.device().is_meta()) return;  // no data, nothing to update
     float* pp = p.data<float>();
     const float* gp = g.data<float>();
-    float dummy = 0.f;
     float* bp = buf ? buf->data<float>() : nullptr;
-    const int64_t n = p.device().is_meta() ? 0 : p.numel();  // meta: no data, nothing to update
+    const int64_t n = p.numel();
+    if (p.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+      OpSpanScope span("sgd_fused");
+      cuda::DeviceGuard dg(p.device().index);
+      cuda::sgd_fused(pp, gp, bp, n, first, h);
+#endif
+    } else {
+      float dummy = 0.f;
 #pragma omp parallel for if (n > (1 << 16)) firstprivate(dummy)
-    for (int64_t i = 0; i < n; ++i) sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first, h);
+      for (int64_t i = 0; i < n; ++i) sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first, h);
+    }
     p.bump_version();
+    if (bp) buf->bump_version();
     return;
   }
   // Generic path (any device): the same formula with in-place ops.

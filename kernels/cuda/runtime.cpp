@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/memory/event_source_cuda.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
 
@@ -128,6 +129,17 @@ DeviceProps device_properties(int index) {
 
 cudaStream_t compute_stream(int dev) { return per_device(dev).compute; }
 cudaStream_t copy_stream(int dev) { return per_device(dev).copy; }
+
+}  // namespace kiln::cuda
+
+// The allocator's stream ids (engine/memory/event_source_cuda.h) resolved to this runtime's streams.
+cudaStream_t kiln::cuda_stream_for_id(int device, StreamId stream) {
+  if (stream == kCudaComputeStream) return cuda::compute_stream(device);
+  if (stream == kCudaCopyStream) return cuda::copy_stream(device);
+  return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream));
+}
+
+namespace kiln::cuda {
 
 DeviceGuard::DeviceGuard(int dev) {
   KILN_CUDA_CHECK(cudaGetDevice(&prev_), "DeviceGuard: cudaGetDevice");

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "engine/core/device.h"
@@ -32,7 +33,9 @@ struct DeviceProps {
 // Properties of cuda:index; throws kiln::Error if the index is not a usable device.
 DeviceProps device_properties(int index);
 
-// Per-device streams (created on first use, non-blocking with respect to the legacy stream).
+// Per-device streams (created on first use, non-blocking with respect to the legacy stream). The
+// device's caching allocator knows them as stream ids 0 (compute) and 1 (copy):
+// engine/memory/event_source_cuda.h.
 cudaStream_t compute_stream(int dev);
 cudaStream_t copy_stream(int dev);
 
@@ -55,5 +58,9 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
 
 // Waits for all work on the device's compute and copy streams.
 void synchronize(int dev);
+
+// Test support (stream_sleep.cu): queues one kernel that keeps `stream` busy for about
+// `microseconds` (the GPU's global timer), on the current device.
+void sleep_on_stream(cudaStream_t stream, int64_t microseconds);
 
 }  // namespace kiln::cuda

@@ -7,6 +7,8 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/generator.h"
+#include "engine/core/meta_target.h"
+#include "engine/memory/caching_allocator.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/sequential.h"
@@ -207,4 +209,33 @@ TEST_CASE("gradient accumulation: N micro-batches with loss/N equal one large ba
   manual_seed(5);
   auto fresh = make();
   CHECK(fresh->named_parameters()[0].second.to_vector<float>()[0] != pb[0].second.to_vector<float>()[0]);
+}
+
+TEST_CASE("meta optimizer steps take the imitated device's fused path (cpu and cuda allocate no temporaries)") {
+  // kiln mem predicts a run by stepping on meta; the fused update (CPU loop or CUDA kernel) works
+  // in place, the generic one allocates d = g + wd*p and friends. The prediction must follow the
+  // path the real device takes: fused on cpu and cuda alike.
+  CachingAllocator* meta = caching_allocator_for(Device::meta());
+  REQUIRE(meta != nullptr);
+  for (Device target : {Device::cpu(), Device::cuda(0)}) {
+    for (bool fused : {true, false}) {
+      CAPTURE(target.str());
+      CAPTURE(fused);
+      MetaTargetScope scope(target);
+      Tensor p = empty({64, 32}, DType::f32, Device::meta()).set_requires_grad(true);
+      SGD sgd({{"p", p}}, SGDOptions{0.1, 0.9, 0.0, 1e-2, true});
+      AdamW adamw({{"p", p}}, AdamWOptions{});
+      sgd.set_fused(fused);
+      adamw.set_fused(fused);
+      p.set_grad(empty({64, 32}, DType::f32, Device::meta()));
+      sgd.step();    // creates the momentum buffer
+      adamw.step();  // creates exp_avg, exp_avg_sq
+      const uint64_t before = meta->stats().num_allocs;
+      sgd.step();
+      adamw.step();
+      const uint64_t temporaries = meta->stats().num_allocs - before;
+      if (fused) CHECK(temporaries == 0);
+      else CHECK(temporaries > 0);
+    }
+  }
 }

@@ -1,5 +1,6 @@
 // Per-element optimizer update rules with PyTorch's semantics, shared by the fused CPU loops and
-// (later) CUDA kernels. Pure math over scalars: no tensors, no allocation, no branching on devices.
+// the fused CUDA kernels (kernels/cuda/optim_update.cu). Pure math over scalars: no tensors, no
+// allocation, no branching on devices.
 #pragma once
 #include <cmath>
 
