@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/memory/cuda_device_guard.h"
 #include "engine/memory/provider_cuda.h"
 
 namespace kiln {
@@ -73,19 +74,6 @@ bool entry(const char* name, F*& fn) {
   return true;
 }
 
-class DeviceScope {
- public:
-  explicit DeviceScope(int d) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (prev_ != d) cudaSetDevice(d);
-  }
-  ~DeviceScope() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = -1;
-};
 
 }  // namespace
 
@@ -100,7 +88,7 @@ CudaProvider::Vmm* CudaProvider::vmm() const {
   self->vmm_checked_ = true;
   const char* env = std::getenv("KILN_CUDA_VMM");
   if (env && std::strcmp(env, "0") == 0) return nullptr;
-  DeviceScope ds(device_);
+  CudaDeviceGuard ds(device_);
   auto* v = new Vmm();
   bool ok = entry("cuGetErrorString", v->get_error_string) && entry("cuDeviceGet", v->device_get) &&
             entry("cuDeviceGetAttribute", v->device_get_attribute) &&
@@ -152,7 +140,7 @@ void* CudaProvider::reserve(size_t bytes) {
 bool CudaProvider::commit(void* ptr, size_t bytes) {
   Vmm* v = vmm();
   KILN_CHECK(v, "cuda:", device_, ": commit without virtual memory management");
-  DeviceScope ds(device_);
+  CudaDeviceGuard ds(device_);
   std::lock_guard<std::mutex> g(v->mu);
   const size_t G = v->granule;
   const CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
@@ -190,7 +178,7 @@ bool CudaProvider::commit(void* ptr, size_t bytes) {
 void CudaProvider::decommit(void* ptr, size_t bytes) {
   Vmm* v = vmm();
   KILN_CHECK(v, "cuda:", device_, ": decommit without virtual memory management");
-  DeviceScope ds(device_);
+  CudaDeviceGuard ds(device_);
   // Kernels queued on any stream may still use these bytes: wait for them before unmapping.
   cudaError_t e = cudaDeviceSynchronize();
   KILN_CHECK(e == cudaSuccess, "cudaDeviceSynchronize before unmapping on cuda:", device_, ": ", cudaGetErrorString(e));

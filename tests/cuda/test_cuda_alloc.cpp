@@ -59,11 +59,12 @@ void check_writable(void* dev, size_t n, unsigned char seed) {
 
 }  // namespace
 
+// Mapped segments (cudaMalloc): the policy when the driver has no virtual memory management.
 TEST_CASE("cuda alloc: small pool bump, split, coalesce and empty_cache on cudaMalloc memory (exact stats)") {
   if (skip_without_gpu()) return;
   cuda::DeviceGuard dg(0);
   CudaProvider prov(0);
-  CachingAllocator a(kGpu, &prov, AllocatorConfig{});
+  CachingAllocator a(kGpu, &prov, parse_alloc_conf("expandable=0"));
   void* x = a.allocate(1000);  // rounded to 1024 (round = 512)
   void* y = a.allocate(3000);  // 3072, bumped right behind x in the same 2 MiB segment
   MemoryStats s = a.stats();
@@ -103,7 +104,7 @@ TEST_CASE("cuda alloc: small pool bump, split, coalesce and empty_cache on cudaM
 TEST_CASE("cuda alloc: large pool segments on cudaMalloc memory") {
   if (skip_without_gpu()) return;
   CudaProvider prov(0);
-  CachingAllocator a(kGpu, &prov, AllocatorConfig{});
+  CachingAllocator a(kGpu, &prov, parse_alloc_conf("expandable=0"));
   void* m = a.allocate(5 * MiB);   // below large_segment/2: shares a 20 MiB segment
   void* n = a.allocate(3 * MiB);   // same segment, right behind m
   void* big = a.allocate(30 * MiB);  // its own segment, rounded to 2 MiB
@@ -129,7 +130,7 @@ TEST_CASE("cuda alloc: a capacity-limited cuda provider throws kiln::OutOfMemory
   if (skip_without_gpu()) return;
   CudaProvider prov(0);
   LimitedProvider lim(&prov, 8 * MiB);
-  CachingAllocator a(kGpu, &lim, AllocatorConfig{});
+  CachingAllocator a(kGpu, &lim, parse_alloc_conf("expandable=0"));
   void* p = a.allocate(6 * MiB);  // 20 MiB shared segment does not fit the limit: own 6 MiB segment
   CHECK(lim.mapped() == 6 * MiB);
   check_writable(p, 6 * MiB, 6);
@@ -151,6 +152,70 @@ TEST_CASE("cuda alloc: a capacity-limited cuda provider throws kiln::OutOfMemory
   CHECK(a.stats().num_retries == retries + 1);
   CHECK(lim.mapped() == 8 * MiB);
   check_writable(q, 7 * MiB, 7);
+  a.deallocate(q);
+  a.verify();
+  a.empty_cache();
+  CHECK(lim.mapped() == 0);
+}
+
+// The expandable arena on the driver's virtual memory (the default on GPUs that have it).
+TEST_CASE("cuda alloc: expandable arena on cuMemCreate/cuMemMap memory grows, is writable across granules, shrinks") {
+  if (skip_without_gpu()) return;
+  CudaProvider prov(0);
+  if (prov.granule() == 0) {
+    MESSAGE("cuda alloc: this GPU/driver has no virtual memory management: expandable arena not tested");
+    return;
+  }
+  CachingAllocator a(kGpu, &prov, AllocatorConfig{});
+  REQUIRE(a.config().expandable);
+  const size_t G = a.config().granule;
+  CHECK(G >= prov.granule());
+  auto up = [&](size_t n) { return (int64_t)((n + G - 1) / G * G); };
+  void* x = a.allocate(1000);
+  void* y = a.allocate(3 * MiB);  // spans granules: one mapping per granule, contiguous addresses
+  CHECK((char*)y == (char*)x + 1024);
+  CHECK(a.stats().total.reserved.current == up(1024 + 3 * MiB));
+  check_writable(x, 1000, 11);
+  check_writable(y, 3 * MiB, 12);
+  a.deallocate(y);
+  void* z = a.allocate(9 * MiB);  // the free tail grows in place
+  CHECK(z == y);
+  CHECK(a.stats().total.reserved.current == up(1024 + 9 * MiB));
+  check_writable(z, 9 * MiB, 13);
+  a.deallocate(x);
+  a.deallocate(z);
+  a.verify();
+  a.empty_cache();  // decommits everything and gives the address range back
+  CHECK(a.stats().total.reserved.current == 0);
+  CHECK(a.segments().empty());
+  void* again = a.allocate(5 * MiB);
+  check_writable(again, 5 * MiB, 14);
+  a.deallocate(again);
+  a.verify();
+}
+
+TEST_CASE("cuda alloc: a capacity-limited expandable arena throws kiln::OutOfMemory and recovers") {
+  if (skip_without_gpu()) return;
+  CudaProvider prov(0);
+  if (prov.granule() == 0) {
+    MESSAGE("cuda alloc: this GPU/driver has no virtual memory management: expandable arena not tested");
+    return;
+  }
+  LimitedProvider lim(&prov, 8 * MiB);
+  CachingAllocator a(kGpu, &lim, AllocatorConfig{});
+  void* p = a.allocate(6 * MiB);
+  CHECK(lim.mapped() == (size_t)((6 * MiB + a.config().granule - 1) / a.config().granule * a.config().granule));
+  bool oom = false;
+  try {
+    a.allocate(4 * MiB);
+  } catch (const OutOfMemory& e) {
+    oom = std::string(e.what()).find("cuda:0") != std::string::npos;
+  }
+  CHECK(oom);
+  CHECK(lim.mapped() <= 8 * MiB);  // a failed commit leaves nothing half-mapped
+  a.deallocate(p);
+  void* q = a.allocate(7 * MiB);  // the free arena holds it (the tail grows within the limit)
+  check_writable(q, 7 * MiB, 15);
   a.deallocate(q);
   a.verify();
   a.empty_cache();
