@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
+#include "tools/lib/devices.h"
 #include "tools/lib/memory_peak.h"
 #include "tools/lib/memory_report.h"
 
@@ -68,7 +69,7 @@ int parse_checkpoint_option(const std::string& text) {
 
 void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
   MemConfig c = o.config;
-  const Device target = c.train.device == "auto" ? Device::cpu() : Device::parse(c.train.device);
+  const Device target = c.train.device == "auto" ? resolve_device("auto") : Device::parse(c.train.device);
   const int64_t budget = o.device_memory.empty() ? device_budget(target) : (int64_t)parse_bytes(o.device_memory);
   nlohmann::json extra;
   const int ck = parse_checkpoint_option(o.checkpoint);

@@ -12,6 +12,7 @@
 #include "engine/nn/checkpoint.h"
 #include "engine/ops/ops.h"
 #include "tools/lib/amp_training.h"
+#include "tools/lib/devices.h"
 #include "tools/lib/memory_peak.h"
 #include "tools/lib/train_components.h"
 
@@ -122,7 +123,7 @@ MemPrediction predict_memory(const MemConfig& c) {
   KILN_CHECK(c.checkpoint >= 0, "mem: --checkpoint must be >= 0, got ", c.checkpoint);
   MemPrediction r;
   r.config = c;
-  const Device target = c.train.device == "auto" ? Device::cpu() : Device::parse(c.train.device);
+  const Device target = c.train.device == "auto" ? resolve_device("auto") : Device::parse(c.train.device);
   r.target = target.str();
   CachingAllocator* target_alloc = caching_allocator_for(target.is_meta() ? Device::cpu() : target);
   AllocatorConfig cfg = target_alloc ? target_alloc->config() : alloc_config_from_env();
