@@ -60,7 +60,7 @@ struct Block {
   std::pair<Tensor, Tensor> operator()(const Tensor& x) {
     Tensor y = relu(batch_norm(conv2d(x, w1, Tensor(), {1, 1}, {1, 1}), g1, be1, rm1, rv1, true, 0.1, 1e-5));
     y = batch_norm(conv2d(y, w2, b2, {1, 1}, {1, 1}), g2, be2, rm2, rv2, true, 0.1, 1e-5);
-    y = relu(add(y, x));
+    y = relu(add(y, to_dtype(x, y.dtype())));  // under autocast y is f16, x f32
     Tensor p = avg_pool2d(max_pool2d(y, {2, 2}), {3, 3}, {1, 1}, {1, 1});
     Tensor logits = linear(flatten(adaptive_avg_pool2d(p, {1, 1}), 1), fc);
     return {p, logits};
