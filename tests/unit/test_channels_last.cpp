@@ -144,6 +144,11 @@ TEST_CASE("channels_last: elementwise ops, clone, to_dtype, batch_norm and pools
   CHECK(is_channels_last(batch_norm(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5)));
   CHECK(is_channels_last(max_pool2d(x, {2, 2})));
   CHECK(is_channels_last(avg_pool2d(x, {2, 2})));
+  // reshape / flatten of a channels-last tensor copy to row-major order (NCHW element order).
+  Tensor f = flatten(x, 1);
+  CHECK(f.is_contiguous());
+  CHECK(max_abs_diff(f, flatten(contiguous(x), 1)) == 0);
+  CHECK(max_abs_diff(reshape(x, {6, 36}), reshape(contiguous(x), {6, 36})) == 0);
   // A transposed (non-NHWC) view still gives contiguous outputs.
   Tensor t = transpose(randn({2, 3, 6, 6}), 2, 3);
   CHECK(relu(t).is_contiguous());
