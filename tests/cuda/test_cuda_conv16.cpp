@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 
 #if defined(KILN_WITH_CUDA)
@@ -132,6 +133,50 @@ TEST_CASE("cuda: f16 conv2d forward and backward, kiln implicit GEMM (--kernels 
   if (skip_without_gpu()) return;
   for (const Case& k : kCases)
     for (bool cl : {false, true}) check_case(k, DType::f16, cuda::KernelSource::kiln, cl);
+}
+
+// A ResNet basic block under f16 autocast on the GPU (conv, batch_norm in f32, relu, residual add,
+// max pool, flatten, linear), channels-last input, against the CPU's NCHW run: the channels-last
+// kernels paths (cuDNN NHWC or kiln, batch_norm's (N*H*W, C) view, pools through a copy) give the
+// CPU's values and gradients within f16 rounding.
+TEST_CASE("cuda: channels-last block under f16 autocast equals the CPU (vendor and kiln kernels)") {
+  if (skip_without_gpu()) return;
+  for (cuda::KernelSource src : {cuda::KernelSource::vendor, cuda::KernelSource::kiln}) {
+    auto block = [](Device dev, bool cl, Tensor* dx, Tensor* dw) {
+      manual_seed(23);
+      Tensor x = to_device(uniform({4, 16, 12, 12}, -1, 1), dev), w = to_device(uniform({16, 16, 3, 3}, -0.3, 0.3), dev);
+      Tensor g = to_device(ones({16}), dev), b = to_device(zeros({16}), dev), fc = to_device(uniform({10, 576}, -0.1, 0.1), dev);
+      if (cl) x = contiguous(x, MemoryFormat::channels_last);
+      x = x.detach();
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      Tensor logits;
+      {
+        AutocastGuard ac(true);
+        Tensor y = relu(batch_norm(conv2d(x, w, Tensor(), {1, 1}, {1, 1}), g, b, Tensor(), Tensor(), true, 0.1, 1e-5));
+        y = add(y, to_dtype(x, y.dtype()));
+        if (dev.is_cuda() && cl) CHECK(is_channels_last(y));
+        y = max_pool2d(y, {2, 2});
+        logits = linear(flatten(y, 1), fc);
+      }
+      Tensor l32 = to_dtype(logits, DType::f32);
+      sum(mul(l32, l32)).backward();
+      *dx = to_device(contiguous(x.grad()), Device::cpu());
+      *dw = to_device(contiguous(w.grad()), Device::cpu());
+      return to_device(l32.detach(), Device::cpu());
+    };
+    Tensor rdx, rdw, gdx, gdw;
+    Tensor ref = block(Device::cpu(), false, &rdx, &rdw);
+    Tensor got;
+    {
+      KernelSourceScope scope(src);
+      got = block(Device::cuda(0), true, &gdx, &gdw);
+    }
+    INFO("kernels " << cuda::kernel_source_name(src));
+    CHECK(rel_err(ref, got) <= 1e-2);
+    CHECK(rel_err(rdx, gdx) <= 1e-2);
+    CHECK(rel_err(rdw, gdw) <= 1e-2);
+  }
 }
 
 TEST_CASE("cuda: f16 matmul on kiln's hgemm (--kernels kiln) equals cuBLAS within f16 rounding") {
