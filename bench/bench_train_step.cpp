@@ -1,8 +1,15 @@
 // ResNet18 training-step benchmark, kiln against PyTorch in the same run: one step = zero grads,
 // forward, cross-entropy, backward, SGD momentum step, at batch 8 x 224 and batch 32 x 64 (3
-// channels, 1000 classes). Prints the median step time of each and the ratio kiln / torch.
+// channels, 1000 classes), or one shape given by --batch and --image-size. Prints the median step
+// time of each and the ratio kiln / torch, then one line "kiln <shape>: <images/s> images/s, peak
+// <bytes>" per shape (tools/gpu-check reads the last one).
 //   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
-// The peer is bench/peers/train_step_torch.py run with /usr/bin/python3, same threads and shapes.
+//                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
+// --amp is kiln train's: f16 autocast around forward + loss, LossScaler around backward and step.
+// --kernels picks cuBLAS/cuDNN or kiln's Tensor Core kernels on CUDA; --channels-last feeds the
+// model an NHWC input. Each step ends with loss.item(), so GPU steps are timed to completion.
+// The peer is bench/peers/train_step_torch.py run with /usr/bin/python3, same threads and shapes
+// (CPU f32 only; tools/gpu-check runs PyTorch's GPU rows itself).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +17,7 @@
 #include <vector>
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +25,8 @@
 #include "engine/optim/sgd.h"
 #include "kernels/cpu/threads.h"
 #include "models/registry.h"
+#include "tools/lib/amp_training.h"
+#include "tools/lib/kernel_option.h"
 #include "tools/lib/memory_peak.h"
 
 using namespace kiln;
@@ -32,7 +42,11 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-std::vector<double> time_kiln(Shape2 s, Device d, int steps, int warmup, int64_t* peak) {
+struct Mode {
+  bool amp = false, channels_last = false;
+};
+
+std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warmup, int64_t* peak) {
   manual_seed(0);
   auto model = models::make_model("resnet18", 1000, 3, s.size);
   model->to(d);
@@ -41,7 +55,11 @@ std::vector<double> time_kiln(Shape2 s, Device d, int steps, int warmup, int64_t
   o.lr = 0.01;
   o.momentum = 0.9;
   optim::SGD opt(model->named_parameters(), o);
+  TrainConfig tc;
+  tc.amp = mode.amp;
+  AmpTraining amp(tc, d);
   Tensor x = to_device(randn({s.batch, 3, s.size, s.size}), d);
+  if (mode.channels_last) x = contiguous(x, MemoryFormat::channels_last);
   std::vector<int64_t> yv((size_t)s.batch);
   for (int64_t i = 0; i < s.batch; ++i) yv[(size_t)i] = (i * 37) % 1000;
   Tensor y = to_device(tensor_from(yv, {s.batch}), d);
@@ -50,8 +68,14 @@ std::vector<double> time_kiln(Shape2 s, Device d, int steps, int warmup, int64_t
   for (int i = 0; i < warmup + steps; ++i) {
     auto t = std::chrono::steady_clock::now();
     opt.zero_grad();
-    cross_entropy((*model)(x), y).backward();
-    opt.step();
+    Tensor loss;
+    {
+      auto autocast = amp.region();
+      loss = cross_entropy((*model)(x), y);
+    }
+    amp.backward(loss);
+    amp.step(model->parameters(), [&opt] { opt.step(); });
+    (void)loss.item();  // waits for the step's kernels
     const double e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
     if (i >= warmup) ms.push_back(e);
   }
@@ -84,7 +108,9 @@ int main(int argc, char** argv) {
   cpu::ensure_omp_wait_policy(argv);
   int threads = 1, steps = 3, warmup = 1;
   bool peer = true;
-  std::string device = "cpu";
+  std::string device = "cpu", kernels = "vendor";
+  int64_t batch = 0, size = 0;
+  Mode mode;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) {
@@ -98,22 +124,41 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(next());
     else if (!std::strcmp(argv[i], "--device")) device = next();
     else if (!std::strcmp(argv[i], "--no-peer")) peer = false;
+    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--image-size")) size = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--amp")) mode.amp = true;
+    else if (!std::strcmp(argv[i], "--channels-last")) mode.channels_last = true;
+    else if (!std::strcmp(argv[i], "--kernels")) kernels = next();
     else {
-      std::fprintf(stderr, "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer]\n");
+      std::fprintf(stderr,
+                   "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer] "
+                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]\n");
       return 2;
     }
+  }
+  if ((batch > 0) != (size > 0) || batch < 0 || size < 0 || steps < 1 || warmup < 0) {
+    std::fprintf(stderr, "bench_train_step: give --batch and --image-size together (positive), --steps >= 1\n");
+    return 2;
   }
   try {
     cpu::set_num_threads(threads);
     const Device d = Device::parse(device);
+    apply_kernels_option(kernels, std::cout);
     std::string script = __FILE__;
     script = script.substr(0, script.rfind('/') + 1) + "peers/train_step_torch.py";
-    std::printf("ResNet18 training step (SGD momentum), %d thread(s), kiln on %s, median of %d steps after %d warm-up\n",
-                threads, d.str().c_str(), steps, warmup);
+    std::printf("ResNet18 training step (SGD momentum%s%s, kernels %s), %d thread(s), kiln on %s, median of %d steps "
+                "after %d warm-up\n",
+                mode.amp ? ", --amp" : "", mode.channels_last ? ", channels-last" : "", kernels.c_str(), threads,
+                d.str().c_str(), steps, warmup);
+    // The torch peer runs f32 NCHW only: no peer column for the other modes.
+    if (mode.amp || mode.channels_last) peer = false;
+    std::vector<Shape2> shapes = {Shape2{8, 224}, Shape2{32, 64}};
+    if (batch > 0) shapes = {Shape2{batch, size}};
+    std::vector<std::string> summary;
     std::printf("%-12s %12s %12s %8s %12s\n", "shape", "kiln ms", "torch ms", "ratio", "kiln peak");
-    for (Shape2 s : {Shape2{8, 224}, Shape2{32, 64}}) {
+    for (Shape2 s : shapes) {
       int64_t peak = -1;
-      const double k = median(time_kiln(s, d, steps, warmup, &peak));
+      const double k = median(time_kiln(s, d, mode, steps, warmup, &peak));
       const double t = peer && d.is_cpu() ? time_torch(script, s, threads, steps, warmup) : -1;
       char mem[32], shape[32], tcol[32], rcol[32];
       std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
@@ -121,7 +166,12 @@ int main(int argc, char** argv) {
       std::snprintf(rcol, sizeof rcol, t > 0 ? "%.2fx" : "n/a", k / t);
       std::printf("%-12s %12.1f %12s %8s %12s\n", shape, k, tcol, rcol, format_bytes(peak, mem, sizeof mem));
       std::fflush(stdout);
+      char line[160];
+      std::snprintf(line, sizeof line, "kiln %s: %.0f images/s, peak %s", shape, k > 0 ? 1000.0 * (double)s.batch / k : 0.0,
+                    mem);
+      summary.push_back(line);
     }
+    for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
     return 1;

@@ -73,6 +73,8 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
   t->add_option("--kernels", c.kernels,
                 "GEMM/convolution kernels on CUDA: vendor (cuBLAS/cuDNN) or kiln (kiln's Tensor Core kernels)")
       ->capture_default_str();
+  t->add_flag("--channels-last", c.channels_last,
+              "feed the model channels-last (NHWC) batches: Tensor Core convolutions on CUDA want them");
 }
 
 }  // namespace

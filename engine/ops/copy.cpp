@@ -6,24 +6,45 @@
 
 namespace kiln {
 
-Tensor clone(const Tensor& x) {
-  check_defined(x, "clone", "input");
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+namespace {
+
+Tensor clone_as(const Tensor& x, MemoryFormat fmt) {
+  Tensor out = empty(x.sizes(), x.dtype(), x.device(), fmt);
   launch_copy(out, x);
   record_op("clone", {x}, {out}, [](FunctionNode&, const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 
+}  // namespace
+
+Tensor empty(const Shape& s, DType dt, Device d, MemoryFormat fmt) {
+  if (fmt == MemoryFormat::contiguous) return empty(s, dt, d);
+  return empty_strided(s, strides_for(s, fmt), dt, d);
+}
+
+Tensor clone(const Tensor& x) {
+  check_defined(x, "clone", "input");
+  return clone_as(x, suggest_memory_format(x));
+}
+
 Tensor contiguous(const Tensor& x) {
   check_defined(x, "contiguous", "input");
   if (x.is_contiguous()) return x;
-  return clone(x);
+  return clone_as(x, MemoryFormat::contiguous);
+}
+
+Tensor contiguous(const Tensor& x, MemoryFormat fmt) {
+  check_defined(x, "contiguous", "input");
+  if (fmt == MemoryFormat::contiguous) return contiguous(x);
+  KILN_CHECK(x.dim() == 4, "contiguous: ", memory_format_name(fmt), " needs a 4-D (N, C, H, W) tensor, got ", x.str());
+  if (is_channels_last(x)) return x;
+  return clone_as(x, fmt);
 }
 
 Tensor to_dtype(const Tensor& x, DType dt) {
   check_defined(x, "to_dtype", "input");
   if (x.dtype() == dt) return x;
-  Tensor out = empty(x.sizes(), dt, x.device());
+  Tensor out = empty(x.sizes(), dt, x.device(), suggest_memory_format(x));
   launch_copy(out, x);
   if (is_floating(dt) && is_floating(x.dtype())) {
     DType src = x.dtype();

@@ -4,6 +4,15 @@
 namespace kiln {
 namespace {
 
+// Output format of an elementwise op of shape s: channels-last when an operand of that exact shape
+// is channels-last (so NHWC activations stay NHWC through relu, add, ...), else contiguous.
+MemoryFormat out_format(const Shape& s, const Tensor& a, const Tensor& b = Tensor()) {
+  for (const Tensor* t : {&a, &b})
+    if (t->defined() && t->sizes() == s && suggest_memory_format(*t) == MemoryFormat::channels_last)
+      return MemoryFormat::channels_last;
+  return MemoryFormat::contiguous;
+}
+
 Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b, double alpha) {
   check_defined(a, name, "first operand");
   check_defined(b, name, "second operand");
@@ -11,7 +20,7 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
   check_same_dtype(a, b, name);
   check_floating(a, name);
   Shape s = broadcast_shapes(a.sizes(), b.sizes(), name);
-  Tensor out = empty(s, a.dtype(), a.device());
+  Tensor out = empty(s, a.dtype(), a.device(), out_format(s, a, b));
   launch_binary(op, out, a, b, alpha);
   return out;
 }
@@ -19,7 +28,7 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double a = 0, double b = 0) {
   check_defined(x, name, "input");
   check_floating(x, name);
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  Tensor out = empty(x.sizes(), x.dtype(), x.device(), out_format(x.sizes(), x));
   launch_unary(op, out, x, a, b);
   return out;
 }
@@ -27,7 +36,7 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double a = 0
 // 0/1 mask in x's dtype.
 Tensor mask_of(BinaryOp op, const Tensor& a, const Tensor& b) {
   Shape s = broadcast_shapes(a.sizes(), b.sizes(), "mask");
-  Tensor out = empty(s, a.dtype(), a.device());
+  Tensor out = empty(s, a.dtype(), a.device(), out_format(s, a, b));
   launch_binary(op, out, a, b, 1.0);
   return out;
 }

@@ -14,6 +14,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const DType xdt = x.dtype(), cdt = half ? DType::f32 : x.dtype();
   KILN_CHECK(x.dim() >= 2, "batch_norm: input must be (N, C, ...), got ", x.str());
   int64_t N = x.size(0), C = x.size(1), HW = x.numel() / std::max<int64_t>(N * C, 1);
+  // A channels-last x (N, C, H, W) is (N*H*W, C) in memory: the same per-channel statistics with
+  // the kernels' (N, C, HW) view taken as (N*H*W, C, 1), and y, dx stay channels-last.
+  const MemoryFormat fmt = suggest_memory_format(x);
+  const bool cl = fmt == MemoryFormat::channels_last;
+  const int64_t kN = cl ? N * HW : N, kHW = cl ? 1 : HW;
   for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
     if (t->defined()) {
       KILN_CHECK(t->dim() == 1 && t->size(0) == C, "batch_norm: parameter ", t->str(), " does not match ", C,
@@ -26,23 +31,23 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                            x.str());
   else
     KILN_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
-  Tensor xs = contiguous(x.detach());                     // what backward keeps (16-bit when half)
-  Tensor xc = half ? to_dtype(xs, DType::f32) : xs;        // what the kernels read
-  Tensor y = empty(x.sizes(), cdt, x.device());
+  Tensor xs = contiguous(x.detach(), fmt);                // what backward keeps (16-bit when half)
+  Tensor xc = half ? to_dtype(xs, DType::f32) : xs;        // what the kernels read (same format)
+  Tensor y = empty(x.sizes(), cdt, x.device(), fmt);
   Tensor save_mean, save_invstd;
   Tensor rm = running_mean, rv = running_var;
   if (training) {
     save_mean = empty({C}, cdt, x.device());
     save_invstd = empty({C}, cdt, x.device());
     KILN_NN_TYPED(cdt, "batch_norm",
-                  KILN_DISPATCH(x.device(), batch_norm_forward_train<T>, N, C, HW, ptr<T>(xc), ptr<T>(weight),
+                  KILN_DISPATCH(x.device(), batch_norm_forward_train<T>, kN, C, kHW, ptr<T>(xc), ptr<T>(weight),
                                 ptr<T>(bias), eps, ptr<T>(y), ptr<T>(save_mean), ptr<T>(save_invstd), ptr<T>(rm),
                                 ptr<T>(rv), momentum));
     if (rm.defined()) rm.bump_version();
     if (rv.defined()) rv.bump_version();
   } else {
     KILN_NN_TYPED(cdt, "batch_norm",
-                  KILN_DISPATCH(x.device(), batch_norm_forward_eval<T>, N, C, HW, ptr<T>(xc), ptr<T>(weight),
+                  KILN_DISPATCH(x.device(), batch_norm_forward_eval<T>, kN, C, kHW, ptr<T>(xc), ptr<T>(weight),
                                 ptr<T>(bias), ptr<T>(rm), ptr<T>(rv), eps, ptr<T>(y)));
   }
   bool has_w = weight.defined(), has_b = bias.defined();
@@ -50,17 +55,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                         [=](FunctionNode& n, const std::vector<Tensor>& g) {
                           Tensor x = n.saved(0), w = n.saved(1), a = n.saved(2), b = n.saved(3);
                           if (half) x = to_dtype(x, DType::f32);
-                          Tensor dy = contiguous(half ? to_dtype(g[0], DType::f32) : g[0]);
-                          Tensor dx = empty(x.sizes(), x.dtype(), x.device());
+                          Tensor dy = contiguous(half ? to_dtype(g[0], DType::f32) : g[0], fmt);
+                          Tensor dx = empty(x.sizes(), x.dtype(), x.device(), fmt);
                           Tensor dw = empty({C}, x.dtype(), x.device()), db = empty({C}, x.dtype(), x.device());
                           if (training) {
                             KILN_NN_TYPED(x.dtype(), "batch_norm backward",
-                                          KILN_DISPATCH(x.device(), batch_norm_backward_train<T>, N, C, HW, ptr<T>(dy),
+                                          KILN_DISPATCH(x.device(), batch_norm_backward_train<T>, kN, C, kHW, ptr<T>(dy),
                                                         ptr<T>(x), ptr<T>(w), ptr<T>(a), ptr<T>(b), ptr<T>(dx),
                                                         ptr<T>(dw), ptr<T>(db)));
                           } else {
                             KILN_NN_TYPED(x.dtype(), "batch_norm backward",
-                                          KILN_DISPATCH(x.device(), batch_norm_backward_eval<T>, N, C, HW, ptr<T>(dy),
+                                          KILN_DISPATCH(x.device(), batch_norm_backward_eval<T>, kN, C, kHW, ptr<T>(dy),
                                                         ptr<T>(x), ptr<T>(w), ptr<T>(a), ptr<T>(b), eps, ptr<T>(dx),
                                                         ptr<T>(dw), ptr<T>(db)));
                           }

@@ -26,6 +26,9 @@ Pool2dDesc pool_desc(const Tensor& x, std::vector<int64_t> k, std::vector<int64_
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, std::vector<int64_t> dilation, bool ceil_mode) {
   check_defined(x, "max_pool2d", "input");
+  if (suggest_memory_format(x) == MemoryFormat::channels_last)  // no NHWC pooling kernel: pool in NCHW and give the output back channels-last
+    return contiguous(max_pool2d(contiguous(x), kernel, stride, padding, dilation, ceil_mode),
+                      MemoryFormat::channels_last);
   if (is_16bit(x.dtype()))
     return to_dtype(max_pool2d(to_dtype(x, DType::f32), kernel, stride, padding, dilation, ceil_mode), x.dtype());
   Pool2dDesc d = pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
@@ -49,6 +52,9 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, bool ceil_mode, bool count_include_pad) {
   check_defined(x, "avg_pool2d", "input");
+  if (suggest_memory_format(x) == MemoryFormat::channels_last)  // as max_pool2d
+    return contiguous(avg_pool2d(contiguous(x), kernel, stride, padding, ceil_mode, count_include_pad),
+                      MemoryFormat::channels_last);
   if (is_16bit(x.dtype()))
     return to_dtype(avg_pool2d(to_dtype(x, DType::f32), kernel, stride, padding, ceil_mode, count_include_pad),
                     x.dtype());
@@ -69,6 +75,8 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
   check_defined(x, "adaptive_avg_pool2d", "input");
+  if (suggest_memory_format(x) == MemoryFormat::channels_last)  // as max_pool2d
+    return contiguous(adaptive_avg_pool2d(contiguous(x), output_size), MemoryFormat::channels_last);
   if (is_16bit(x.dtype())) return to_dtype(adaptive_avg_pool2d(to_dtype(x, DType::f32), output_size), x.dtype());
   KILN_CHECK(x.dim() == 4, "adaptive_avg_pool2d: input must be 4-D (N, C, H, W), got ", x.str());
   auto os = expand_pair(output_size, "adaptive_avg_pool2d", "output_size");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/generator.h"
+#include "engine/tensor/memory_format.h"
 #include "engine/tensor/tensor.h"
 #include "kernels/common/nn_desc.h"
 
@@ -26,8 +27,17 @@ Tensor uniform(const Shape& s, double lo, double hi, DType dt = DType::f32, Devi
 Tensor normal(const Shape& s, double mean, double std, DType dt = DType::f32, Device d = Device::cpu());
 Tensor scalar_tensor(double v, DType dt = DType::f32, Device d = Device::cpu());
 
+// An uninitialized dense tensor in memory format fmt (channels_last needs 4 dims).
+Tensor empty(const Shape& s, DType dt, Device d, MemoryFormat fmt);
+
 // ---- copies, casts, devices ----
+// contiguous(x) is row-major (NCHW); contiguous(x, channels_last) is NHWC in memory. Both return x
+// itself when it already is in that format, else a differentiable copy.
 Tensor contiguous(const Tensor& x);
+Tensor contiguous(const Tensor& x, MemoryFormat fmt);
+// clone and to_dtype keep a channels-last input channels-last (suggest_memory_format); any other
+// input gives a contiguous result. Ops that support channels-last (conv2d on cuda, batch_norm,
+// elementwise ops, and pools through a copy) give channels-last outputs for channels-last inputs.
 Tensor clone(const Tensor& x);
 Tensor to_dtype(const Tensor& x, DType dt);
 Tensor to_device(const Tensor& x, Device d);

@@ -86,7 +86,7 @@ Tensor reshape(const Tensor& x, const Shape& s) {
   Shape ns = infer_size(s, x.numel(), "reshape", x.sizes());
   Shape st;
   if (view_strides(x.sizes(), x.strides(), ns, &st)) return view(x, ns);
-  return view(clone(x), ns);
+  return view(contiguous(x), ns);  // row-major copy (clone would keep a channels-last layout)
 }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {

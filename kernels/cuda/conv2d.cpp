@@ -1,14 +1,21 @@
-// 2-D convolution on the GPU through cuDNN 9's convolution API (NCHW), as kernels/cpu/conv2d.h:
+// 2-D convolution on the GPU through cuDNN 9's convolution API, as kernels/cpu/conv2d.h:
 // forward (+ bias via cudnnAddTensor), input gradient, weight gradient (+ bias gradient). The
-// algorithm of each (shape, dtype, direction, device) is chosen once by cuDNN's heuristics and
-// cached; f32 uses FMA math (no TF32) unless allow_tf32(). Workspace comes from kiln's allocator
+// algorithm of each (shape, dtype, layout, direction, device) is chosen once by cuDNN's heuristics
+// and cached; f32 uses FMA math (no TF32) unless allow_tf32(). Workspace comes from kiln's allocator
 // under the `temporary` tag, on the compute stream, and is released right after the call.
+// The 16-bit entry points of conv2d_16.h (f16/bf16 data, f32 accumulation, Tensor Core math, NCHW
+// or NHWC) live here too: cuDNN by default, kiln's implicit-GEMM kernels (igemm_conv.h) for f16
+// when kernel_source() is kiln.
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/conv2d_16.h"
+#include "kernels/cuda/igemm_conv.h"
+#include "kernels/cuda/kernel_select.h"
+#include "kernels/cuda/runtime.h"
 #include "kernels/cuda/handles.h"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/workspace.h"
@@ -26,6 +33,16 @@ std::string desc_str(const Conv2dDesc& d, const char* op) {
                  d.dil_h, "x", d.dil_w, " groups ", d.groups);
 }
 
+const char* dt_name(cudnnDataType_t dt) {
+  switch (dt) {
+    case CUDNN_DATA_FLOAT: return "f32";
+    case CUDNN_DATA_DOUBLE: return "f64";
+    case CUDNN_DATA_HALF: return "f16";
+    case CUDNN_DATA_BFLOAT16: return "bf16";
+    default: return "?";
+  }
+}
+
 template <typename T> struct CudnnType;
 template <> struct CudnnType<float> { static constexpr cudnnDataType_t value = CUDNN_DATA_FLOAT; };
 template <> struct CudnnType<double> { static constexpr cudnnDataType_t value = CUDNN_DATA_DOUBLE; };
@@ -39,7 +56,10 @@ struct Descs {
   cudnnConvolutionDescriptor_t conv = nullptr;
   std::string what;
 
-  Descs(const Conv2dDesc& d, cudnnDataType_t dt, const char* op) : what(desc_str(d, op)) {
+  // dt: the data type of x, w, y; nhwc: x/y NHWC and w KRSC in memory (else NCHW / KCRS). f16 and
+  // bf16 accumulate in f32 (computeType FLOAT) on Tensor Cores.
+  Descs(const Conv2dDesc& d, cudnnDataType_t dt, bool nhwc, const char* op)
+      : what(str_cat(desc_str(d, op), nhwc ? " NHWC " : " NCHW ", dt_name(dt))) {
     KILN_CHECK(d.N > 0 && d.C > 0 && d.K > 0 && d.groups > 0 && d.C % d.groups == 0 && d.K % d.groups == 0 &&
                    d.out_h() > 0 && d.out_w() > 0,
                what, ": invalid convolution");
@@ -50,18 +70,21 @@ struct Descs {
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias), what);
     KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w), what);
     KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv), what);
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, (int)d.N, (int)d.C, (int)d.H, (int)d.W), what);
-    KILN_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, (int)d.N, (int)d.K, (int)d.out_h(), (int)d.out_w()), what);
+    // Dimensions are always given as (n, c, h, w); the format names the memory order.
+    const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, fmt, dt, (int)d.N, (int)d.C, (int)d.H, (int)d.W), what);
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, fmt, dt, (int)d.N, (int)d.K, (int)d.out_h(), (int)d.out_w()), what);
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, dt, 1, (int)d.K, 1, 1), what);
-    KILN_CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, (int)d.K, (int)(d.C / d.groups), (int)d.R, (int)d.S), what);
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, fmt, (int)d.K, (int)(d.C / d.groups), (int)d.R, (int)d.S), what);
+    const bool half = dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16;
+    const cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : dt;
     KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, (int)d.pad_h, (int)d.pad_w, (int)d.stride_h, (int)d.stride_w,
-                                                     (int)d.dil_h, (int)d.dil_w, CUDNN_CROSS_CORRELATION, dt),
+                                                     (int)d.dil_h, (int)d.dil_w, CUDNN_CROSS_CORRELATION, compute),
                      what);
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, (int)d.groups), what);
     const bool tf32 = dt == CUDNN_DATA_FLOAT && allow_tf32();
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), what);
+    const cudnnMathType_t math = half ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math), what);
   }
   ~Descs() {
     cudnnDestroyConvolutionDescriptor(conv);
@@ -77,19 +100,20 @@ struct Choice {
   size_t workspace = 0;
 };
 
-using Key = std::tuple<int, int, int, bool, std::string>;  // device, dir, dtype, tf32, shape bytes
+using Key = std::tuple<int, int, int, bool, bool, std::string>;  // device, dir, dtype, tf32, nhwc, shape bytes
 
-Key key_of(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, int dev) {
+Key key_of(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev) {
   std::string bytes(reinterpret_cast<const char*>(&d), sizeof(d));
-  return Key(dev, (int)dir, (int)dt, allow_tf32(), bytes);
+  return Key(dev, (int)dir, (int)dt, allow_tf32(), nhwc, bytes);
 }
 
 // Picks (once per key) the first heuristic algorithm that cuDNN supports for these descriptors,
 // skipping Tensor Core math for f32 when TF32 is off.
-Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, int dev, cudnnHandle_t h, const Descs& ds) {
+Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev, cudnnHandle_t h,
+              const Descs& ds) {
   static std::mutex mu;
   static std::map<Key, Choice> cache;
-  Key k = key_of(d, dir, dt, dev);
+  Key k = key_of(d, dir, dt, nhwc, dev);
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(k);
@@ -136,8 +160,8 @@ template <typename T>
 void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void*) {
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
-  Descs ds(d, CudnnType<T>::value, "conv2d_forward");
-  Choice c = choose(d, Dir::fwd, CudnnType<T>::value, dev, h, ds);
+  Descs ds(d, CudnnType<T>::value, false, "conv2d_forward");
+  Choice c = choose(d, Dir::fwd, CudnnType<T>::value, false, dev, h, ds);
   Workspace ws(dev, c.workspace);
   Scalars<T> s;
   KILN_CUDNN_CHECK(cudnnConvolutionForward(h, &s.one, ds.x, x, ds.w, w, ds.conv, (cudnnConvolutionFwdAlgo_t)c.algo,
@@ -150,8 +174,8 @@ template <typename T>
 void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void*) {
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
-  Descs ds(d, CudnnType<T>::value, "conv2d_backward_input");
-  Choice c = choose(d, Dir::bwd_data, CudnnType<T>::value, dev, h, ds);
+  Descs ds(d, CudnnType<T>::value, false, "conv2d_backward_input");
+  Choice c = choose(d, Dir::bwd_data, CudnnType<T>::value, false, dev, h, ds);
   Workspace ws(dev, c.workspace);
   Scalars<T> s;
   KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &s.one, ds.w, w, ds.y, dy, ds.conv,
@@ -164,8 +188,8 @@ template <typename T>
 void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, T* dbias, void*) {
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
-  Descs ds(d, CudnnType<T>::value, "conv2d_backward_weight");
-  Choice c = choose(d, Dir::bwd_filter, CudnnType<T>::value, dev, h, ds);
+  Descs ds(d, CudnnType<T>::value, false, "conv2d_backward_weight");
+  Choice c = choose(d, Dir::bwd_filter, CudnnType<T>::value, false, dev, h, ds);
   Workspace ws(dev, c.workspace);
   Scalars<T> s;
   KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &s.one, ds.x, x, ds.y, dy, ds.conv,
@@ -175,6 +199,59 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
   if (dbias)
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &s.one, ds.y, dy, &s.zero, ds.bias, dbias), ds.what + " (bias)");
 }
+
+// ---- 16-bit (conv2d_16.h) ----
+namespace {
+
+cudnnDataType_t cudnn_16(DType dt, const char* op) {
+  KILN_CHECK(dt == DType::f16 || dt == DType::bf16, op, ": dtype ", dtype_name(dt), " is not 16-bit");
+  return dt == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+}
+
+void cudnn_conv2d_16_forward(const Conv2dDesc& d, DType dt, bool nhwc, const void* x, const void* w, void* y) {
+  const int dev = current_device();
+  cudnnHandle_t h = cudnn_handle(dev);
+  const cudnnDataType_t cdt = cudnn_16(dt, "conv2d_forward");
+  Descs ds(d, cdt, nhwc, "conv2d_forward");
+  Choice c = choose(d, Dir::fwd, cdt, nhwc, dev, h, ds);
+  Workspace ws(dev, c.workspace);
+  Scalars<float> s;  // the scaling type of half / bfloat16 data is float
+  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, &s.one, ds.x, x, ds.w, w, ds.conv, (cudnnConvolutionFwdAlgo_t)c.algo,
+                                           ws.get(), c.workspace, &s.zero, ds.y, y),
+                   ds.what);
+}
+
+void cudnn_conv2d_16_backward_input(const Conv2dDesc& d, DType dt, bool nhwc, const void* dy, const void* w,
+                                    void* dx) {
+  const int dev = current_device();
+  cudnnHandle_t h = cudnn_handle(dev);
+  const cudnnDataType_t cdt = cudnn_16(dt, "conv2d_backward_input");
+  Descs ds(d, cdt, nhwc, "conv2d_backward_input");
+  Choice c = choose(d, Dir::bwd_data, cdt, nhwc, dev, h, ds);
+  Workspace ws(dev, c.workspace);
+  Scalars<float> s;
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &s.one, ds.w, w, ds.y, dy, ds.conv,
+                                                (cudnnConvolutionBwdDataAlgo_t)c.algo, ws.get(), c.workspace, &s.zero,
+                                                ds.x, dx),
+                   ds.what);
+}
+
+void cudnn_conv2d_16_backward_weight(const Conv2dDesc& d, DType dt, bool nhwc, const void* x, const void* dy,
+                                     void* dw) {
+  const int dev = current_device();
+  cudnnHandle_t h = cudnn_handle(dev);
+  const cudnnDataType_t cdt = cudnn_16(dt, "conv2d_backward_weight");
+  Descs ds(d, cdt, nhwc, "conv2d_backward_weight");
+  Choice c = choose(d, Dir::bwd_filter, cdt, nhwc, dev, h, ds);
+  Workspace ws(dev, c.workspace);
+  Scalars<float> s;
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &s.one, ds.x, x, ds.y, dy, ds.conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)c.algo, ws.get(), c.workspace,
+                                                  &s.zero, ds.w, dw),
+                   ds.what);
+}
+
+}  // namespace
 
 #else  // no cuDNN found at configure time
 
@@ -190,8 +267,58 @@ template <typename T>
 void conv2d_backward_weight(const Conv2dDesc&, const T*, const T*, T*, T*, void*) {
   throw Error("conv2d_backward_weight on cuda: kiln was built without cuDNN");
 }
+namespace {
+void cudnn_conv2d_16_forward(const Conv2dDesc&, DType, bool, const void*, const void*, void*) {
+  throw Error("conv2d_forward (16-bit) on cuda: kiln was built without cuDNN; use --kernels kiln");
+}
+void cudnn_conv2d_16_backward_input(const Conv2dDesc&, DType, bool, const void*, const void*, void*) {
+  throw Error("conv2d_backward_input (16-bit) on cuda: kiln was built without cuDNN; use --kernels kiln");
+}
+void cudnn_conv2d_16_backward_weight(const Conv2dDesc&, DType, bool, const void*, const void*, void*) {
+  throw Error("conv2d_backward_weight (16-bit) on cuda: kiln was built without cuDNN; use --kernels kiln");
+}
+}  // namespace
 
 #endif
+
+// kiln's implicit-GEMM path for f16 (NHWC only) or cuDNN.
+bool conv2d_16_uses_kiln(const Conv2dDesc& d, DType dt) {
+  return kernel_source() == KernelSource::kiln && dt == DType::f16 && d.groups == 1;
+}
+
+namespace {
+
+void check_kiln_layout(const Conv2dDesc& d, ConvLayout layout, const char* op) {
+  KILN_CHECK(layout == ConvLayout::nhwc, op, " x (", d.N, ", ", d.C, ", ", d.H, ", ", d.W, ") w (", d.K, ", ", d.C,
+             ", ", d.R, ", ", d.S, "): kiln's implicit-GEMM convolution needs NHWC (channels-last) tensors");
+}
+
+}  // namespace
+
+void conv2d_16_forward(const Conv2dDesc& d, DType dt, ConvLayout layout, const void* x, const void* w, void* y) {
+  if (!conv2d_16_uses_kiln(d, dt)) return cudnn_conv2d_16_forward(d, dt, layout == ConvLayout::nhwc, x, w, y);
+  check_kiln_layout(d, layout, "conv2d_forward");
+  igemm_conv_fprop(d, x, w, y, DType::f16, 1.0f, 0.0f, compute_stream(current_device()));
+}
+
+void conv2d_16_backward_input(const Conv2dDesc& d, DType dt, ConvLayout layout, const void* dy, const void* w,
+                              void* dx) {
+  if (!conv2d_16_uses_kiln(d, dt))
+    return cudnn_conv2d_16_backward_input(d, dt, layout == ConvLayout::nhwc, dy, w, dx);
+  check_kiln_layout(d, layout, "conv2d_backward_input");
+  igemm_conv_dgrad(d, dy, w, dx, DType::f16, 1.0f, 0.0f, compute_stream(current_device()));
+}
+
+void conv2d_16_backward_weight(const Conv2dDesc& d, DType dt, ConvLayout layout, const void* x, const void* dy,
+                               void* dw) {
+  if (!conv2d_16_uses_kiln(d, dt))
+    return cudnn_conv2d_16_backward_weight(d, dt, layout == ConvLayout::nhwc, x, dy, dw);
+  check_kiln_layout(d, layout, "conv2d_backward_weight");
+  const int dev = current_device();
+  const size_t bytes = igemm_conv_workspace_bytes(d, ConvPass::wgrad);
+  Workspace ws(dev, bytes);  // split-K partial sums
+  igemm_conv_wgrad(d, dy, x, dw, DType::f16, 1.0f, 0.0f, ws.get(), bytes, compute_stream(dev));
+}
 
 #define KILN_INSTANTIATE_CONV(T)                                                                        \
   template void conv2d_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*);          \

@@ -2,11 +2,16 @@
 // kiln is row-major and cuBLAS column-major: a row-major C (M x N) is a column-major C^T, and
 // C^T = op(B)^T op(A)^T, so the call swaps A and B and M and N. f32 computes in true f32 unless
 // TF32 is allowed (handles.h); f16/bf16 compute in f32 (Tensor Cores); f64 in f64.
+// With `--kernels kiln`, f16 GEMMs run on kiln's own Tensor Core GEMM (hgemm.h), one launch per
+// batch entry, same row-major convention, f32 accumulation, f16 C.
 #include <climits>
 
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
+#include "kernels/cuda/hgemm.h"
+#include "kernels/cuda/kernel_select.h"
+#include "kernels/cuda/runtime.h"
 
 namespace kiln::cuda {
 
@@ -20,6 +25,17 @@ void gemm_strided(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, d
   if (M == 0 || N == 0 || batch == 0) return;
   for (int64_t v : {M, N, K, lda, ldb, ldc, batch})
     KILN_CHECK(v <= INT_MAX, what(), ": a size exceeds cuBLAS's 32-bit limit");
+  if (dt == DType::f16 && kernel_source() == KernelSource::kiln) {
+    const int dev = current_device();
+    const char* a = static_cast<const char*>(A);
+    const char* b = static_cast<const char*>(B);
+    char* c = static_cast<char*>(C);
+    const int64_t es = 2;  // bytes per f16 element; strides are in elements
+    for (int64_t i = 0; i < batch; ++i)
+      hgemm(ta, tb, M, N, K, (float)alpha, a + i * sa * es, lda, b + i * sb * es, ldb, (float)beta, c + i * sc * es, ldc,
+            DType::f16, compute_stream(dev));
+    return;
+  }
   cudaDataType_t type;
   cublasComputeType_t compute;
   float af = (float)alpha, bf = (float)beta;

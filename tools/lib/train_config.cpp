@@ -96,6 +96,7 @@ nlohmann::json TrainConfig::to_json() const {
   j["alloc"] = alloc.to_json();
   j["amp"] = amp;
   j["kernels"] = kernels;
+  j["channels_last"] = channels_last;
   if (amp) {
     j["amp_init_scale"] = amp_init_scale;
     j["amp_growth_interval"] = amp_growth_interval;

@@ -60,6 +60,7 @@ struct TrainConfig {
   double amp_init_scale = 65536.0;
   int64_t amp_growth_interval = 2000;
   std::string kernels = "vendor";  // GEMM/convolution kernels on CUDA: vendor | kiln (kernel_option.h)
+  bool channels_last = false;      // training batches converted once to channels-last (NHWC) memory
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);

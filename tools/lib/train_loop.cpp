@@ -86,6 +86,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
   apply_kernels_option(c.kernels, log);
+  if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
   check_model_name(c.model);
   std::string device_note;
   const Device device = resolve_device(c.device, &device_note);
@@ -177,6 +178,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       for (int64_t mb = 0; mb < n_step; mb += micro) {
         const int64_t m = std::min(n_step, mb + micro) - mb;
         Batch b{narrow(step_batch.x, 0, mb, m), narrow(step_batch.y, 0, mb, m)};
+        // --channels-last: one NHWC copy of the input; the ops keep the format from there on.
+        if (c.channels_last && b.x.dim() == 4) b.x = contiguous(b.x, MemoryFormat::channels_last);
         Tensor logits, loss;
         {
           MemoryScope scope(MemoryTag::temporary);
