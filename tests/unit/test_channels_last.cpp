@@ -193,7 +193,7 @@ TEST_CASE("channels_last: the same under f16 autocast (CPU f16 rule: compute f32
   }
 }
 
-TEST_CASE("cli train --channels-last: parsed, logged, recorded in runs.jsonl; same loss as NCHW") {
+TEST_CASE("cli train --channels-last: parsed, logged, recorded in runs.jsonl, same loss as NCHW") {
   const std::string data = kiln_test::cli_temp_dir("cl_data");
   kiln_test::make_npy_folder(data, 16, 3, 8, 2);  // 3 channels: a real NHWC input
   auto args = [&](const std::string& out) {
