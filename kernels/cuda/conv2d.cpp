@@ -108,7 +108,9 @@ Key key_of(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev)
 }
 
 // Picks (once per key) the first heuristic algorithm that cuDNN supports for these descriptors,
-// skipping Tensor Core math for f32 when TF32 is off.
+// skipping Tensor Core math for f32 when TF32 is off. f32 without TF32 also keeps to the GEMM-
+// and direct-family algorithms: FFT and Winograd transform the data and lose accuracy (errors
+// near 1e-4 relative), which would break "f32 on the GPU equals f32 on the CPU to 1e-5/1e-4".
 Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev, cudnnHandle_t h,
               const Descs& ds) {
   static std::mutex mu;
@@ -123,6 +125,19 @@ Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int d
   auto usable = [&](cudnnStatus_t s, cudnnMathType_t m) {
     return s == CUDNN_STATUS_SUCCESS && !(no_tensor_ops && m != CUDNN_DEFAULT_MATH && m != CUDNN_FMA_MATH);
   };
+  auto precise = [&](int algo) {
+    if (!no_tensor_ops) return true;
+    switch (dir) {
+      case Dir::fwd:
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+      case Dir::bwd_data:
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+      default:
+        return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+    }
+  };
   Choice c;
   bool found = false;
   constexpr int kMax = 16;
@@ -131,17 +146,20 @@ Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int d
     cudnnConvolutionFwdAlgoPerf_t p[kMax];
     KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, ds.x, ds.w, ds.conv, ds.y, kMax, &n, p), ds.what);
     for (int i = 0; i < n && !found; ++i)
-      if (usable(p[i].status, p[i].mathType)) c = Choice{(int)p[i].algo, p[i].memory}, found = true;
+      if (usable(p[i].status, p[i].mathType) && precise((int)p[i].algo))
+        c = Choice{(int)p[i].algo, p[i].memory}, found = true;
   } else if (dir == Dir::bwd_data) {
     cudnnConvolutionBwdDataAlgoPerf_t p[kMax];
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, ds.w, ds.y, ds.conv, ds.x, kMax, &n, p), ds.what);
     for (int i = 0; i < n && !found; ++i)
-      if (usable(p[i].status, p[i].mathType)) c = Choice{(int)p[i].algo, p[i].memory}, found = true;
+      if (usable(p[i].status, p[i].mathType) && precise((int)p[i].algo))
+        c = Choice{(int)p[i].algo, p[i].memory}, found = true;
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[kMax];
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, ds.x, ds.y, ds.conv, ds.w, kMax, &n, p), ds.what);
     for (int i = 0; i < n && !found; ++i)
-      if (usable(p[i].status, p[i].mathType)) c = Choice{(int)p[i].algo, p[i].memory}, found = true;
+      if (usable(p[i].status, p[i].mathType) && precise((int)p[i].algo))
+        c = Choice{(int)p[i].algo, p[i].memory}, found = true;
   }
   KILN_CHECK(found, ds.what, ": cuDNN offers no algorithm for this convolution (", n, " candidates rejected)");
   std::lock_guard<std::mutex> lock(mu);
