@@ -100,9 +100,19 @@ AllocatorConfig parse_alloc_conf(const std::string& text, AllocatorConfig c) {
     else if (key == "trace") c.trace_capacity = need();
     else if (key == "expandable") c.expandable = val.empty() || val == "1" || lower(val) == "true";
     else if (key == "granule") c.granule = need();
+    else if (key == "hole_fit") {
+      if (lower(val) == "off") c.hole_fit_pct = SIZE_MAX;
+      else {
+        char* end = nullptr;
+        long v = std::strtol(val.c_str(), &end, 10);
+        KILN_CHECK(!val.empty() && *end == 0 && v >= 0 && v <= 100000, "KILN_ALLOC_CONF: hole_fit=", val,
+                   " must be a percentage (0..100000) or off");
+        c.hole_fit_pct = (size_t)v;
+      }
+    }
     else
       throw Error(str_cat("KILN_ALLOC_CONF: unknown key '", key, "' in '", text,
-                          "' (known: round, small_max, small_segment, large_round, large_segment, max_split, expandable, granule, debug, trace)"));
+                          "' (known: round, small_max, small_segment, large_round, large_segment, max_split, expandable, granule, hole_fit, debug, trace)"));
   }
   c.validate();
   return c;

@@ -23,6 +23,9 @@ struct AllocatorConfig {
   // segment settings above then apply only to providers without it (cuda, pinned).
   bool expandable = true;
   size_t granule = size_t(512) << 10;     // commit step (raised to the provider's own granule)
+  // Arena placement: a free hole is taken when it is at most this many percent larger than the
+  // request, else the free tail is bumped; SIZE_MAX ("hole_fit=off") is plain best fit.
+  size_t hole_fit_pct = 25;
   size_t max_split = SIZE_MAX;           // free blocks >= this are never split (fragmentation cap)
   bool debug = false;                    // poison freed memory, check it on reuse (host memory only)
   size_t trace_capacity = 0;             // event ring entries; 0 = tracing off

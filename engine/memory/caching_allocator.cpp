@@ -273,15 +273,19 @@ CachingAllocator::Block* CachingAllocator::find_free(Pool pool, size_t rounded, 
   return nullptr;
 }
 
-// The expandable arena's choice: a hole that fits within 25% over the request (the closest), else
-// the free tail (bump allocation), else the closest larger hole; nullptr means grow. Taking the
-// tail before a loose hole keeps the holes for the requests that fit them: on the recorded
-// training steps in bench/traces this holds reserved bytes to 1.04-1.09x peak live in steady
-// state, where plain best fit drifts to 1.18x on the small CNN after the first step.
+// The expandable arena's choice: a hole that fits within hole_fit_pct (25%) over the request (the
+// closest), else the free tail (bump allocation), else the closest larger hole; nullptr means
+// grow. Taking the tail before a loose hole keeps the holes for the requests that fit them: on
+// the recorded training steps in bench/traces this holds reserved bytes to 1.04-1.09x peak live
+// in steady state, where plain best fit (hole_fit=off) drifts to 1.18x on the small CNN. Neither
+// wins everywhere: on ResNet18's first step with --checkpoint, best fit reserves less
+// (docs/memory-tradeoffs.md).
 CachingAllocator::Block* CachingAllocator::find_in_arena(size_t rounded, StreamId stream) {
   Block* tail = grow_ && grow_->last && grow_->last->state == detail::BlockState::free ? grow_->last : nullptr;
-  Block* best = find_free(kArenaPool, rounded, stream, tail);
-  if (best && best->size - rounded <= rounded / 4) return best;
+  Block* best = find_free(kArenaPool, rounded, stream, cfg_.hole_fit_pct == SIZE_MAX ? nullptr : tail);
+  if (best && (cfg_.hole_fit_pct == SIZE_MAX ||
+               (double)(best->size - rounded) * 100.0 <= (double)rounded * (double)cfg_.hole_fit_pct))
+    return best;
   if (tail && tail->size >= rounded && usable(tail, rounded, stream)) return tail;
   return best;
 }

@@ -229,6 +229,9 @@ TEST_CASE("alloc expandable: off where the provider cannot grow a range, and by 
   a.deallocate(l);
   CHECK_FALSE(parse_alloc_conf("expandable=0").expandable);
   CHECK(parse_alloc_conf("granule=2M").granule == 2 * MiB);
+  CHECK(parse_alloc_conf("hole_fit=off").hole_fit_pct == SIZE_MAX);
+  CHECK(parse_alloc_conf("hole_fit=50").hole_fit_pct == 50);
+  CHECK_THROWS_WITH_AS(parse_alloc_conf("hole_fit=x"), doctest::Contains("hole_fit"), Error);
   CHECK_THROWS_WITH_AS(parse_alloc_conf("granule=3000"), doctest::Contains("granule"), Error);
 }
 
@@ -254,5 +257,25 @@ TEST_CASE("alloc expandable: a close hole first, else the free tail, else a loos
   CHECK((char*)g == (char*)y + 600 * 1024);
   CHECK(a.stats().total.reserved.current == (int64_t)(8 * MiB));
   for (void* p : {k1, k2, x, y, z, g}) a.deallocate(p);
+  a.verify();
+}
+
+TEST_CASE("alloc expandable: hole_fit=off is plain best fit, the tail included") {
+  HostProvider host;
+  CachingAllocator a(Device::cpu(), &host, parse_alloc_conf("granule=4M,hole_fit=off"));
+  void* h1 = a.allocate(MiB);
+  void* k1 = a.allocate(4096);
+  void* h2 = a.allocate(2 * MiB + 512 * 1024);
+  void* k2 = a.allocate(4096);
+  a.deallocate(h1);
+  a.deallocate(h2);
+  // Holes: 1 MiB and 2.5 MiB; free tail: 4 MiB - 3.5 MiB - 8 KiB.
+  void* y = a.allocate(600 * 1024);  // the 1 MiB hole is loose (> 25%) but the closest: taken
+  CHECK(y == h1);
+  void* z = a.allocate(400 * 1024);  // the 424 KiB rest of that hole is the closest
+  CHECK((char*)z == (char*)h1 + 600 * 1024);
+  void* w = a.allocate(450 * 1024);  // now the tail (~504 KiB), closer than the 2.5 MiB hole
+  CHECK((char*)w == (char*)k2 + 4096);
+  for (void* p : {k1, k2, y, z, w}) a.deallocate(p);
   a.verify();
 }
