@@ -15,6 +15,7 @@
 #include "engine/memory/caching_allocator.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include <cuda_runtime.h>
 
 #include "engine/memory/event_source_cuda.h"
@@ -22,16 +23,11 @@
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
+using kiln_test::kGpu;
 
 namespace {
 
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
-
-const Device kGpu = Device::cuda(0);
 constexpr size_t MiB = size_t(1) << 20;
 
 bool overlaps(void* a, size_t na, void* b, size_t nb) {

@@ -17,18 +17,14 @@
 #include "engine/ops/ops.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "kernels/cuda/kernel_select.h"
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
 
 namespace {
-
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
 
 // Sets the process-wide kernel source for one scope, restoring vendor (the default) after.
 struct KernelSourceScope {

@@ -13,20 +13,16 @@
 #include "engine/tensor/tensor.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "engine/core/philox.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
 
 namespace {
-
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
 
 template <typename T>
 std::vector<T> rand_vec(size_t n, std::mt19937& g) {

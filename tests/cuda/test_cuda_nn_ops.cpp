@@ -17,24 +17,19 @@
 #include "engine/ops/ops.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
+using kiln_test::kGpu;
+using kiln_test::back;
 
 namespace {
 
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
-
-const Device kGpu = Device::cuda(0);
 constexpr double kTol = 1e-5;
-
-Tensor back(const Tensor& t) { return to_device(t.detach(), Device::cpu()); }
 
 // max |a - b| / max |a| (a: CPU reference); positions NaN on both sides are skipped.
 double rel_err(const Tensor& a, const Tensor& b) {

@@ -13,24 +13,17 @@
 #include "engine/ops/ops.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
+using kiln_test::kGpu;
+using kiln_test::back;
 
 namespace {
-
-// True (after printing the skip line once per test) when no GPU can run the test.
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
-
-const Device kGpu = Device::cuda(0);
-
-Tensor back(const Tensor& t) { return to_device(t.detach(), Device::cpu()); }
 
 // max |a - b| / max(max |a|, 1e-30) over all elements (a: CPU reference, b: GPU result, on cpu).
 double rel_err(const Tensor& a, const Tensor& b) {

@@ -17,20 +17,15 @@
 #include "engine/optim/sgd.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
+using kiln_test::kGpu;
 using namespace kiln::optim;
 
 namespace {
-
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
-
-const Device kGpu = Device::cuda(0);
 
 // Both sides evaluate the same float expressions of update_rules.h; they differ only where nvcc
 // contracts a*b+c into one FMA (one rounding instead of two) and the host compiler does not. That

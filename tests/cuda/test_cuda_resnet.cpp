@@ -16,20 +16,15 @@
 #include "models/resnet.h"
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "kernels/cuda/handles.h"
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
+using kiln_test::kGpu;
 
 namespace {
-
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
-
-const Device kGpu = Device::cuda(0);
 
 // Why 1e-4 and not the 1e-5 of single ops: the two devices sum every convolution and GEMM in a
 // different order (cuDNN / cuBLAS tiling vs kiln's im2col + OpenBLAS), an O(sqrt(K) * 2^-24)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #if defined(KILN_WITH_CUDA)
+#include "support/cuda_test.h"
 #include "engine/core/half.h"
 #include "kernels/common/tile_conv.h"
 #include "kernels/cuda/check.h"
@@ -19,14 +20,9 @@
 #include "kernels/cuda/runtime.h"
 
 using namespace kiln;
+using kiln_test::skip_without_gpu;
 
 namespace {
-
-bool skip_without_gpu() {
-  if (cuda::device_count() > 0) return false;
-  MESSAGE("cuda tests skipped: " << cuda::unavailable_reason());
-  return true;
-}
 
 // A device buffer (raw cudaMalloc: these tests exercise kernels, not the allocator).
 struct DevBuf {
