@@ -172,50 +172,71 @@ struct Scalars {  // alpha/beta in cuDNN's scaling type (float for float data, d
   T one = T(1), zero = T(0);
 };
 
-}  // namespace
-
-template <typename T>
-void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void*) {
+// The three cuDNN passes for every data type: descriptors, the cached algorithm, workspace from
+// kiln's allocator. S is cuDNN's scaling type (double for double data, float for float and 16-bit).
+// A null bias / dbias skips the bias term.
+template <typename S>
+void forward_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, const void* x, const void* w,
+                  const void* bias, void* y) {
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
-  Descs ds(d, CudnnType<T>::value, false, "conv2d_forward");
-  Choice c = choose(d, Dir::fwd, CudnnType<T>::value, false, dev, h, ds);
+  Descs ds(d, cdt, nhwc, "conv2d_forward");
+  Choice c = choose(d, Dir::fwd, cdt, nhwc, dev, h, ds);
   Workspace ws(dev, c.workspace);
-  Scalars<T> s;
+  Scalars<S> s;
   KILN_CUDNN_CHECK(cudnnConvolutionForward(h, &s.one, ds.x, x, ds.w, w, ds.conv, (cudnnConvolutionFwdAlgo_t)c.algo,
                                            ws.get(), c.workspace, &s.zero, ds.y, y),
                    ds.what);
   if (bias) KILN_CUDNN_CHECK(cudnnAddTensor(h, &s.one, ds.bias, bias, &s.one, ds.y, y), ds.what + " (bias)");
 }
 
-template <typename T>
-void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void*) {
+template <typename S>
+void backward_input_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, const void* dy, const void* w,
+                         void* dx) {
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
-  Descs ds(d, CudnnType<T>::value, false, "conv2d_backward_input");
-  Choice c = choose(d, Dir::bwd_data, CudnnType<T>::value, false, dev, h, ds);
+  Descs ds(d, cdt, nhwc, "conv2d_backward_input");
+  Choice c = choose(d, Dir::bwd_data, cdt, nhwc, dev, h, ds);
   Workspace ws(dev, c.workspace);
-  Scalars<T> s;
+  Scalars<S> s;
   KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &s.one, ds.w, w, ds.y, dy, ds.conv,
                                                 (cudnnConvolutionBwdDataAlgo_t)c.algo, ws.get(), c.workspace, &s.zero,
                                                 ds.x, dx),
                    ds.what);
 }
 
-template <typename T>
-void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, T* dbias, void*) {
+template <typename S>
+void backward_weight_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, const void* x, const void* dy,
+                          void* dw, void* dbias) {
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
-  Descs ds(d, CudnnType<T>::value, false, "conv2d_backward_weight");
-  Choice c = choose(d, Dir::bwd_filter, CudnnType<T>::value, false, dev, h, ds);
+  Descs ds(d, cdt, nhwc, "conv2d_backward_weight");
+  Choice c = choose(d, Dir::bwd_filter, cdt, nhwc, dev, h, ds);
   Workspace ws(dev, c.workspace);
-  Scalars<T> s;
+  Scalars<S> s;
   KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &s.one, ds.x, x, ds.y, dy, ds.conv,
                                                   (cudnnConvolutionBwdFilterAlgo_t)c.algo, ws.get(), c.workspace,
                                                   &s.zero, ds.w, dw),
                    ds.what);
   if (dbias)
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &s.one, ds.y, dy, &s.zero, ds.bias, dbias), ds.what + " (bias)");
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void*) {
+  forward_pass<T>(d, CudnnType<T>::value, false, x, w, bias, y);
+}
+
+template <typename T>
+void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void*) {
+  backward_input_pass<T>(d, CudnnType<T>::value, false, dy, w, dx);
+}
+
+template <typename T>
+void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, T* dbias, void*) {
+  backward_weight_pass<T>(d, CudnnType<T>::value, false, x, dy, dw, dbias);
 }
 
 // ---- 16-bit (conv2d_16.h) ----
@@ -227,46 +248,17 @@ cudnnDataType_t cudnn_16(DType dt, const char* op) {
 }
 
 void cudnn_conv2d_16_forward(const Conv2dDesc& d, DType dt, bool nhwc, const void* x, const void* w, void* y) {
-  const int dev = current_device();
-  cudnnHandle_t h = cudnn_handle(dev);
-  const cudnnDataType_t cdt = cudnn_16(dt, "conv2d_forward");
-  Descs ds(d, cdt, nhwc, "conv2d_forward");
-  Choice c = choose(d, Dir::fwd, cdt, nhwc, dev, h, ds);
-  Workspace ws(dev, c.workspace);
-  Scalars<float> s;  // the scaling type of half / bfloat16 data is float
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, &s.one, ds.x, x, ds.w, w, ds.conv, (cudnnConvolutionFwdAlgo_t)c.algo,
-                                           ws.get(), c.workspace, &s.zero, ds.y, y),
-                   ds.what);
+  forward_pass<float>(d, cudnn_16(dt, "conv2d_forward"), nhwc, x, w, nullptr, y);
 }
 
 void cudnn_conv2d_16_backward_input(const Conv2dDesc& d, DType dt, bool nhwc, const void* dy, const void* w,
                                     void* dx) {
-  const int dev = current_device();
-  cudnnHandle_t h = cudnn_handle(dev);
-  const cudnnDataType_t cdt = cudnn_16(dt, "conv2d_backward_input");
-  Descs ds(d, cdt, nhwc, "conv2d_backward_input");
-  Choice c = choose(d, Dir::bwd_data, cdt, nhwc, dev, h, ds);
-  Workspace ws(dev, c.workspace);
-  Scalars<float> s;
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &s.one, ds.w, w, ds.y, dy, ds.conv,
-                                                (cudnnConvolutionBwdDataAlgo_t)c.algo, ws.get(), c.workspace, &s.zero,
-                                                ds.x, dx),
-                   ds.what);
+  backward_input_pass<float>(d, cudnn_16(dt, "conv2d_backward_input"), nhwc, dy, w, dx);
 }
 
 void cudnn_conv2d_16_backward_weight(const Conv2dDesc& d, DType dt, bool nhwc, const void* x, const void* dy,
                                      void* dw) {
-  const int dev = current_device();
-  cudnnHandle_t h = cudnn_handle(dev);
-  const cudnnDataType_t cdt = cudnn_16(dt, "conv2d_backward_weight");
-  Descs ds(d, cdt, nhwc, "conv2d_backward_weight");
-  Choice c = choose(d, Dir::bwd_filter, cdt, nhwc, dev, h, ds);
-  Workspace ws(dev, c.workspace);
-  Scalars<float> s;
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &s.one, ds.x, x, ds.y, dy, ds.conv,
-                                                  (cudnnConvolutionBwdFilterAlgo_t)c.algo, ws.get(), c.workspace,
-                                                  &s.zero, ds.w, dw),
-                   ds.what);
+  backward_weight_pass<float>(d, cudnn_16(dt, "conv2d_backward_weight"), nhwc, x, dy, dw, nullptr);
 }
 
 }  // namespace

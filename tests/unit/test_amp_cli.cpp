@@ -17,17 +17,10 @@
 #include "tools/lib/kernel_option.h"
 
 using kiln_test::contains;
+using kiln_test::last_ledger_line;
 using kiln_test::run_kiln;
 
 namespace {
-
-nlohmann::json last_ledger_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string line, last;
-  while (std::getline(f, line))
-    if (!line.empty()) last = line;
-  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
-}
 
 std::string amp_args(const std::string& data, const std::string& out, int epochs, int batch) {
   return "train --model small_cnn --data " + data + " --epochs " + std::to_string(epochs) + " --batch " +

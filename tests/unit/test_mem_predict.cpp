@@ -16,18 +16,10 @@
 #include "tools/lib/mem_predict.h"
 
 using kiln_test::contains;
+using kiln_test::last_ledger_line;
 using kiln_test::run_kiln;
 
 namespace {
-
-nlohmann::json last_ledger_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string line, last;
-  while (std::getline(f, line))
-    if (!line.empty()) last = line;
-  REQUIRE(!last.empty());
-  return nlohmann::json::parse(last);
-}
 
 double rel(int64_t pred, int64_t meas) { return std::fabs((double)(pred - meas)) / (double)std::max<int64_t>(meas, 1); }
 
@@ -50,6 +42,7 @@ nlohmann::json check_train_case(const TrainCase& tc, const std::string& tag) {  
   CHECK(contains(r.output, "memory predicted (meta run)"));
   CHECK(contains(r.output, "memory first step: peak allocated measured"));
   const nlohmann::json run = last_ledger_line(out + "/runs.jsonl");
+  REQUIRE(!run.is_null());
   const nlohmann::json& m = run["memory"];
   REQUIRE(m["predicted"].is_object());
   const int64_t p_first = m["predicted"]["first_step"]["peak_allocated"], p_all = m["predicted"]["peak_allocated"];

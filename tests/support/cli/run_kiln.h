@@ -6,8 +6,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/io/npy.h"
 
@@ -62,5 +65,14 @@ inline void make_npy_folder(const std::string& dir, int64_t n, int64_t c, int64_
 }
 
 inline bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+// The last non-empty line of a run ledger (OUT/runs.jsonl) as JSON; null when there is none.
+inline nlohmann::json last_ledger_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line, last;
+  while (std::getline(f, line))
+    if (!line.empty()) last = line;
+  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
+}
 
 }  // namespace kiln_test
