@@ -18,6 +18,15 @@ struct DecodeOptions {
   int min_w = 0, min_h = 0;
   bool apply_exif = true;  // rotate/flip JPEGs by their EXIF orientation (like ImageOps.exif_transpose)
   bool gray = false;       // output c = 1 (PIL convert('L') weights; a JPEG gives its luma channel)
+  // Progressive JPEGs decoded at 1/4 or 1/8 scale go through kiln's own decoder
+  // (data/jpeg_progressive.h: the same bytes as TurboJPEG, several times faster); false: TurboJPEG
+  // decodes every JPEG.
+  bool kiln_progressive = true;
+  // The pixels the caller will read, [roi_x0, roi_x1) x [roi_y0, roi_y1) of the decoded (scaled,
+  // oriented) image, and the size of image they refer to; ignored when the decode has another
+  // size (roi_w = 0: the whole image). A decoder that can skip work outside it may leave those
+  // pixels 0: kiln's progressive decoder does (IDCT and colour conversion), TurboJPEG does not.
+  int roi_w = 0, roi_h = 0, roi_x0 = 0, roi_y0 = 0, roi_x1 = 0, roi_y1 = 0;
   // Decompression-bomb guards: declared width*height and file size.
   uint64_t max_pixels = 178956970;  // PIL's hard limit (2 x MAX_IMAGE_PIXELS)
   uint64_t max_file_bytes = 512ull << 20;
@@ -30,6 +39,10 @@ Image decode_image(const std::string& path, const DecodeOptions& opt = {});
 
 // Reads a whole file (DecodeError naming it when missing, unreadable or over max_bytes).
 std::string read_file_bytes(const std::string& path, uint64_t max_bytes);
+
+// The DCT scale decode_jpeg picks: the largest d in {8, 4, 2} with ceil(w / d) >= min_w and
+// ceil(h / d) >= min_h, else 1 (both minimums 0: 1).
+int jpeg_scale_denom(int w, int h, int min_w, int min_h);
 
 // Per-format decoders (decode_jpeg.cpp, decode_stb.cpp); bytes already checked non-empty.
 Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt);

@@ -1,6 +1,8 @@
 // JPEG decode through TurboJPEG (libjpeg-turbo 2.1, the tj2 API): header, bomb check, DCT-domain
 // scale choice, CMYK/YCCK -> RGB by kiln (PIL's formula, Adobe-inverted polarity), EXIF
-// orientation. Must not resize beyond the 1/2, 1/4, 1/8 DCT reductions.
+// orientation. Progressive files at 1/4 and 1/8 scale go to kiln's own decoder first
+// (jpeg_progressive.h), which hands back anything it does not handle. Must not resize beyond the
+// 1/2, 1/4, 1/8 DCT reductions.
 #include <turbojpeg.h>
 
 #include <cstring>
@@ -8,6 +10,7 @@
 
 #include "data/decode.h"
 #include "data/exif.h"
+#include "data/jpeg_progressive.h"
 
 namespace kiln {
 namespace {
@@ -74,16 +77,7 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
   // Largest reduction keeping the output (after rotation) >= the requested minimum.
   int min_w = opt.min_w, min_h = opt.min_h;
   if (orientation_swaps_axes(mk.orientation)) std::swap(min_w, min_h);
-  int denom = 1;
-  if (min_w > 0 || min_h > 0) {
-    for (int d : {8, 4, 2}) {
-      int sw = (w + d - 1) / d, sh = (h + d - 1) / d;  // libjpeg's ceil(w / d)
-      if (sw >= min_w && sh >= min_h) {
-        denom = d;
-        break;
-      }
-    }
-  }
+  const int denom = jpeg_scale_denom(w, h, min_w, min_h);
   tjscalingfactor sf = {1, denom};
   const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
 
@@ -99,6 +93,17 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
   im.w = sw;
   im.h = sh;
   im.c = opt.gray ? 1 : 3;
+  if ((denom == 4 || denom == 8) && !cmyk && opt.kiln_progressive && jpeg_is_progressive(data, n)) {
+    Image fast;
+    const bool roi = mk.orientation == 1 && opt.roi_w == sw && opt.roi_h == sh;
+    const int window[4] = {opt.roi_x0, opt.roi_y0, opt.roi_x1, opt.roi_y1};
+    if (decode_jpeg_progressive_scaled(data, n, denom, im.c, &fast, roi ? window : nullptr) && fast.w == sw &&
+        fast.h == sh) {
+      im.px = std::move(fast.px);
+      if (mk.orientation != 1) im = apply_orientation(im, mk.orientation);
+      return im;
+    }
+  }
   uint8_t* dst;
   if (cmyk) {
     raw.reset(new (std::nothrow) uint8_t[(size_t)sw * sh * 4]);
@@ -142,6 +147,13 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
 }  // namespace kiln
 
 namespace kiln {
+
+int jpeg_scale_denom(int w, int h, int min_w, int min_h) {
+  if (min_w <= 0 && min_h <= 0) return 1;
+  for (int d : {8, 4, 2})
+    if ((w + d - 1) / d >= min_w && (h + d - 1) / d >= min_h) return d;  // libjpeg's ceil(w / d)
+  return 1;
+}
 
 bool jpeg_probe_size(const uint8_t* data, size_t n, bool apply_exif, int* w, int* h) {
   if (n < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) return false;

@@ -124,6 +124,21 @@ void resample_bilinear_u8(const uint8_t* src, int sw, int sh, int c, size_t src_
   vertical(tmp.data(), r0, dw * c, ty, dh, dst);
 }
 
+void resample_source_window(const ResampleBox& b, int dw, int dh, int* x0, int* y0, int* x1, int* y1) {
+  auto span = [](const Taps& t, int* lo, int* hi) {
+    *lo = INT32_MAX;
+    *hi = INT32_MIN;
+    for (size_t i = 0; i < t.n.size(); ++i) {
+      if (t.n[i] == 0) continue;
+      *lo = std::min(*lo, t.start[i]);
+      *hi = std::max(*hi, t.start[i] + t.n[i]);
+    }
+    if (*hi < *lo) *lo = *hi = 0;
+  };
+  span(make_taps(b.x0, b.x1, b.cx0, b.cx1, dw), x0, x1);
+  span(make_taps(b.y0, b.y1, b.cy0, b.cy1, dh), y0, y1);
+}
+
 void resize_bilinear_u8(const uint8_t* src, int sw, int sh, int c, uint8_t* dst, int dw, int dh) {
   ResampleBox b{0, 0, (double)sw, (double)sh, 0, 0, sw, sh};
   resample_bilinear_u8(src, sw, sh, c, (size_t)sw * c, b, dst, dw, dh);

@@ -23,6 +23,10 @@ struct ResampleBox {
 void resample_bilinear_u8(const uint8_t* src, int sw, int sh, int c, size_t src_stride, const ResampleBox& box,
                           uint8_t* dst, int dw, int dh);
 
+// The source pixels resample_bilinear_u8 reads for this box and output size: [x0, x1) x [y0, y1)
+// (a decoder told so may skip the rest).
+void resample_source_window(const ResampleBox& box, int dw, int dh, int* x0, int* y0, int* x1, int* y1);
+
 // Convenience: whole image to (dw, dh).
 void resize_bilinear_u8(const uint8_t* src, int sw, int sh, int c, uint8_t* dst, int dw, int dh);
 

@@ -89,6 +89,19 @@ void write_planes(const uint8_t* px, const Plan& p, const SampleTransform& t, bo
   }
 }
 
+// The plan mapped from full-scale (W x H) to decoded (w x h) coordinates (identity without DCT
+// scaling).
+ResampleBox decoded_box(const Plan& plan, int W, int H, int w, int h) {
+  const double fx = (double)w / W, fy = (double)h / H;
+  ResampleBox b;
+  b.x0 = plan.x0 * fx; b.x1 = plan.x1 * fx; b.y0 = plan.y0 * fy; b.y1 = plan.y1 * fy;
+  b.cx0 = std::max(0, (int)std::floor(plan.cx0 * fx));
+  b.cy0 = std::max(0, (int)std::floor(plan.cy0 * fy));
+  b.cx1 = std::min(w, (int)std::ceil(plan.cx1 * fx));
+  b.cy1 = std::min(h, (int)std::ceil(plan.cy1 * fy));
+  return b;
+}
+
 }  // namespace
 
 SampleInfo load_sample(const uint8_t* bytes, size_t n, const std::string& name, const SampleTransform& t,
@@ -110,6 +123,12 @@ SampleInfo load_sample(const uint8_t* bytes, size_t n, const std::string& name, 
       // Keep >= 1 decoded pixel per output pixel across the box.
       dopt.min_w = (int)std::ceil(W * (double)plan.ow / (plan.x1 - plan.x0) - 1e-9);
       dopt.min_h = (int)std::ceil(H * (double)plan.oh / (plan.y1 - plan.y0) - 1e-9);
+      // Tell the decoder which pixels the resize will read (it may skip the others).
+      const int d = jpeg_scale_denom(W, H, dopt.min_w, dopt.min_h);
+      dopt.roi_w = (W + d - 1) / d;
+      dopt.roi_h = (H + d - 1) / d;
+      resample_source_window(decoded_box(plan, W, H, dopt.roi_w, dopt.roi_h), plan.ow, plan.oh, &dopt.roi_x0,
+                             &dopt.roi_y0, &dopt.roi_x1, &dopt.roi_y1);
     }
   }
   Image im = decode_image_bytes(bytes, n, name, dopt);
@@ -127,14 +146,7 @@ SampleInfo load_sample(const uint8_t* bytes, size_t n, const std::string& name, 
 
   std::vector<uint8_t> px;
   if (plan.ow > 0 && plan.oh > 0) {
-    // Map the plan from full-scale to decoded coordinates (identity without DCT scaling).
-    const double fx = (double)im.w / W, fy = (double)im.h / H;
-    ResampleBox b;
-    b.x0 = plan.x0 * fx; b.x1 = plan.x1 * fx; b.y0 = plan.y0 * fy; b.y1 = plan.y1 * fy;
-    b.cx0 = std::max(0, (int)std::floor(plan.cx0 * fx));
-    b.cy0 = std::max(0, (int)std::floor(plan.cy0 * fy));
-    b.cx1 = std::min(im.w, (int)std::ceil(plan.cx1 * fx));
-    b.cy1 = std::min(im.h, (int)std::ceil(plan.cy1 * fy));
+    const ResampleBox b = decoded_box(plan, W, H, im.w, im.h);
     px.resize((size_t)plan.ow * plan.oh * im.c);
     resample_bilinear_u8(im.px.data(), im.w, im.h, im.c, (size_t)im.w * im.c, b, px.data(), plan.ow, plan.oh);
   }

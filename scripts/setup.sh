@@ -13,7 +13,7 @@ case "${1:-}" in
   --cli) target=kiln_cli; shift ;;
 esac
 
-packages=(build-essential cmake pkg-config libturbojpeg0-dev libstb-dev doctest-dev libopenblas-dev
+packages=(build-essential cmake pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev doctest-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil
           dataset-fashion-mnist)
 # chromium renders the HTML memory report in its test

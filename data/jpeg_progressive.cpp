@@ -1,0 +1,860 @@
+// Progressive JPEG decode at 1/4 and 1/8 scale (see jpeg_progressive.h). The layout follows the
+// file: markers (tables, frame, scans), one scan decoder per kind of scan (DC first, DC refine,
+// AC first, AC refine; ITU T.81 G.1.2), then the reduced IDCT per block and the colour conversion.
+// Every "return false" means "let TurboJPEG do it"; none of them is an error report.
+#include "data/jpeg_progressive.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace kiln {
+namespace {
+
+// Zigzag scan index -> row-major coefficient position (T.81 figure A.6).
+constexpr uint8_t kNatural[64] = {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+                                  12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+                                  35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+                                  58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
+constexpr int kFastBits = 9;
+
+struct HuffTable {
+  bool defined = false;
+  uint16_t fast[1 << kFastBits];  // (code length << 8) | symbol for codes <= kFastBits long; 0: longer
+  int32_t maxcode[17];            // largest code of each length, -1 when there is none
+  int32_t valoff[17];             // symbol index of a code of length l = code + valoff[l]
+  uint8_t vals[256];
+};
+
+// Canonical Huffman table from the DHT counts and symbols, with libjpeg's validity rules (at most
+// 256 symbols, no all-ones code, DC symbols <= 15). False: let TurboJPEG report the bad table.
+bool build_table(HuffTable& t, const uint8_t counts[16], const uint8_t* vals, int nvals, bool dc) {
+  int total = 0;
+  for (int l = 0; l < 16; ++l) total += counts[l];
+  if (total > 256 || total != nvals) return false;
+  if (dc)
+    for (int i = 0; i < nvals; ++i)
+      if (vals[i] > 15) return false;
+  std::memcpy(t.vals, vals, (size_t)nvals);
+  std::memset(t.fast, 0, sizeof t.fast);
+  uint32_t code = 0;
+  int p = 0;
+  for (int l = 1; l <= 16; ++l) {
+    t.valoff[l] = p - (int32_t)code;
+    const int cnt = counts[l - 1];
+    for (int i = 0; i < cnt; ++i, ++p, ++code)
+      if (l <= kFastBits) {
+        const uint32_t first = code << (kFastBits - l), span = 1u << (kFastBits - l);
+        for (uint32_t j = 0; j < span; ++j) t.fast[first + j] = (uint16_t)((l << 8) | vals[p]);
+      }
+    t.maxcode[l] = cnt ? (int32_t)code - 1 : -1;
+    if (code >= (1u << l)) return false;
+    code <<= 1;
+  }
+  t.defined = true;
+  return true;
+}
+
+// MSB-first bit reader over entropy-coded data: removes 0xFF00 stuffing, stops at a marker and
+// then feeds zeros, counting them, so a scan that reads past its data is detected (overrun()).
+struct BitReader {
+  const uint8_t* p = nullptr;
+  const uint8_t* end = nullptr;
+  uint64_t buf = 0;
+  int cnt = 0;          // valid bits at the top of buf
+  int pad = 0;          // zero bits fed after the marker (or the end of the file)
+  bool marker = false;  // p points at the 0xFF of the marker that ended the data
+
+  void reset(const uint8_t* at, const uint8_t* e) {
+    p = at;
+    end = e;
+    buf = 0;
+    cnt = pad = 0;
+    marker = false;
+  }
+  void refill() {
+    // Fast path: the bytes needed hold no 0xFF, so they go in with one load.
+    const int nb = (64 - cnt) >> 3;
+    if (!marker && nb > 0 && end - p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      w = __builtin_bswap64(w);
+      // A zero byte of ~w is a 0xFF of w; the bytes beyond the nb needed are made nonzero.
+      const uint64_t inv = ~w | (nb == 8 ? 0 : (~0ull >> (8 * nb)));
+      const uint64_t has_ff = (inv - 0x0101010101010101ull) & ~inv & 0x8080808080808080ull;
+      if (!has_ff) {
+        buf |= (nb == 8 ? w : w >> (64 - 8 * nb)) << (64 - 8 * nb - cnt);
+        p += nb;
+        cnt += 8 * nb;
+        return;
+      }
+    }
+    while (cnt <= 56) {
+      uint64_t byte = 0;
+      if (!marker) {
+        if (p < end && *p != 0xFF) {
+          byte = *p++;
+        } else if (p < end) {
+          const uint8_t* q = p + 1;  // 0xFF: fill bytes, then 0x00 (a stuffed 0xFF) or a marker
+          while (q < end && *q == 0xFF) ++q;
+          if (q < end && *q == 0) {
+            byte = 0xFF;
+            p = q + 1;
+          } else {
+            marker = true;
+          }
+        } else {
+          marker = true;
+        }
+      }
+      if (marker) pad += 8;
+      buf |= byte << (56 - cnt);
+      cnt += 8;
+    }
+  }
+  bool overrun() const { return cnt < pad; }
+  // n in 1..32, with at least n bits present.
+  uint32_t take(int n) {
+    const uint32_t v = (uint32_t)(buf >> (64 - n));
+    buf <<= n;
+    cnt -= n;
+    return v;
+  }
+  uint32_t bit() {
+    if (cnt < 1) refill();
+    return take(1);
+  }
+  // One Huffman symbol; false on a code no table entry matches (corrupt data).
+  bool decode(const HuffTable& t, int& sym) {
+    if (cnt < 32) refill();
+    const uint16_t e = t.fast[buf >> (64 - kFastBits)];
+    if (e) {
+      const int len = e >> 8;
+      buf <<= len;
+      cnt -= len;
+      sym = e & 0xFF;
+      return true;
+    }
+    const uint32_t top = (uint32_t)(buf >> 48);
+    for (int l = kFastBits + 1; l <= 16; ++l) {
+      const int32_t c = (int32_t)(top >> (16 - l));
+      if (c <= t.maxcode[l]) {
+        buf <<= l;
+        cnt -= l;
+        sym = t.vals[c + t.valoff[l]];
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+inline int extend(uint32_t v, int s) { return v < (1u << (s - 1)) ? (int)v - (1 << s) + 1 : (int)v; }
+
+// The next marker code at or after p (skipping data bytes, 0xFF fill, stuffed zeros and RSTn),
+// with p left just past it. 0 when the file ends first.
+int next_marker(const uint8_t*& p, const uint8_t* end) {
+  while (p < end) {
+    const uint8_t* q = static_cast<const uint8_t*>(std::memchr(p, 0xFF, (size_t)(end - p)));
+    if (!q) break;
+    while (q < end && *q == 0xFF) ++q;
+    if (q >= end) break;
+    const int c = *q;
+    p = q + 1;
+    if (c != 0 && !(c >= 0xD0 && c <= 0xD7)) return c;
+  }
+  p = end;
+  return 0;
+}
+
+struct Component {
+  int id = 0, h = 1, v = 1, tq = 0;
+  int bw = 0, bh = 0;    // blocks per row and rows in the buffer (covers the MCU-padded area)
+  int rbw = 0, rbh = 0;  // blocks a non-interleaved scan codes: ceil(component size / 8)
+  int s = 1;             // IDCT output size per block: 1, 2 or 4 pixels
+  bool used = true;      // the output reads it (luma-only output of a colour file: chroma is not)
+  bool keep_ac = false;  // decodes its AC scans (else they are skipped: the IDCT reads only the DC)
+  // Coefficient storage, one entry per block (by * bw + bx): the DC in its own array (DC scans
+  // then walk 2 bytes per block, not a 128-byte block); for keep_ac components, a mask of the
+  // nonzero coefficients (bit = zigzag index; refinement needs to know them all) and only the AC
+  // coefficients the reduced IDCT reads (24 of 63 for 2x2, 48 for 4x4) in `slots` per block.
+  int16_t* dc = nullptr;
+  uint64_t* nz = nullptr;
+  int16_t* ac = nullptr;
+  int slots = 0;
+  int8_t slot[64];       // zigzag index -> slot, -1 when the IDCT does not read it
+  uint8_t slot_pos[63];  // slot -> row-major position
+  uint64_t used_mask = 0;  // zigzag indices that have a slot
+  int dc_pred = 0;
+  int coef_bits[64];  // libjpeg's progression state: -1 never coded, else the last Al
+  bool q_latched = false;
+  uint16_t q[64];  // row-major quantizer, latched at the component's first scan as libjpeg does
+  int dc_tbl = 0, ac_tbl = 0;
+  size_t index(int bx, int by) const { return (size_t)by * bw + bx; }
+};
+
+// Per-thread buffers reused from image to image (a 2560x1600 4:4:4 file needs 24 MB of
+// coefficients; allocating and faulting them in per image cost more than decoding the DC scans).
+struct Scratch {
+  std::vector<int16_t> dc, ac;
+  std::vector<uint64_t> nz;
+  std::vector<uint8_t> plane[3];
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// libjpeg's post-IDCT range limit: index (value & 1023) of a sample centred on 0.
+struct RangeLimit {
+  uint8_t t[1024];
+  RangeLimit() {
+    for (int i = 0; i < 1024; ++i) {
+      const int v = i < 512 ? i : i - 1024;  // the value as the IDCT computed it, modulo 1024
+      // libjpeg's table: [0,128) -> +128, [128,512) -> 255, [512,896) -> 0, [896,1024) -> i-896.
+      t[i] = (uint8_t)(i < 128 ? v + 128 : i < 512 ? 255 : i < 896 ? 0 : v + 128);
+    }
+  }
+};
+const RangeLimit& range_limit() {
+  static const RangeLimit r;
+  return r;
+}
+
+// YCbCr -> RGB with libjpeg's tables (16-bit fixed point, nearest-integer R and B terms).
+struct ColorTables {
+  int cr_r[256], cb_b[256];
+  int32_t cr_g[256], cb_g[256];
+  ColorTables() {
+    auto fix = [](double x) { return (int32_t)(x * 65536.0 + 0.5); };
+    for (int i = 0; i < 256; ++i) {
+      const int32_t x = i - 128;
+      cr_r[i] = (int)((fix(1.40200) * x + 32768) >> 16);
+      cb_b[i] = (int)((fix(1.77200) * x + 32768) >> 16);
+      cr_g[i] = -fix(0.71414) * x;
+      cb_g[i] = -fix(0.34414) * x + 32768;
+    }
+  }
+};
+const ColorTables& color_tables() {
+  static const ColorTables c;
+  return c;
+}
+inline uint8_t clamp255(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+
+// Reduced inverse DCTs: libjpeg's jidctred.c arithmetic (13-bit constants, 2 extra bits between
+// the passes), computed in full (its all-zero shortcuts give the same values).
+constexpr int kConstBits = 13, kPass1Bits = 2;
+inline int32_t descale(int64_t x, int n) { return (int32_t)((x + ((int64_t)1 << (n - 1))) >> n); }
+
+inline uint8_t idct_1x1(const int16_t* c, const uint16_t* q) {
+  const int32_t dc = descale((int32_t)c[0] * q[0], 3);
+  return range_limit().t[dc & 1023];
+}
+
+void idct_2x2(const int16_t* c, const uint16_t* q, uint8_t* out, size_t stride) {
+  const uint8_t* rl = range_limit().t;
+  int32_t ws[2][8];  // [output row][input column]
+  for (int col : {0, 1, 3, 5, 7}) {
+    auto dq = [&](int row) { return (int64_t)c[row * 8 + col] * q[row * 8 + col]; };
+    const int64_t even = dq(0) << (kConstBits + 2);
+    const int64_t odd = dq(7) * -5906 + dq(5) * 6967 + dq(3) * -10426 + dq(1) * 29692;
+    ws[0][col] = descale(even + odd, kConstBits - kPass1Bits + 2);
+    ws[1][col] = descale(even - odd, kConstBits - kPass1Bits + 2);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int32_t* w = ws[r];
+    const int64_t even = (int64_t)w[0] << (kConstBits + 2);
+    const int64_t odd = (int64_t)w[7] * -5906 + (int64_t)w[5] * 6967 + (int64_t)w[3] * -10426 + (int64_t)w[1] * 29692;
+    out[r * stride + 0] = rl[descale(even + odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
+    out[r * stride + 1] = rl[descale(even - odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
+  }
+}
+
+void idct_4x4(const int16_t* c, const uint16_t* q, uint8_t* out, size_t stride) {
+  const uint8_t* rl = range_limit().t;
+  int32_t ws[4][8];
+  for (int col : {0, 1, 2, 3, 5, 6, 7}) {
+    auto dq = [&](int row) { return (int64_t)c[row * 8 + col] * q[row * 8 + col]; };
+    const int64_t t0 = dq(0) << (kConstBits + 1);
+    const int64_t t2 = dq(2) * 15137 + dq(6) * -6270;
+    const int64_t t10 = t0 + t2, t12 = t0 - t2;
+    const int64_t z1 = dq(7), z2 = dq(5), z3 = dq(3), z4 = dq(1);
+    const int64_t o0 = z1 * -1730 + z2 * 11893 + z3 * -17799 + z4 * 8697;
+    const int64_t o2 = z1 * -4176 + z2 * -4926 + z3 * 7373 + z4 * 20995;
+    const int n = kConstBits - kPass1Bits + 1;
+    ws[0][col] = descale(t10 + o2, n);
+    ws[3][col] = descale(t10 - o2, n);
+    ws[1][col] = descale(t12 + o0, n);
+    ws[2][col] = descale(t12 - o0, n);
+  }
+  for (int r = 0; r < 4; ++r) {
+    const int32_t* w = ws[r];
+    const int64_t t0 = (int64_t)w[0] << (kConstBits + 1);
+    const int64_t t2 = (int64_t)w[2] * 15137 + (int64_t)w[6] * -6270;
+    const int64_t t10 = t0 + t2, t12 = t0 - t2;
+    const int64_t z1 = w[7], z2 = w[5], z3 = w[3], z4 = w[1];
+    const int64_t o0 = z1 * -1730 + z2 * 11893 + z3 * -17799 + z4 * 8697;
+    const int64_t o2 = z1 * -4176 + z2 * -4926 + z3 * 7373 + z4 * 20995;
+    const int n = kConstBits + kPass1Bits + 3 + 1;
+    uint8_t* o = out + r * stride;
+    o[0] = rl[descale(t10 + o2, n) & 1023];
+    o[3] = rl[descale(t10 - o2, n) & 1023];
+    o[1] = rl[descale(t12 + o0, n) & 1023];
+    o[2] = rl[descale(t12 - o0, n) & 1023];
+  }
+}
+
+class Decoder {
+ public:
+  Decoder(const uint8_t* data, size_t n, int denom, int channels, const int* roi)
+      : p_(data), end_(data + n), denom_(denom), channels_(channels), roi_(roi) {}
+  bool run(Image* out);
+
+ private:
+  bool read_u16(const uint8_t*& p, int& v) {
+    if (end_ - p < 2) return false;
+    v = (p[0] << 8) | p[1];
+    p += 2;
+    return true;
+  }
+  bool segment(const uint8_t*& body, int& len);  // a marker segment's body and its length
+  bool parse_dqt(const uint8_t* b, int len);
+  bool parse_dht(const uint8_t* b, int len);
+  bool parse_sof2(const uint8_t* b, int len);
+  bool parse_sos(const uint8_t* b, int len);
+  bool decode_scan();
+  bool restart();
+  bool decode_dc_mcu(int mx, int my);
+  bool decode_ac_first(const Component& c, int16_t* ac, uint64_t& nz);
+  bool decode_ac_refine(const Component& c, int16_t* ac, uint64_t& nz);
+  bool finish(Image* out);
+
+  const uint8_t* p_;
+  const uint8_t* end_;
+  int denom_, channels_;
+  const int* roi_;
+
+  uint16_t qt_[4][64];
+  bool qt_defined_[4] = {false, false, false, false};
+  HuffTable dc_[4], ac_[4];
+  int restart_interval_ = 0;
+  bool frame_ = false, jfif_ = false, adobe_ = false;
+  int adobe_transform_ = -1;
+  int W_ = 0, H_ = 0, ncomp_ = 0, hmax_ = 1, vmax_ = 1, mcux_ = 0, mcuy_ = 0;
+  Component comp_[3];
+  int scans_ = 0;
+
+  // The current scan.
+  int ns_ = 0, sc_[3] = {0, 0, 0};  // component indices in the scan
+  int Ss_ = 0, Se_ = 0, Ah_ = 0, Al_ = 0;
+  uint32_t eobrun_ = 0;
+  int next_rst_ = 0;
+  BitReader bits_;
+};
+
+bool Decoder::segment(const uint8_t*& body, int& len) {
+  if (!read_u16(p_, len) || len < 2 || end_ - p_ < len - 2) return false;
+  body = p_;
+  len -= 2;
+  p_ += len;
+  return true;
+}
+
+bool Decoder::parse_dqt(const uint8_t* b, int len) {
+  while (len > 0) {
+    const int pq = b[0] >> 4, tq = b[0] & 15;
+    const int need = 1 + 64 * (pq ? 2 : 1);
+    if (pq > 1 || tq > 3 || len < need) return false;
+    for (int k = 0; k < 64; ++k) {
+      const int q = pq ? (b[1 + 2 * k] << 8) | b[2 + 2 * k] : b[1 + k];
+      if (q > 32767) return false;  // libjpeg multiplies by it as a 16-bit signed value
+      qt_[tq][kNatural[k]] = (uint16_t)q;
+    }
+    qt_defined_[tq] = true;
+    b += need;
+    len -= need;
+  }
+  return true;
+}
+
+bool Decoder::parse_dht(const uint8_t* b, int len) {
+  while (len > 0) {
+    if (len < 17) return false;
+    const int tc = b[0] >> 4, th = b[0] & 15;
+    if (tc > 1 || th > 3) return false;
+    int total = 0;
+    for (int l = 0; l < 16; ++l) total += b[1 + l];
+    if (len < 17 + total) return false;
+    if (!build_table(tc ? ac_[th] : dc_[th], b + 1, b + 17, total, tc == 0)) return false;
+    b += 17 + total;
+    len -= 17 + total;
+  }
+  return true;
+}
+
+bool Decoder::parse_sof2(const uint8_t* b, int len) {
+  if (frame_ || len < 6) return false;
+  if (b[0] != 8) return false;  // 12-bit samples
+  H_ = (b[1] << 8) | b[2];
+  W_ = (b[3] << 8) | b[4];
+  ncomp_ = b[5];
+  if (H_ == 0 || W_ == 0 || (ncomp_ != 1 && ncomp_ != 3) || len < 6 + 3 * ncomp_) return false;
+  for (int i = 0; i < ncomp_; ++i) {
+    Component& c = comp_[i];
+    c.id = b[6 + 3 * i];
+    c.h = b[7 + 3 * i] >> 4;
+    c.v = b[7 + 3 * i] & 15;
+    c.tq = b[8 + 3 * i];
+    if (c.h < 1 || c.h > 4 || c.v < 1 || c.v > 4 || c.tq > 3) return false;
+    for (int k = 0; k < 64; ++k) c.coef_bits[k] = -1;
+  }
+  if (ncomp_ == 1) {
+    comp_[0].h = comp_[0].v = 1;  // one component: libjpeg ignores its sampling factors
+  } else {
+    // 4:4:4 or 4:2:0 (luma 2x2) only.
+    for (int i = 1; i < 3; ++i)
+      if (comp_[i].h != 1 || comp_[i].v != 1) return false;
+    const bool s444 = comp_[0].h == 1 && comp_[0].v == 1, s420 = comp_[0].h == 2 && comp_[0].v == 2;
+    if (!s444 && !s420) return false;
+  }
+  hmax_ = comp_[0].h;
+  vmax_ = comp_[0].v;
+  mcux_ = (W_ + 8 * hmax_ - 1) / (8 * hmax_);
+  mcuy_ = (H_ + 8 * vmax_ - 1) / (8 * vmax_);
+  // libjpeg's IDCT size per component: the luma scale, doubled for subsampled chroma as long as
+  // that removes upsampling (jdmaster.c), so 4:2:0 chroma at 1/8 takes a 2x2 IDCT.
+  const int min_s = 8 / denom_;
+  size_t n_dc = 0, n_ac = 0, n_nz = 0;
+  for (int i = 0; i < ncomp_; ++i) {
+    Component& c = comp_[i];
+    int s = min_s;
+    while (s < 8 && (hmax_ * min_s) % (c.h * s * 2) == 0 && (vmax_ * min_s) % (c.v * s * 2) == 0) s *= 2;
+    c.s = s;
+    c.used = i == 0 || channels_ == 3;
+    c.keep_ac = c.used && s > 1;
+    const int cw = (W_ * c.h + hmax_ - 1) / hmax_, ch = (H_ * c.v + vmax_ - 1) / vmax_;
+    c.rbw = (cw + 7) / 8;
+    c.rbh = (ch + 7) / 8;
+    c.bw = mcux_ * c.h;
+    c.bh = mcuy_ * c.v;
+    // The rows and columns of the 8x8 block a reduced IDCT reads (jidctred.c): 2x2 skips the
+    // even ones but 0, 4x4 skips 4.
+    c.slots = 0;
+    c.used_mask = 0;
+    for (int k = 0; k < 64; ++k) {
+      const int row = kNatural[k] / 8, col = kNatural[k] % 8;
+      const bool read = s == 2 ? (row == 0 || row % 2 == 1) && (col == 0 || col % 2 == 1) : row != 4 && col != 4;
+      c.slot[k] = -1;
+      if (k > 0 && c.keep_ac && read) {
+        c.slot_pos[c.slots] = kNatural[k];
+        c.slot[k] = (int8_t)c.slots++;
+        c.used_mask |= 1ull << k;
+      }
+    }
+    const size_t nb = (size_t)c.bw * c.bh;
+    n_dc += nb;
+    if (c.keep_ac) n_nz += nb, n_ac += nb * (size_t)c.slots;
+  }
+  Scratch& sc = scratch();
+  if (sc.dc.size() < n_dc) sc.dc.resize(n_dc);
+  if (sc.nz.size() < n_nz) sc.nz.resize(n_nz);
+  if (sc.ac.size() < n_ac) sc.ac.resize(n_ac);
+  // Zeroed per image: a coefficient no scan codes is zero.
+  std::memset(sc.dc.data(), 0, n_dc * sizeof(int16_t));
+  std::memset(sc.nz.data(), 0, n_nz * sizeof(uint64_t));
+  std::memset(sc.ac.data(), 0, n_ac * sizeof(int16_t));
+  size_t o_dc = 0, o_ac = 0, o_nz = 0;
+  for (int i = 0; i < ncomp_; ++i) {
+    Component& c = comp_[i];
+    const size_t nb = (size_t)c.bw * c.bh;
+    c.dc = sc.dc.data() + o_dc;
+    o_dc += nb;
+    if (c.keep_ac) {
+      c.nz = sc.nz.data() + o_nz;
+      c.ac = sc.ac.data() + o_ac;
+      o_nz += nb;
+      o_ac += nb * (size_t)c.slots;
+    }
+  }
+  frame_ = true;
+  return true;
+}
+
+bool Decoder::parse_sos(const uint8_t* b, int len) {
+  if (!frame_ || len < 1) return false;
+  ns_ = b[0];
+  if (ns_ < 1 || ns_ > ncomp_ || len != 4 + 2 * ns_) return false;
+  for (int i = 0; i < ns_; ++i) {
+    const int id = b[1 + 2 * i];
+    int ci = -1;
+    for (int j = 0; j < ncomp_; ++j)
+      if (comp_[j].id == id) ci = j;
+    if (ci < 0) return false;
+    for (int j = 0; j < i; ++j)
+      if (sc_[j] == ci) return false;
+    sc_[i] = ci;
+    comp_[ci].dc_tbl = b[2 + 2 * i] >> 4;
+    comp_[ci].ac_tbl = b[2 + 2 * i] & 15;
+    if (comp_[ci].dc_tbl > 3 || comp_[ci].ac_tbl > 3) return false;
+  }
+  const uint8_t* t = b + 1 + 2 * ns_;
+  Ss_ = t[0];
+  Se_ = t[1];
+  Ah_ = t[2] >> 4;
+  Al_ = t[2] & 15;
+  // libjpeg's checks (jdphuff.c); its warnings about the progression are failures here.
+  const bool dc = Ss_ == 0;
+  if (dc ? Se_ != 0 : (Ss_ > Se_ || Se_ > 63 || ns_ != 1)) return false;
+  if (Ah_ != 0 && Al_ != Ah_ - 1) return false;
+  if (Al_ > 13) return false;
+  int blocks_in_mcu = 0;
+  for (int i = 0; i < ns_; ++i) {
+    Component& c = comp_[sc_[i]];
+    blocks_in_mcu += ns_ > 1 ? c.h * c.v : 1;
+    if (!dc && c.coef_bits[0] < 0) return false;
+    for (int k = Ss_; k <= Se_; ++k) {
+      const int expected = c.coef_bits[k] < 0 ? 0 : c.coef_bits[k];
+      if (Ah_ != expected) return false;
+      c.coef_bits[k] = Al_;
+    }
+    if (!c.q_latched) {
+      if (!qt_defined_[c.tq]) return false;
+      std::memcpy(c.q, qt_[c.tq], sizeof c.q);
+      c.q_latched = true;
+    }
+    if (dc && Ah_ == 0 && !dc_[c.dc_tbl].defined) return false;
+    if (!dc && !ac_[c.ac_tbl].defined) return false;
+  }
+  if (blocks_in_mcu > 10) return false;
+  return true;
+}
+
+bool Decoder::restart() {
+  if (bits_.overrun()) return false;
+  const uint8_t* p = bits_.p;
+  // The marker must come next (libjpeg would resynchronise with warnings; leave that to it).
+  while (p < end_ && *p != 0xFF) ++p;
+  while (p < end_ && *p == 0xFF) ++p;
+  if (p >= end_ || *p != 0xD0 + next_rst_) return false;
+  next_rst_ = (next_rst_ + 1) & 7;
+  bits_.reset(p + 1, end_);
+  for (int i = 0; i < ncomp_; ++i) comp_[i].dc_pred = 0;
+  eobrun_ = 0;
+  return true;
+}
+
+// One MCU of a DC scan (first or refinement), interleaved (blocks of every component in the
+// scan by their sampling factors) or not (one block).
+bool Decoder::decode_dc_mcu(int mx, int my) {
+  for (int i = 0; i < ns_; ++i) {
+    Component& c = comp_[sc_[i]];
+    const int nh = ns_ > 1 ? c.h : 1, nv = ns_ > 1 ? c.v : 1;
+    for (int by = 0; by < nv; ++by)
+      for (int bx = 0; bx < nh; ++bx) {
+        int16_t& dc = c.dc[ns_ > 1 ? c.index(mx * c.h + bx, my * c.v + by) : c.index(mx, my)];
+        if (Ah_ == 0) {
+          int s;
+          if (!bits_.decode(dc_[c.dc_tbl], s)) return false;
+          int diff = 0;
+          if (s) diff = extend(bits_.take(s), s);
+          const int64_t pred = (int64_t)c.dc_pred + diff;
+          if (pred > INT32_MAX || pred < INT32_MIN) return false;
+          c.dc_pred = (int)pred;
+          dc = (int16_t)(uint16_t)((uint32_t)c.dc_pred << Al_);
+        } else if (bits_.bit()) {
+          dc = (int16_t)(dc | (1 << Al_));
+        }
+      }
+  }
+  return true;
+}
+
+bool Decoder::decode_ac_first(const Component& c, int16_t* ac, uint64_t& nz) {
+  if (eobrun_ > 0) {
+    --eobrun_;
+    return true;
+  }
+  const HuffTable& t = ac_[c.ac_tbl];
+  for (int k = Ss_; k <= Se_; ++k) {
+    int rs;
+    if (!bits_.decode(t, rs)) return false;
+    const int r = rs >> 4, s = rs & 15;
+    if (s) {
+      k += r;
+      if (k > Se_) return false;
+      const int16_t v = (int16_t)(uint16_t)((uint32_t)extend(bits_.take(s), s) << Al_);
+      if (v) {
+        nz |= 1ull << k;
+        if (c.slot[k] >= 0) ac[c.slot[k]] = v;
+      }
+    } else if (r == 15) {
+      k += 15;  // sixteen zeros (the loop's ++k is the sixteenth)
+    } else {
+      eobrun_ = 1u << r;
+      if (r) eobrun_ += bits_.take(r);
+      --eobrun_;
+      break;
+    }
+  }
+  return true;
+}
+
+// Refinement scan of one block. nz marks (in zigzag order) the coefficients already nonzero: the
+// ones that take a correction bit. Walking the mask instead of the block keeps an end-of-band run,
+// which most blocks of a refinement scan are in, from reading 128 bytes per block.
+bool Decoder::decode_ac_refine(const Component& c, int16_t* ac, uint64_t& nz) {
+  const int p1 = 1 << Al_, m1 = -p1;
+  const uint64_t band_end = Se_ == 63 ? ~0ull : (1ull << (Se_ + 1)) - 1;  // bits <= Se
+  // Correction bits for the nonzero coefficients with zigzag index in [from, to).
+  auto refine_range = [&](int from, int to) {
+    uint64_t m = nz & (~0ull << from) & (to >= 64 ? ~0ull : (1ull << to) - 1);
+    while (m) {
+      const int sl = c.slot[__builtin_ctzll(m)];
+      if (bits_.bit() && sl >= 0) {
+        int16_t& v = ac[sl];
+        if ((v & p1) == 0) v = (int16_t)(v + (v >= 0 ? p1 : m1));
+      }
+      m &= m - 1;
+    }
+  };
+  int k = Ss_;
+  if (eobrun_ == 0) {
+    const HuffTable& t = ac_[c.ac_tbl];
+    while (k <= Se_) {
+      int rs;
+      if (!bits_.decode(t, rs)) return false;
+      const int r = rs >> 4;
+      int s = rs & 15;
+      if (s) {
+        if (s != 1) return false;
+        s = bits_.bit() ? p1 : m1;
+      } else if (r != 15) {
+        eobrun_ = 1u << r;
+        if (r) {
+          if (bits_.cnt < r) bits_.refill();
+          eobrun_ += bits_.take(r);
+        }
+        break;
+      }
+      // Skip r zero-history coefficients (the nonzero ones passed take correction bits) and stop
+      // at the next zero one: there goes s (a ZRL, s = 0, just skips sixteen).
+      uint64_t zeros = ~nz & (~0ull << k) & band_end;
+      for (int i = 0; i < r && zeros; ++i) zeros &= zeros - 1;
+      const int target = zeros ? __builtin_ctzll(zeros) : Se_ + 1;
+      refine_range(k, target);
+      k = target;
+      if (s) {
+        if (k > Se_) return false;
+        nz |= 1ull << k;
+        if (c.slot[k] >= 0) ac[c.slot[k]] = (int16_t)s;
+      }
+      ++k;
+    }
+  }
+  if (eobrun_ > 0) {
+    if (k <= Se_) refine_range(k, Se_ + 1);
+    --eobrun_;
+  }
+  return true;
+}
+
+bool Decoder::decode_scan() {
+  bits_.reset(p_, end_);
+  eobrun_ = 0;
+  next_rst_ = 0;
+  for (int i = 0; i < ns_; ++i) comp_[sc_[i]].dc_pred = 0;
+  int todo = restart_interval_;
+  auto before_mcu = [&]() {
+    if (restart_interval_ == 0) return true;
+    if (todo == 0) {
+      if (!restart()) return false;
+      todo = restart_interval_;
+    }
+    --todo;
+    return true;
+  };
+  if (Ss_ == 0) {
+    const bool inter = ns_ > 1;
+    const int nx = inter ? mcux_ : comp_[sc_[0]].rbw, ny = inter ? mcuy_ : comp_[sc_[0]].rbh;
+    for (int my = 0; my < ny; ++my)
+      for (int mx = 0; mx < nx; ++mx)
+        if (!before_mcu() || !decode_dc_mcu(mx, my)) return false;
+  } else {
+    Component& c = comp_[sc_[0]];
+    for (int by = 0; by < c.rbh; ++by)
+      for (int bx = 0; bx < c.rbw; ++bx) {
+        if (!before_mcu()) return false;
+        const size_t b = c.index(bx, by);
+        int16_t* ac = c.ac + b * (size_t)c.slots;
+        if (!(Ah_ == 0 ? decode_ac_first(c, ac, c.nz[b]) : decode_ac_refine(c, ac, c.nz[b]))) return false;
+      }
+  }
+  if (bits_.overrun()) return false;
+  p_ = bits_.p;  // at the marker that ended the data, or before padding the reader did not need
+  return true;
+}
+
+bool Decoder::run(Image* out) {
+  if (end_ - p_ < 2 || p_[0] != 0xFF || p_[1] != 0xD8) return false;
+  p_ += 2;
+  for (;;) {
+    const int m = next_marker(p_, end_);
+    const uint8_t* b = nullptr;
+    int len = 0;
+    switch (m) {
+      case 0: return false;  // no EOI: truncated
+      case 0xD9: return scans_ > 0 && finish(out);
+      case 0xC2:
+        if (!segment(b, len) || !parse_sof2(b, len)) return false;
+        break;
+      case 0xC4:
+        if (!segment(b, len) || !parse_dht(b, len)) return false;
+        break;
+      case 0xDB:
+        if (!segment(b, len) || !parse_dqt(b, len)) return false;
+        break;
+      case 0xDD: {
+        if (!segment(b, len) || len != 2) return false;
+        restart_interval_ = (b[0] << 8) | b[1];
+        break;
+      }
+      case 0xDA: {
+        if (!segment(b, len) || !parse_sos(b, len)) return false;
+        ++scans_;
+        // A scan whose coefficients the output never reads is skipped unread: AC scans of a
+        // component decoded at 1x1 (the DC is all its IDCT uses) or of an unused component.
+        const Component& c0 = comp_[sc_[0]];
+        if (Ss_ > 0 && !c0.keep_ac) break;  // next_marker skips its data
+        if (!decode_scan()) return false;
+        break;
+      }
+      case 0xE0: case 0xEE: {
+        if (!segment(b, len)) return false;
+        if (m == 0xE0 && len >= 14 && std::memcmp(b, "JFIF\0", 5) == 0) jfif_ = true;
+        if (m == 0xEE && len >= 12 && std::memcmp(b, "Adobe", 5) == 0) {
+          adobe_ = true;
+          adobe_transform_ = b[11];
+        }
+        break;
+      }
+      default:
+        if ((m >= 0xE1 && m <= 0xEF) || m == 0xFE) {  // other APPn, COM
+          if (!segment(b, len)) return false;
+          break;
+        }
+        return false;  // another frame type (baseline, arithmetic, lossless), DNL, DAC, junk
+    }
+  }
+}
+
+bool Decoder::finish(Image* out) {
+  if (!frame_) return false;
+  // Colour space as libjpeg guesses it: RGB-coded files are left to TurboJPEG.
+  if (ncomp_ == 3) {
+    if (jfif_) {
+    } else if (adobe_) {
+      if (adobe_transform_ != 1) return false;
+    } else if (comp_[0].id == 82 && comp_[1].id == 71 && comp_[2].id == 66) {
+      return false;
+    }
+  }
+  // Every coefficient of every component refined to the last bit: libjpeg then does not smooth.
+  for (int i = 0; i < ncomp_; ++i)
+    for (int k = 0; k < 64; ++k)
+      if (comp_[i].coef_bits[k] != 0) return false;
+
+  const int ow = (W_ + denom_ - 1) / denom_, oh = (H_ + denom_ - 1) / denom_;
+  int x0 = 0, y0 = 0, x1 = ow, y1 = oh;  // the output pixels computed
+  if (roi_) {
+    x0 = std::max(0, roi_[0]);
+    y0 = std::max(0, roi_[1]);
+    x1 = std::min(ow, roi_[2]);
+    y1 = std::min(oh, roi_[3]);
+    if (x1 <= x0 || y1 <= y0) x0 = y0 = x1 = y1 = 0;
+  }
+  // IDCT each used component into a plane at output resolution (chroma sizes make it 1:1).
+  uint8_t* plane[3] = {nullptr, nullptr, nullptr};
+  size_t stride[3] = {0, 0, 0};
+  for (int i = 0; i < ncomp_; ++i) {
+    const Component& c = comp_[i];
+    if (!c.used) continue;
+    const int nbx = (ow + c.s - 1) / c.s, nby = (oh + c.s - 1) / c.s;
+    if (nbx > c.bw || nby > c.bh) return false;
+    const int bx0 = x0 / c.s, by0 = y0 / c.s, bx1 = (x1 + c.s - 1) / c.s, by1 = (y1 + c.s - 1) / c.s;
+    stride[i] = (size_t)nbx * c.s;
+    std::vector<uint8_t>& pl = scratch().plane[i];
+    if (pl.size() < stride[i] * nby * c.s) pl.resize(stride[i] * nby * c.s);
+    plane[i] = pl.data();
+    int16_t blk[64];  // only the positions the IDCT reads are filled
+    for (int by = by0; by < by1; ++by)
+      for (int bx = bx0; bx < bx1; ++bx) {
+        const size_t b = c.index(bx, by);
+        uint8_t* o = plane[i] + (size_t)by * c.s * stride[i] + (size_t)bx * c.s;
+        blk[0] = c.dc[b];
+        if (c.s == 1 || (c.nz[b] & c.used_mask) == 0) {
+          // No AC term the IDCT reads: every output pixel is the 1x1 value (jidctred.c's
+          // all-zero shortcuts compute exactly this).
+          const uint8_t v = idct_1x1(blk, c.q);
+          for (int r = 0; r < c.s; ++r) std::memset(o + r * stride[i], v, (size_t)c.s);
+          continue;
+        }
+        const int16_t* a = c.ac + b * (size_t)c.slots;
+        for (int sl = 0; sl < c.slots; ++sl) blk[c.slot_pos[sl]] = a[sl];
+        if (c.s == 2) idct_2x2(blk, c.q, o, stride[i]);
+        else idct_4x4(blk, c.q, o, stride[i]);
+      }
+  }
+  out->w = ow;
+  out->h = oh;
+  out->c = channels_;
+  out->px.assign((size_t)ow * oh * channels_, 0);
+  const ColorTables& ct = color_tables();
+  for (int y = y0; y < y1; ++y) {
+    const uint8_t* Y = plane[0] + y * stride[0];
+    uint8_t* o = out->px.data() + ((size_t)y * ow + x0) * channels_;
+    if (channels_ == 1) {
+      std::memcpy(o, Y + x0, (size_t)(x1 - x0));
+    } else if (ncomp_ == 1) {
+      for (int x = x0; x < x1; ++x, o += 3) o[0] = o[1] = o[2] = Y[x];
+    } else {
+      const uint8_t* Cb = plane[1] + y * stride[1];
+      const uint8_t* Cr = plane[2] + y * stride[2];
+      for (int x = x0; x < x1; ++x, o += 3) {
+        const int yy = Y[x], cb = Cb[x], cr = Cr[x];
+        o[0] = clamp255(yy + ct.cr_r[cr]);
+        o[1] = clamp255(yy + (int)((ct.cb_g[cb] + ct.cr_g[cr]) >> 16));
+        o[2] = clamp255(yy + ct.cb_b[cb]);
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool decode_jpeg_progressive_scaled(const uint8_t* data, size_t n, int denom, int channels, Image* out,
+                                    const int* roi) {
+  if ((denom != 4 && denom != 8) || (channels != 1 && channels != 3)) return false;
+  Decoder d(data, n, denom, channels, roi);
+  return d.run(out);
+}
+
+bool jpeg_is_progressive(const uint8_t* data, size_t n) {
+  if (n < 4 || data[0] != 0xFF || data[1] != 0xD8) return false;
+  const uint8_t* p = data + 2;
+  const uint8_t* end = data + n;
+  for (;;) {
+    const int m = next_marker(p, end);
+    if (m == 0 || m == 0xDA || m == 0xD9) return false;
+    if (m == 0xC2) return true;
+    if ((m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC)) return false;  // another SOF
+    if (end - p < 2) return false;
+    const int len = (p[0] << 8) | p[1];
+    if (len < 2 || end - p < len) return false;
+    p += len;
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,341 @@
+// kiln's progressive JPEG decoder (data/jpeg_progressive.h) against TurboJPEG: byte-identical
+// output at 1/4 and 1/8 scale over files made here with libjpeg (4:4:4, 4:2:0, gray; many sizes;
+// restart intervals; spectral-only and successive-approximation scripts; extreme content), the
+// files it must hand back (4:2:2, baseline, unrefined coefficients, Adobe RGB, truncated), random
+// corruptions (handled => identical, never a crash), and the fused sample pipeline with its ROI.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <jpeglib.h>
+#include <turbojpeg.h>
+
+#include <vector>
+
+#include "data/decode.h"
+#include "data/jpeg_progressive.h"
+#include "data/sample_pipeline.h"
+#include "engine/core/philox.h"
+#include "engine/core/error.h"
+#include "test_data_support.h"
+
+using namespace kiln;
+using namespace kiln_test;
+
+namespace {
+
+struct EncodeSpec {
+  int quality = 90;
+  int luma_h = 1, luma_v = 1;  // chroma is 1x1: 1,1 = 4:4:4, 2,2 = 4:2:0, 2,1 = 4:2:2
+  bool progressive = true;
+  int restart_interval = 0;                // in MCUs
+  std::vector<jpeg_scan_info> script;      // empty: libjpeg's standard progression
+  int exif_orientation = 0;                // 0: no EXIF segment
+  bool adobe_rgb = false;                  // colour stored as RGB (Adobe transform 0)
+};
+
+// libjpeg's (6.2 API) compressor: TurboJPEG's cannot set restart intervals or scan scripts.
+std::string encode(const Image& im, const EncodeSpec& s) {
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buf, &size);
+  c.image_width = (JDIMENSION)im.w;
+  c.image_height = (JDIMENSION)im.h;
+  c.input_components = im.c;
+  c.in_color_space = im.c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&c);
+  if (s.adobe_rgb) jpeg_set_colorspace(&c, JCS_RGB);
+  jpeg_set_quality(&c, s.quality, TRUE);
+  if (im.c == 3) {
+    c.comp_info[0].h_samp_factor = s.adobe_rgb ? 1 : s.luma_h;
+    c.comp_info[0].v_samp_factor = s.adobe_rgb ? 1 : s.luma_v;
+    for (int i = 1; i < 3; ++i) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+  }
+  if (s.progressive) jpeg_simple_progression(&c);
+  if (!s.script.empty()) {
+    c.scan_info = s.script.data();
+    c.num_scans = (int)s.script.size();
+  }
+  c.restart_interval = (unsigned)s.restart_interval;
+  jpeg_start_compress(&c, TRUE);
+  if (s.exif_orientation) {
+    const uint8_t exif[] = {'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0,
+                            0, 1, 0, (uint8_t)s.exif_orientation, 0, 0, 0, 0, 0, 0};
+    jpeg_write_marker(&c, JPEG_APP0 + 1, exif, sizeof exif);
+  }
+  std::vector<uint8_t> row((size_t)im.w * im.c);
+  while (c.next_scanline < c.image_height) {
+    const uint8_t* r = im.row((int)c.next_scanline);
+    std::copy(r, r + row.size(), row.begin());
+    JSAMPROW rp = row.data();
+    jpeg_write_scanlines(&c, &rp, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::string out(reinterpret_cast<const char*>(buf), size);
+  std::free(buf);
+  return out;
+}
+
+// A photo-like image with noise (nonzero high frequencies), optionally gray.
+Image content(int w, int h, int seed, int channels) {
+  Image im = synth_photo(w, h, seed);
+  if (channels == 1) {
+    Image g;
+    g.w = w;
+    g.h = h;
+    g.c = 1;
+    g.px.resize((size_t)w * h);
+    for (size_t i = 0; i < g.px.size(); ++i) g.px[i] = im.px[i * 3];
+    return g;
+  }
+  return im;
+}
+
+// Hard 0/255 edges: the largest coefficients, IDCT outputs far outside 0..255 (range limiting).
+Image checkerboard(int w, int h) {
+  Image im;
+  im.w = w;
+  im.h = h;
+  im.c = 3;
+  im.px.resize((size_t)w * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < 3; ++k) im.row(y)[x * 3 + k] = (uint8_t)((((x >> k) ^ (y >> 1)) & 1) ? 255 : 0);
+  return im;
+}
+
+// TurboJPEG's scaled decode, the reference.
+bool tj_decode(const std::string& b, int denom, int channels, Image* out, bool* warned = nullptr) {
+  tjhandle tj = tjInitDecompress();
+  int w = 0, h = 0, sub = 0, cs = 0;
+  const auto* d = reinterpret_cast<const unsigned char*>(b.data());
+  bool ok = tjDecompressHeader3(tj, d, b.size(), &w, &h, &sub, &cs) == 0;
+  tjscalingfactor sf = {1, denom};
+  out->w = TJSCALED(w, sf);
+  out->h = TJSCALED(h, sf);
+  out->c = channels;
+  out->px.assign((size_t)out->w * out->h * channels, 0);
+  const int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  if (warned) *warned = false;
+  if (ok && tjDecompress2(tj, d, b.size(), out->px.data(), out->w, 0, out->h, pf, 0) != 0) {
+    ok = warned && tjGetErrorCode(tj) == TJERR_WARNING;
+    if (ok) *warned = true;
+  }
+  tjDestroy(tj);
+  return ok;
+}
+
+bool kiln_decode(const std::string& b, int denom, int channels, Image* out, const int* roi = nullptr) {
+  return decode_jpeg_progressive_scaled(reinterpret_cast<const uint8_t*>(b.data()), b.size(), denom, channels, out,
+                                        roi);
+}
+
+// Decodes at both scales and both channel counts; every case must be handled and identical.
+void check_identical(const std::string& b, const std::string& what) {
+  for (int denom : {4, 8})
+    for (int ch : {3, 1}) {
+      CAPTURE(what);
+      CAPTURE(denom);
+      CAPTURE(ch);
+      Image k, t;
+      REQUIRE(tj_decode(b, denom, ch, &t));
+      REQUIRE(kiln_decode(b, denom, ch, &k));
+      CHECK(k.w == t.w);
+      CHECK(k.h == t.h);
+      CHECK(k.c == ch);
+      CHECK(k.px == t.px);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("progressive decoder: byte-identical to TurboJPEG at 1/4 and 1/8 (4:4:4, 4:2:0, gray)") {
+  const int sizes[][2] = {{1, 1}, {8, 8}, {17, 9}, {64, 48}, {173, 97}, {333, 250}, {640, 427}};
+  int cases = 0;
+  for (auto& wh : sizes)
+    for (int sub = 0; sub < 3; ++sub)
+      for (int q : {35, 92}) {
+        const int ch = sub == 2 ? 1 : 3;
+        EncodeSpec s;
+        s.quality = q;
+        s.luma_h = s.luma_v = sub == 1 ? 2 : 1;
+        Image im = content(wh[0], wh[1], wh[0] + q, ch);
+        check_identical(encode(im, s), str_cat(wh[0], "x", wh[1], " sub ", sub, " q ", q));
+        ++cases;
+      }
+  CHECK(cases == 42);
+}
+
+TEST_CASE("progressive decoder: restart intervals, spectral-only scripts, extreme content") {
+  Image im = content(300, 211, 3, 3);
+  for (int ri : {1, 7, 64})
+    for (int sub : {1, 2}) {
+      EncodeSpec s;
+      s.restart_interval = ri;
+      s.luma_h = s.luma_v = sub;
+      check_identical(encode(im, s), str_cat("restart ", ri, " sub ", sub));
+    }
+  // Spectral selection only (no successive approximation), bands split unevenly.
+  EncodeSpec spectral;
+  spectral.script = {{3, {0, 1, 2}, 0, 0, 0, 0}, {1, {0}, 1, 2, 0, 0},  {1, {0}, 3, 40, 0, 0},
+                     {1, {0}, 41, 63, 0, 0},     {1, {1}, 1, 63, 0, 0}, {1, {2}, 1, 63, 0, 0}};
+  check_identical(encode(im, spectral), "spectral only");
+  // Deep successive approximation: DC in 3 passes, AC refined bit by bit from Al = 3.
+  EncodeSpec deep;
+  deep.script = {{3, {0, 1, 2}, 0, 0, 0, 2}, {1, {0}, 1, 63, 0, 3}, {1, {1}, 1, 63, 0, 2}, {1, {2}, 1, 63, 0, 2},
+                 {3, {0, 1, 2}, 0, 0, 2, 1}, {1, {0}, 1, 63, 3, 2}, {1, {0}, 1, 63, 2, 1}, {1, {1}, 1, 63, 2, 1},
+                 {1, {2}, 1, 63, 2, 1},      {3, {0, 1, 2}, 0, 0, 1, 0}, {1, {0}, 1, 63, 1, 0}, {1, {1}, 1, 63, 1, 0},
+                 {1, {2}, 1, 63, 1, 0}};
+  check_identical(encode(im, deep), "deep successive approximation");
+  for (int q : {50, 100}) {
+    EncodeSpec s;
+    s.quality = q;
+    check_identical(encode(checkerboard(123, 77), s), str_cat("checkerboard q ", q));
+    s.luma_h = s.luma_v = 2;
+    check_identical(encode(checkerboard(123, 77), s), str_cat("checkerboard 4:2:0 q ", q));
+  }
+}
+
+TEST_CASE("progressive decoder: hands back the files it does not handle, and decode_image still decodes them") {
+  Image im = content(200, 120, 9, 3);
+  EncodeSpec s422;
+  s422.luma_h = 2;
+  EncodeSpec baseline;
+  baseline.progressive = false;
+  EncodeSpec rgb;
+  rgb.adobe_rgb = true;
+  // Never refined to the last bit: libjpeg smooths such blocks, this decoder does not.
+  EncodeSpec unrefined;
+  unrefined.script = {{3, {0, 1, 2}, 0, 0, 0, 0}, {1, {0}, 1, 63, 0, 1}, {1, {1}, 1, 63, 0, 1}, {1, {2}, 1, 63, 0, 1}};
+  const std::pair<const char*, EncodeSpec> cases[] = {
+      {"4:2:2", s422}, {"baseline", baseline}, {"Adobe RGB", rgb}, {"unrefined", unrefined}};
+  for (auto& [name, spec] : cases) {
+    CAPTURE(name);
+    const std::string b = encode(im, spec);
+    Image k;
+    CHECK_FALSE(kiln_decode(b, 4, 3, &k));
+    // Through decode_image the fallback is TurboJPEG: the same pixels with the option on or off.
+    DecodeOptions on, off;
+    on.min_w = off.min_w = 50;
+    off.kiln_progressive = false;
+    Image a = decode_image_bytes(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "x.jpg", on);
+    Image c = decode_image_bytes(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "x.jpg", off);
+    CHECK(a.w == 50);
+    CHECK(a.px == c.px);
+  }
+  Image k;
+  CHECK_FALSE(kiln_decode(std::string("not a jpeg at all"), 4, 3, &k));
+  CHECK_FALSE(kiln_decode(encode(im, EncodeSpec{}), 2, 3, &k));  // 1/2 is TurboJPEG's
+}
+
+TEST_CASE("progressive decoder: truncated files are handed back and still fail as truncated") {
+  const std::string b = encode(content(160, 100, 4, 3), EncodeSpec{});
+  for (size_t cut : {b.size() / 5, b.size() / 2, b.size() - 40, b.size() - 2}) {
+    CAPTURE(cut);
+    const std::string t = b.substr(0, cut);
+    Image k;
+    CHECK_FALSE(kiln_decode(t, 4, 3, &k));
+    CHECK_FALSE(kiln_decode(t, 8, 3, &k));
+    DecodeOptions o;
+    o.min_w = 40;
+    CHECK_THROWS_AS(decode_image_bytes(reinterpret_cast<const uint8_t*>(t.data()), t.size(), "cut.jpg", o),
+                    DecodeError);
+  }
+}
+
+TEST_CASE("progressive decoder: corrupt scan data never crashes; what it decodes equals TurboJPEG") {
+  std::string b = encode(content(180, 140, 8, 3), EncodeSpec{});
+  size_t first_sos = b.find("\xFF\xDA");
+  REQUIRE(first_sos != std::string::npos);
+  int handled = 0, refused = 0, compared = 0, warned_n = 0;
+  for (uint32_t trial = 0; trial < 200; ++trial) {
+    std::string c = b;
+    const uint32_t r = philox_word(77, trial, 0);
+    const size_t pos = first_sos + 20 + r % (c.size() - first_sos - 22);
+    c[pos] = (char)(philox_word(77, trial, 1) & 0xFF);
+    for (int denom : {4, 8}) {
+      Image k, t;
+      if (kiln_decode(c, denom, 3, &k)) {
+        ++handled;
+        // Handled means the pixels TurboJPEG gives (with or without a warning).
+        bool warned = false;
+        if (tj_decode(c, denom, 3, &t, &warned)) {
+          ++compared;
+          warned_n += warned;
+          CHECK(k.px == t.px);
+        }
+      } else {
+        ++refused;
+      }
+      // What a user sees: decode_image accepts or rejects the file the same way with it on or off.
+      DecodeOptions on, off;
+      on.min_w = off.min_w = (180 + denom - 1) / denom;
+      off.kiln_progressive = false;
+      std::string e_on, e_off;
+      Image a, z;
+      try {
+        a = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", on);
+      } catch (const DecodeError& e) {
+        e_on = e.reason();
+      }
+      try {
+        z = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", off);
+      } catch (const DecodeError& e) {
+        e_off = e.reason();
+      }
+      CHECK(e_on == e_off);
+      CHECK(a.px == z.px);
+    }
+  }
+  // Some of the handled ones are files TurboJPEG warns about and still decodes (a bad code in an AC
+  // scan this decoder skips at 1/8, where the output reads only DC terms): same pixels too.
+  MESSAGE("corruptions handled ", handled, " (", compared, " compared with TurboJPEG, ", warned_n,
+          " of them with a warning), handed back ", refused);
+  CHECK(handled + refused == 400);
+  CHECK(compared == handled);
+  CHECK(handled > 50);
+}
+
+TEST_CASE("progressive decoder: the fused pipeline gives the same sample with it on or off (ROI, EXIF)") {
+  for (int orient : {1, 6})
+    for (int sub : {1, 2}) {
+      EncodeSpec s;
+      s.exif_orientation = orient;
+      s.luma_h = s.luma_v = sub;
+      const std::string b = encode(content(1400, 1000, 11, 3), s);
+      for (auto kind : {SampleTransform::Kind::resize_center_crop, SampleTransform::Kind::random_resized_crop}) {
+        CAPTURE(orient);
+        CAPTURE(sub);
+        SampleTransform on;
+        on.kind = kind;
+        on.resize = 256;
+        SampleTransform off = on;
+        off.decode.kiln_progressive = false;
+        std::vector<float> a(on.sample_elems()), c(on.sample_elems());
+        for (uint64_t stream = 0; stream < 3; ++stream) {
+          SampleInfo ia = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", on, 5, stream,
+                                      a.data());
+          SampleInfo ic = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", off, 5, stream,
+                                      c.data());
+          CHECK(ia.decoded_w == ic.decoded_w);
+          CHECK(ia.decoded_w < 1000);  // DCT-scaled: the progressive decoder's scales
+          CHECK(a == c);
+        }
+      }
+    }
+}
+
+TEST_CASE("jpeg_is_progressive tells SOF2 from SOF0") {
+  Image im = content(40, 30, 1, 3);
+  const std::string p = encode(im, EncodeSpec{});
+  EncodeSpec base;
+  base.progressive = false;
+  const std::string q = encode(im, base);
+  CHECK(jpeg_is_progressive(reinterpret_cast<const uint8_t*>(p.data()), p.size()));
+  CHECK_FALSE(jpeg_is_progressive(reinterpret_cast<const uint8_t*>(q.data()), q.size()));
+  CHECK_FALSE(jpeg_is_progressive(reinterpret_cast<const uint8_t*>("\xFF\xD8"), 2));
+}
