@@ -25,7 +25,12 @@ struct HuffTable {
   int32_t maxcode[17];            // largest code of each length, -1 when there is none
   int32_t valoff[17];             // symbol index of a code of length l = code + valoff[l]
   uint8_t vals[256];
+  // AC tables: code and magnitude bits together within kFastBits, value in int8 range:
+  // (value << 8) | (run << 4) | (bits used); 0 otherwise.
+  int16_t fast_ac[1 << kFastBits];
 };
+
+inline int extend(uint32_t v, int s) { return v < (1u << (s - 1)) ? (int)v - (1 << s) + 1 : (int)v; }
 
 // Canonical Huffman table from the DHT counts and symbols, with libjpeg's validity rules (at most
 // 256 symbols, no all-ones code, DC symbols <= 15). False: let TurboJPEG report the bad table.
@@ -52,6 +57,15 @@ bool build_table(HuffTable& t, const uint8_t counts[16], const uint8_t* vals, in
     if (code >= (1u << l)) return false;
     code <<= 1;
   }
+  std::memset(t.fast_ac, 0, sizeof t.fast_ac);
+  if (!dc)
+    for (uint32_t p = 0; p < (1u << kFastBits); ++p) {
+      const int e = t.fast[p];
+      const int len = e >> 8, run = (e & 0xFF) >> 4, size = e & 15;
+      if (!e || size == 0 || len + size > kFastBits) continue;
+      const int v = extend((p >> (kFastBits - len - size)) & ((1u << size) - 1), size);
+      if (v >= -128 && v <= 127) t.fast_ac[p] = (int16_t)(v * 256 + (run << 4) + len + size);
+    }
   t.defined = true;
   return true;
 }
@@ -121,6 +135,10 @@ struct BitReader {
     cnt -= n;
     return v;
   }
+  void skip(int n) {
+    buf <<= n;
+    cnt -= n;
+  }
   uint32_t bit() {
     if (cnt < 1) refill();
     return take(1);
@@ -149,8 +167,6 @@ struct BitReader {
     return false;
   }
 };
-
-inline int extend(uint32_t v, int s) { return v < (1u << (s - 1)) ? (int)v - (1 << s) + 1 : (int)v; }
 
 // The next marker code at or after p (skipping data bytes, 0xFF fill, stuffed zeros and RSTn),
 // with p left just past it. 0 when the file ends first.
@@ -184,8 +200,9 @@ struct Component {
   int16_t* ac = nullptr;
   int slots = 0;
   int8_t slot[64];       // zigzag index -> slot, -1 when the IDCT does not read it
-  uint8_t slot_pos[63];  // slot -> row-major position
+  int8_t slot_of_pos[64];  // row-major position -> slot (-1: not kept; the DC is not a slot)
   uint64_t used_mask = 0;  // zigzag indices that have a slot
+  uint64_t col_ac[8];      // per column, the zigzag indices of its kept rows below row 0
   int dc_pred = 0;
   int coef_bits[64];  // libjpeg's progression state: -1 never coded, else the last Al
   bool q_latched = false;
@@ -248,39 +265,70 @@ inline uint8_t clamp255(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v)
 constexpr int kConstBits = 13, kPass1Bits = 2;
 inline int32_t descale(int64_t x, int n) { return (int32_t)((x + ((int64_t)1 << (n - 1))) >> n); }
 
-inline uint8_t idct_1x1(const int16_t* c, const uint16_t* q) {
-  const int32_t dc = descale((int32_t)c[0] * q[0], 3);
+inline uint8_t idct_1x1(int16_t dc_coef, uint16_t q0) {
+  const int32_t dc = descale((int32_t)dc_coef * q0, 3);
   return range_limit().t[dc & 1023];
 }
 
-void idct_2x2(const int16_t* c, const uint16_t* q, uint8_t* out, size_t stride) {
+// A block as the reduced IDCTs read it: the DC, the kept AC terms (slots), which of them are
+// nonzero (zigzag mask) and the component's maps.
+struct BlockView {
+  int16_t dc;
+  const int16_t* a;
+  uint64_t nz;
+  const int8_t* slot_of_pos;
+  const uint64_t* col_ac;
+  const uint16_t* q;
+  int64_t dq(int row, int col) const {  // dequantized coefficient
+    const int pos = row * 8 + col;
+    return (int64_t)(pos == 0 ? dc : a[slot_of_pos[pos]]) * q[pos];
+  }
+  bool col_has_ac(int col) const { return (nz & col_ac[col]) != 0; }
+};
+
+// A column or row whose AC terms are all zero takes jidctred.c's shortcut values, which equal
+// what the full formulas give.
+void idct_2x2(const BlockView& b, uint8_t* out, size_t stride) {
   const uint8_t* rl = range_limit().t;
-  int32_t ws[2][8];  // [output row][input column]
+  int32_t ws[2][8] = {};  // [output row][input column]
   for (int col : {0, 1, 3, 5, 7}) {
-    auto dq = [&](int row) { return (int64_t)c[row * 8 + col] * q[row * 8 + col]; };
-    const int64_t even = dq(0) << (kConstBits + 2);
-    const int64_t odd = dq(7) * -5906 + dq(5) * 6967 + dq(3) * -10426 + dq(1) * 29692;
+    const int64_t top = b.dq(0, col);
+    if (!b.col_has_ac(col)) {
+      ws[0][col] = ws[1][col] = (int32_t)(top * (1 << kPass1Bits));
+      continue;
+    }
+    const int64_t even = top << (kConstBits + 2);
+    const int64_t odd = b.dq(7, col) * -5906 + b.dq(5, col) * 6967 + b.dq(3, col) * -10426 + b.dq(1, col) * 29692;
     ws[0][col] = descale(even + odd, kConstBits - kPass1Bits + 2);
     ws[1][col] = descale(even - odd, kConstBits - kPass1Bits + 2);
   }
   for (int r = 0; r < 2; ++r) {
     const int32_t* w = ws[r];
+    uint8_t* o = out + r * stride;
+    if ((w[1] | w[3] | w[5] | w[7]) == 0) {
+      o[0] = o[1] = rl[descale(w[0], kPass1Bits + 3) & 1023];
+      continue;
+    }
     const int64_t even = (int64_t)w[0] << (kConstBits + 2);
     const int64_t odd = (int64_t)w[7] * -5906 + (int64_t)w[5] * 6967 + (int64_t)w[3] * -10426 + (int64_t)w[1] * 29692;
-    out[r * stride + 0] = rl[descale(even + odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
-    out[r * stride + 1] = rl[descale(even - odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
+    o[0] = rl[descale(even + odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
+    o[1] = rl[descale(even - odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
   }
 }
 
-void idct_4x4(const int16_t* c, const uint16_t* q, uint8_t* out, size_t stride) {
+void idct_4x4(const BlockView& b, uint8_t* out, size_t stride) {
   const uint8_t* rl = range_limit().t;
-  int32_t ws[4][8];
+  int32_t ws[4][8] = {};
   for (int col : {0, 1, 2, 3, 5, 6, 7}) {
-    auto dq = [&](int row) { return (int64_t)c[row * 8 + col] * q[row * 8 + col]; };
-    const int64_t t0 = dq(0) << (kConstBits + 1);
-    const int64_t t2 = dq(2) * 15137 + dq(6) * -6270;
+    const int64_t top = b.dq(0, col);
+    if (!b.col_has_ac(col)) {
+      ws[0][col] = ws[1][col] = ws[2][col] = ws[3][col] = (int32_t)(top * (1 << kPass1Bits));
+      continue;
+    }
+    const int64_t t0 = top << (kConstBits + 1);
+    const int64_t t2 = b.dq(2, col) * 15137 + b.dq(6, col) * -6270;
     const int64_t t10 = t0 + t2, t12 = t0 - t2;
-    const int64_t z1 = dq(7), z2 = dq(5), z3 = dq(3), z4 = dq(1);
+    const int64_t z1 = b.dq(7, col), z2 = b.dq(5, col), z3 = b.dq(3, col), z4 = b.dq(1, col);
     const int64_t o0 = z1 * -1730 + z2 * 11893 + z3 * -17799 + z4 * 8697;
     const int64_t o2 = z1 * -4176 + z2 * -4926 + z3 * 7373 + z4 * 20995;
     const int n = kConstBits - kPass1Bits + 1;
@@ -291,6 +339,11 @@ void idct_4x4(const int16_t* c, const uint16_t* q, uint8_t* out, size_t stride) 
   }
   for (int r = 0; r < 4; ++r) {
     const int32_t* w = ws[r];
+    uint8_t* o = out + r * stride;
+    if ((w[1] | w[2] | w[3] | w[5] | w[6] | w[7]) == 0) {
+      o[0] = o[1] = o[2] = o[3] = rl[descale(w[0], kPass1Bits + 3) & 1023];
+      continue;
+    }
     const int64_t t0 = (int64_t)w[0] << (kConstBits + 1);
     const int64_t t2 = (int64_t)w[2] * 15137 + (int64_t)w[6] * -6270;
     const int64_t t10 = t0 + t2, t12 = t0 - t2;
@@ -298,7 +351,6 @@ void idct_4x4(const int16_t* c, const uint16_t* q, uint8_t* out, size_t stride) 
     const int64_t o0 = z1 * -1730 + z2 * 11893 + z3 * -17799 + z4 * 8697;
     const int64_t o2 = z1 * -4176 + z2 * -4926 + z3 * 7373 + z4 * 20995;
     const int n = kConstBits + kPass1Bits + 3 + 1;
-    uint8_t* o = out + r * stride;
     o[0] = rl[descale(t10 + o2, n) & 1023];
     o[3] = rl[descale(t10 - o2, n) & 1023];
     o[1] = rl[descale(t12 + o0, n) & 1023];
@@ -330,6 +382,8 @@ class Decoder {
   bool decode_ac_first(const Component& c, int16_t* ac, uint64_t& nz);
   bool decode_ac_refine(const Component& c, int16_t* ac, uint64_t& nz);
   bool finish(Image* out);
+  bool prepare_output();
+  void color_convert(Image* out);
 
   const uint8_t* p_;
   const uint8_t* end_;
@@ -345,6 +399,12 @@ class Decoder {
   int W_ = 0, H_ = 0, ncomp_ = 0, hmax_ = 1, vmax_ = 1, mcux_ = 0, mcuy_ = 0;
   Component comp_[3];
   int scans_ = 0;
+
+  // Output: size, the window computed, a plane per used component, the blocks the window needs.
+  int ow_ = 0, oh_ = 0, x0_ = 0, y0_ = 0, x1_ = 0, y1_ = 0;
+  uint8_t* plane_[3] = {nullptr, nullptr, nullptr};
+  size_t stride_[3] = {0, 0, 0};
+  int bx0_[3], by0_[3], bx1_[3], by1_[3];
 
   // The current scan.
   int ns_ = 0, sc_[3] = {0, 0, 0};  // component indices in the scan
@@ -443,20 +503,24 @@ bool Decoder::parse_sof2(const uint8_t* b, int len) {
     // even ones but 0, 4x4 skips 4.
     c.slots = 0;
     c.used_mask = 0;
+    for (int col = 0; col < 8; ++col) c.col_ac[col] = 0;
     for (int k = 0; k < 64; ++k) {
       const int row = kNatural[k] / 8, col = kNatural[k] % 8;
       const bool read = s == 2 ? (row == 0 || row % 2 == 1) && (col == 0 || col % 2 == 1) : row != 4 && col != 4;
       c.slot[k] = -1;
+      c.slot_of_pos[kNatural[k]] = -1;
       if (k > 0 && c.keep_ac && read) {
-        c.slot_pos[c.slots] = kNatural[k];
+        c.slot_of_pos[kNatural[k]] = (int8_t)c.slots;
         c.slot[k] = (int8_t)c.slots++;
         c.used_mask |= 1ull << k;
+        if (row > 0) c.col_ac[col] |= 1ull << k;
       }
     }
     const size_t nb = (size_t)c.bw * c.bh;
     n_dc += nb;
     if (c.keep_ac) n_nz += nb, n_ac += nb * (size_t)c.slots;
   }
+
   Scratch& sc = scratch();
   if (sc.dc.size() < n_dc) sc.dc.resize(n_dc);
   if (sc.nz.size() < n_nz) sc.nz.resize(n_nz);
@@ -578,24 +642,35 @@ bool Decoder::decode_ac_first(const Component& c, int16_t* ac, uint64_t& nz) {
   }
   const HuffTable& t = ac_[c.ac_tbl];
   for (int k = Ss_; k <= Se_; ++k) {
-    int rs;
-    if (!bits_.decode(t, rs)) return false;
-    const int r = rs >> 4, s = rs & 15;
-    if (s) {
-      k += r;
-      if (k > Se_) return false;
-      const int16_t v = (int16_t)(uint16_t)((uint32_t)extend(bits_.take(s), s) << Al_);
-      if (v) {
-        nz |= 1ull << k;
-        if (c.slot[k] >= 0) ac[c.slot[k]] = v;
-      }
-    } else if (r == 15) {
-      k += 15;  // sixteen zeros (the loop's ++k is the sixteenth)
+    if (bits_.cnt < 32) bits_.refill();
+    const int f = t.fast_ac[bits_.buf >> (64 - kFastBits)];
+    int v;
+    if (f) {  // run, code and magnitude bits in one lookup
+      k += (f >> 4) & 15;
+      bits_.skip(f & 15);
+      v = f >> 8;
     } else {
-      eobrun_ = 1u << r;
-      if (r) eobrun_ += bits_.take(r);
-      --eobrun_;
-      break;
+      int rs;
+      if (!bits_.decode(t, rs)) return false;
+      const int r = rs >> 4, s = rs & 15;
+      if (s == 0) {
+        if (r == 15) {
+          k += 15;  // sixteen zeros (the loop's ++k is the sixteenth)
+          continue;
+        }
+        eobrun_ = 1u << r;
+        if (r) eobrun_ += bits_.take(r);
+        --eobrun_;
+        break;
+      }
+      k += r;
+      v = extend(bits_.take(s), s);
+    }
+    if (k > Se_) return false;
+    const int16_t sv = (int16_t)(uint16_t)((uint32_t)v << Al_);
+    if (sv) {
+      nz |= 1ull << k;
+      if (c.slot[k] >= 0) ac[c.slot[k]] = sv;
     }
   }
   return true;
@@ -678,9 +753,30 @@ bool Decoder::decode_scan() {
   if (Ss_ == 0) {
     const bool inter = ns_ > 1;
     const int nx = inter ? mcux_ : comp_[sc_[0]].rbw, ny = inter ? mcuy_ : comp_[sc_[0]].rbh;
-    for (int my = 0; my < ny; ++my)
-      for (int mx = 0; mx < nx; ++mx)
-        if (!before_mcu() || !decode_dc_mcu(mx, my)) return false;
+    if (restart_interval_ == 0 && (!inter || (hmax_ == 1 && vmax_ == 1))) {
+      // One block per component per MCU, no restarts: straight loops over the DC arrays.
+      for (int my = 0; my < ny; ++my)
+        for (int mx = 0; mx < nx; ++mx)
+          for (int i = 0; i < ns_; ++i) {
+            Component& c = comp_[sc_[i]];
+            int16_t& dc = c.dc[(size_t)my * c.bw + mx];
+            if (Ah_ == 0) {
+              int s;
+              if (!bits_.decode(dc_[c.dc_tbl], s)) return false;
+              const int diff = s ? extend(bits_.take(s), s) : 0;
+              const int64_t pred = (int64_t)c.dc_pred + diff;
+              if (pred > INT32_MAX || pred < INT32_MIN) return false;
+              c.dc_pred = (int)pred;
+              dc = (int16_t)(uint16_t)((uint32_t)c.dc_pred << Al_);
+            } else if (bits_.bit()) {
+              dc = (int16_t)(dc | (1 << Al_));
+            }
+          }
+    } else {
+      for (int my = 0; my < ny; ++my)
+        for (int mx = 0; mx < nx; ++mx)
+          if (!before_mcu() || !decode_dc_mcu(mx, my)) return false;
+    }
   } else {
     Component& c = comp_[sc_[0]];
     for (int by = 0; by < c.rbh; ++by)
@@ -723,6 +819,7 @@ bool Decoder::run(Image* out) {
       case 0xDA: {
         if (!segment(b, len) || !parse_sos(b, len)) return false;
         ++scans_;
+
         // A scan whose coefficients the output never reads is skipped unread: AC scans of a
         // component decoded at 1x1 (the DC is all its IDCT uses) or of an unused component.
         const Component& c0 = comp_[sc_[0]];
@@ -765,62 +862,78 @@ bool Decoder::finish(Image* out) {
     for (int k = 0; k < 64; ++k)
       if (comp_[i].coef_bits[k] != 0) return false;
 
-  const int ow = (W_ + denom_ - 1) / denom_, oh = (H_ + denom_ - 1) / denom_;
-  int x0 = 0, y0 = 0, x1 = ow, y1 = oh;  // the output pixels computed
-  if (roi_) {
-    x0 = std::max(0, roi_[0]);
-    y0 = std::max(0, roi_[1]);
-    x1 = std::min(ow, roi_[2]);
-    y1 = std::min(oh, roi_[3]);
-    if (x1 <= x0 || y1 <= y0) x0 = y0 = x1 = y1 = 0;
-  }
-  // IDCT each used component into a plane at output resolution (chroma sizes make it 1:1).
-  uint8_t* plane[3] = {nullptr, nullptr, nullptr};
-  size_t stride[3] = {0, 0, 0};
+  if (!prepare_output()) return false;
   for (int i = 0; i < ncomp_; ++i) {
     const Component& c = comp_[i];
     if (!c.used) continue;
-    const int nbx = (ow + c.s - 1) / c.s, nby = (oh + c.s - 1) / c.s;
-    if (nbx > c.bw || nby > c.bh) return false;
-    const int bx0 = x0 / c.s, by0 = y0 / c.s, bx1 = (x1 + c.s - 1) / c.s, by1 = (y1 + c.s - 1) / c.s;
-    stride[i] = (size_t)nbx * c.s;
-    std::vector<uint8_t>& pl = scratch().plane[i];
-    if (pl.size() < stride[i] * nby * c.s) pl.resize(stride[i] * nby * c.s);
-    plane[i] = pl.data();
-    int16_t blk[64];  // only the positions the IDCT reads are filled
-    for (int by = by0; by < by1; ++by)
-      for (int bx = bx0; bx < bx1; ++bx) {
+    for (int by = by0_[i]; by < by1_[i]; ++by)
+      for (int bx = bx0_[i]; bx < bx1_[i]; ++bx) {
         const size_t b = c.index(bx, by);
-        uint8_t* o = plane[i] + (size_t)by * c.s * stride[i] + (size_t)bx * c.s;
-        blk[0] = c.dc[b];
-        if (c.s == 1 || (c.nz[b] & c.used_mask) == 0) {
+        uint8_t* o = plane_[i] + (size_t)by * c.s * stride_[i] + (size_t)bx * c.s;
+        const uint64_t nz = c.s > 1 ? c.nz[b] & c.used_mask : 0;
+        if (nz == 0) {
           // No AC term the IDCT reads: every output pixel is the 1x1 value (jidctred.c's
           // all-zero shortcuts compute exactly this).
-          const uint8_t v = idct_1x1(blk, c.q);
-          for (int r = 0; r < c.s; ++r) std::memset(o + r * stride[i], v, (size_t)c.s);
+          const uint8_t v = idct_1x1(c.dc[b], c.q[0]);
+          for (int r = 0; r < c.s; ++r) std::memset(o + r * stride_[i], v, (size_t)c.s);
           continue;
         }
-        const int16_t* a = c.ac + b * (size_t)c.slots;
-        for (int sl = 0; sl < c.slots; ++sl) blk[c.slot_pos[sl]] = a[sl];
-        if (c.s == 2) idct_2x2(blk, c.q, o, stride[i]);
-        else idct_4x4(blk, c.q, o, stride[i]);
+        const BlockView v{c.dc[b], c.ac + b * (size_t)c.slots, nz, c.slot_of_pos, c.col_ac, c.q};
+        if (c.s == 2) idct_2x2(v, o, stride_[i]);
+        else idct_4x4(v, o, stride_[i]);
       }
   }
-  out->w = ow;
-  out->h = oh;
+  color_convert(out);
+  return true;
+}
+
+bool Decoder::prepare_output() {
+  ow_ = (W_ + denom_ - 1) / denom_;
+  oh_ = (H_ + denom_ - 1) / denom_;
+  x0_ = 0, y0_ = 0, x1_ = ow_, y1_ = oh_;
+  if (roi_) {
+    x0_ = std::max(0, roi_[0]);
+    y0_ = std::max(0, roi_[1]);
+    x1_ = std::min(ow_, roi_[2]);
+    y1_ = std::min(oh_, roi_[3]);
+    if (x1_ <= x0_ || y1_ <= y0_) x0_ = y0_ = x1_ = y1_ = 0;
+  }
+  // One plane per used component at output resolution (the chroma IDCT sizes make it 1:1).
+  for (int i = 0; i < ncomp_; ++i) {
+    const Component& c = comp_[i];
+    bx0_[i] = by0_[i] = bx1_[i] = by1_[i] = 0;
+    if (!c.used) continue;
+    const int nbx = (ow_ + c.s - 1) / c.s, nby = (oh_ + c.s - 1) / c.s;
+    if (nbx > c.bw || nby > c.bh) return false;
+    bx0_[i] = x0_ / c.s;
+    by0_[i] = y0_ / c.s;
+    bx1_[i] = (x1_ + c.s - 1) / c.s;
+    by1_[i] = (y1_ + c.s - 1) / c.s;
+    stride_[i] = (size_t)nbx * c.s;
+    std::vector<uint8_t>& pl = scratch().plane[i];
+    if (pl.size() < stride_[i] * nby * c.s) pl.resize(stride_[i] * nby * c.s);
+    plane_[i] = pl.data();
+  }
+  return true;
+}
+
+void Decoder::color_convert(Image* out) {
+  const int ow = ow_, x0 = x0_, x1 = x1_;
+  out->w = ow_;
+  out->h = oh_;
   out->c = channels_;
-  out->px.assign((size_t)ow * oh * channels_, 0);
+  out->px.assign((size_t)ow_ * oh_ * channels_, 0);
   const ColorTables& ct = color_tables();
-  for (int y = y0; y < y1; ++y) {
-    const uint8_t* Y = plane[0] + y * stride[0];
+  for (int y = y0_; y < y1_; ++y) {
+    const uint8_t* Y = plane_[0] + y * stride_[0];
     uint8_t* o = out->px.data() + ((size_t)y * ow + x0) * channels_;
     if (channels_ == 1) {
       std::memcpy(o, Y + x0, (size_t)(x1 - x0));
     } else if (ncomp_ == 1) {
       for (int x = x0; x < x1; ++x, o += 3) o[0] = o[1] = o[2] = Y[x];
     } else {
-      const uint8_t* Cb = plane[1] + y * stride[1];
-      const uint8_t* Cr = plane[2] + y * stride[2];
+      const uint8_t* Cb = plane_[1] + y * stride_[1];
+      const uint8_t* Cr = plane_[2] + y * stride_[2];
       for (int x = x0; x < x1; ++x, o += 3) {
         const int yy = Y[x], cb = Cb[x], cr = Cr[x];
         o[0] = clamp255(yy + ct.cr_r[cr]);
@@ -829,7 +942,6 @@ bool Decoder::finish(Image* out) {
       }
     }
   }
-  return true;
 }
 
 }  // namespace
