@@ -297,7 +297,7 @@ void idct_2x2(const BlockView& b, uint8_t* out, size_t stride) {
       ws[0][col] = ws[1][col] = (int32_t)(top * (1 << kPass1Bits));
       continue;
     }
-    const int64_t even = top << (kConstBits + 2);
+    const int64_t even = top * (1 << (kConstBits + 2));  // a shift of a negative value is UB in C++17
     const int64_t odd = b.dq(7, col) * -5906 + b.dq(5, col) * 6967 + b.dq(3, col) * -10426 + b.dq(1, col) * 29692;
     ws[0][col] = descale(even + odd, kConstBits - kPass1Bits + 2);
     ws[1][col] = descale(even - odd, kConstBits - kPass1Bits + 2);
@@ -309,7 +309,7 @@ void idct_2x2(const BlockView& b, uint8_t* out, size_t stride) {
       o[0] = o[1] = rl[descale(w[0], kPass1Bits + 3) & 1023];
       continue;
     }
-    const int64_t even = (int64_t)w[0] << (kConstBits + 2);
+    const int64_t even = (int64_t)w[0] * (1 << (kConstBits + 2));
     const int64_t odd = (int64_t)w[7] * -5906 + (int64_t)w[5] * 6967 + (int64_t)w[3] * -10426 + (int64_t)w[1] * 29692;
     o[0] = rl[descale(even + odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
     o[1] = rl[descale(even - odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
@@ -325,7 +325,7 @@ void idct_4x4(const BlockView& b, uint8_t* out, size_t stride) {
       ws[0][col] = ws[1][col] = ws[2][col] = ws[3][col] = (int32_t)(top * (1 << kPass1Bits));
       continue;
     }
-    const int64_t t0 = top << (kConstBits + 1);
+    const int64_t t0 = top * (1 << (kConstBits + 1));
     const int64_t t2 = b.dq(2, col) * 15137 + b.dq(6, col) * -6270;
     const int64_t t10 = t0 + t2, t12 = t0 - t2;
     const int64_t z1 = b.dq(7, col), z2 = b.dq(5, col), z3 = b.dq(3, col), z4 = b.dq(1, col);
@@ -344,7 +344,7 @@ void idct_4x4(const BlockView& b, uint8_t* out, size_t stride) {
       o[0] = o[1] = o[2] = o[3] = rl[descale(w[0], kPass1Bits + 3) & 1023];
       continue;
     }
-    const int64_t t0 = (int64_t)w[0] << (kConstBits + 1);
+    const int64_t t0 = (int64_t)w[0] * (1 << (kConstBits + 1));
     const int64_t t2 = (int64_t)w[2] * 15137 + (int64_t)w[6] * -6270;
     const int64_t t10 = t0 + t2, t12 = t0 - t2;
     const int64_t z1 = w[7], z2 = w[5], z3 = w[3], z4 = w[1];
