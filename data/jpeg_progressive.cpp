@@ -754,20 +754,28 @@ bool Decoder::decode_scan() {
     const bool inter = ns_ > 1;
     const int nx = inter ? mcux_ : comp_[sc_[0]].rbw, ny = inter ? mcuy_ : comp_[sc_[0]].rbh;
     if (restart_interval_ == 0 && (!inter || (hmax_ == 1 && vmax_ == 1))) {
-      // One block per component per MCU, no restarts: straight loops over the DC arrays.
+      // One block per component per MCU, no restarts: straight loops over the DC arrays, with
+      // the predictors and table pointers in locals (a store to a member int could alias the bit
+      // reader's count).
+      int16_t* dcs[3];
+      const HuffTable* tabs[3];
+      int bws[3];
+      int64_t pred[3] = {0, 0, 0};
+      for (int i = 0; i < ns_; ++i) {
+        dcs[i] = comp_[sc_[i]].dc;
+        tabs[i] = &dc_[comp_[sc_[i]].dc_tbl];
+        bws[i] = comp_[sc_[i]].bw;
+      }
       for (int my = 0; my < ny; ++my)
         for (int mx = 0; mx < nx; ++mx)
           for (int i = 0; i < ns_; ++i) {
-            Component& c = comp_[sc_[i]];
-            int16_t& dc = c.dc[(size_t)my * c.bw + mx];
+            int16_t& dc = dcs[i][(size_t)my * bws[i] + mx];
             if (Ah_ == 0) {
               int s;
-              if (!bits_.decode(dc_[c.dc_tbl], s)) return false;
-              const int diff = s ? extend(bits_.take(s), s) : 0;
-              const int64_t pred = (int64_t)c.dc_pred + diff;
-              if (pred > INT32_MAX || pred < INT32_MIN) return false;
-              c.dc_pred = (int)pred;
-              dc = (int16_t)(uint16_t)((uint32_t)c.dc_pred << Al_);
+              if (!bits_.decode(*tabs[i], s)) return false;
+              pred[i] += s ? extend(bits_.take(s), s) : 0;
+              if (pred[i] > INT32_MAX || pred[i] < INT32_MIN) return false;
+              dc = (int16_t)(uint16_t)((uint32_t)pred[i] << Al_);
             } else if (bits_.bit()) {
               dc = (int16_t)(dc | (1 << Al_));
             }
