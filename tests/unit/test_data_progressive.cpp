@@ -300,33 +300,66 @@ TEST_CASE("progressive decoder: corrupt scan data never crashes; what it decodes
   CHECK(handled > 50);
 }
 
-TEST_CASE("progressive decoder: the fused pipeline gives the same sample with it on or off (ROI, EXIF)") {
-  for (int orient : {1, 6})
-    for (int sub : {1, 2}) {
-      EncodeSpec s;
-      s.exif_orientation = orient;
-      s.luma_h = s.luma_v = sub;
-      const std::string b = encode(content(1400, 1000, 11, 3), s);
-      for (auto kind : {SampleTransform::Kind::resize_center_crop, SampleTransform::Kind::random_resized_crop}) {
-        CAPTURE(orient);
-        CAPTURE(sub);
-        SampleTransform on;
-        on.kind = kind;
-        on.resize = 256;
-        SampleTransform off = on;
-        off.decode.kiln_progressive = false;
-        std::vector<float> a(on.sample_elems()), c(on.sample_elems());
-        for (uint64_t stream = 0; stream < 3; ++stream) {
-          SampleInfo ia = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", on, 5, stream,
-                                      a.data());
-          SampleInfo ic = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", off, 5, stream,
-                                      c.data());
-          CHECK(ia.decoded_w == ic.decoded_w);
-          CHECK(ia.decoded_w < 1000);  // DCT-scaled: the progressive decoder's scales
-          CHECK(a == c);
-        }
+TEST_CASE("progressive decoder: a window computes its pixels exactly and leaves the rest 0") {
+  EncodeSpec s;
+  s.luma_h = s.luma_v = 2;
+  const std::string b = encode(content(517, 333, 12, 3), s);
+  Image full, part;
+  REQUIRE(kiln_decode(b, 4, 3, &full));
+  const int roi[4] = {37, 11, 90, 70};
+  REQUIRE(kiln_decode(b, 4, 3, &part, roi));
+  REQUIRE(part.w == full.w);
+  REQUIRE(part.h == full.h);
+  int inside = 0, outside_zero = 0, outside = 0;
+  for (int y = 0; y < full.h; ++y)
+    for (int x = 0; x < full.w; ++x) {
+      const bool in = x >= roi[0] && x < roi[2] && y >= roi[1] && y < roi[3];
+      for (int k = 0; k < 3; ++k) {
+        const uint8_t a = full.row(y)[x * 3 + k], p = part.row(y)[x * 3 + k];
+        if (in) inside += a == p;
+        else ++outside, outside_zero += p == 0;
       }
     }
+  CHECK(inside == (roi[2] - roi[0]) * (roi[3] - roi[1]) * 3);
+  CHECK(outside_zero == outside);
+}
+
+TEST_CASE("progressive decoder: the fused pipeline gives the same sample with it on or off (ROI, EXIF)") {
+  // 1700x1100 decodes at 1/4 for Resize(256), 2200x2100 at 1/8: both through this decoder.
+  const int sizes[][3] = {{1700, 1100, 4}, {2200, 2100, 8}};
+  for (auto& sz : sizes)
+    for (int orient : {1, 6})
+      for (int sub : {1, 2}) {
+        EncodeSpec s;
+        s.exif_orientation = orient;
+        s.luma_h = s.luma_v = sub;
+        s.quality = 80;
+        const std::string b = encode(content(sz[0], sz[1], 11, 3), s);
+        for (auto kind : {SampleTransform::Kind::resize_center_crop, SampleTransform::Kind::random_resized_crop}) {
+          CAPTURE(sz[0]);
+          CAPTURE(orient);
+          CAPTURE(sub);
+          SampleTransform on;
+          on.kind = kind;
+          on.resize = 256;
+          SampleTransform off = on;
+          off.decode.kiln_progressive = false;
+          std::vector<float> a(on.sample_elems()), c(on.sample_elems());
+          for (uint64_t stream = 0; stream < 3; ++stream) {
+            SampleInfo ia = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", on, 5,
+                                        stream, a.data());
+            SampleInfo ic = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", off, 5,
+                                        stream, c.data());
+            CHECK(ia.decoded_w == ic.decoded_w);
+            if (kind == SampleTransform::Kind::resize_center_crop) {
+              // The scale this test means to reach (oriented width / denominator, rounded up).
+              const int ow = orient == 6 ? sz[1] : sz[0];
+              CHECK(ia.decoded_w == (ow + sz[2] - 1) / sz[2]);
+            }
+            CHECK(a == c);
+          }
+        }
+      }
 }
 
 TEST_CASE("jpeg_is_progressive tells SOF2 from SOF0") {
