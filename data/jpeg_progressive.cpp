@@ -189,6 +189,8 @@ struct Component {
   int bw = 0, bh = 0;    // blocks per row and rows in the buffer (covers the MCU-padded area)
   int rbw = 0, rbh = 0;  // blocks a non-interleaved scan codes: ceil(component size / 8)
   int s = 1;             // IDCT output size per block: 1, 2 or 4 pixels
+  int up = 1;            // horizontal upsampling to output resolution: 2 for 4:2:2 chroma, else 1
+  int dw = 0;            // width in pixels at its own resolution (libjpeg's downsampled_width)
   bool used = true;      // the output reads it (luma-only output of a colour file: chroma is not)
   bool keep_ac = false;  // decodes its AC scans (else they are skipped: the IDCT reads only the DC)
   // Coefficient storage, one entry per block (by * bw + bx): the DC in its own array (DC scans
@@ -217,6 +219,7 @@ struct Scratch {
   std::vector<int16_t> dc, ac;
   std::vector<uint64_t> nz;
   std::vector<uint8_t> plane[3];
+  std::vector<uint8_t> upsampled;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -358,6 +361,21 @@ void idct_4x4(const BlockView& b, uint8_t* out, size_t stride) {
   }
 }
 
+// Output pixels [x0, x1) of a row of w samples upsampled x2 horizontally, written at out[x]:
+// libjpeg's triangle filter when fancy, else replication.
+void upsample_h2v1(const uint8_t* in, int w, bool fancy, int x0, int x1, uint8_t* out) {
+  for (int x = x0; x < x1; ++x) {
+    const int i = x >> 1;
+    int v;
+    if (!fancy || w <= 2) v = in[i];
+    else if (x == 0) v = in[0];
+    else if (x == 2 * w - 1) v = in[w - 1];
+    else if (x & 1) v = (3 * in[i] + in[i + 1] + 2) >> 2;
+    else v = (3 * in[i] + in[i - 1] + 1) >> 2;
+    out[x] = (uint8_t)v;
+  }
+}
+
 class Decoder {
  public:
   Decoder(const uint8_t* data, size_t n, int denom, int channels, const int* roi)
@@ -473,11 +491,11 @@ bool Decoder::parse_sof2(const uint8_t* b, int len) {
   if (ncomp_ == 1) {
     comp_[0].h = comp_[0].v = 1;  // one component: libjpeg ignores its sampling factors
   } else {
-    // 4:4:4 or 4:2:0 (luma 2x2) only.
+    // 4:4:4, 4:2:2 (luma 2x1) or 4:2:0 (luma 2x2) only.
     for (int i = 1; i < 3; ++i)
       if (comp_[i].h != 1 || comp_[i].v != 1) return false;
-    const bool s444 = comp_[0].h == 1 && comp_[0].v == 1, s420 = comp_[0].h == 2 && comp_[0].v == 2;
-    if (!s444 && !s420) return false;
+    const int lh = comp_[0].h, lv = comp_[0].v;
+    if (!(lh == 1 && lv == 1) && !(lh == 2 && lv == 2) && !(lh == 2 && lv == 1)) return false;
   }
   hmax_ = comp_[0].h;
   vmax_ = comp_[0].v;
@@ -492,6 +510,10 @@ bool Decoder::parse_sof2(const uint8_t* b, int len) {
     int s = min_s;
     while (s < 8 && (hmax_ * min_s) % (c.h * s * 2) == 0 && (vmax_ * min_s) % (c.v * s * 2) == 0) s *= 2;
     c.s = s;
+    // Whatever the IDCT size does not absorb is upsampled: only 4:2:2 chroma, horizontally x2.
+    c.up = hmax_ * min_s / (c.h * s);
+    if ((c.up != 1 && c.up != 2) || vmax_ * min_s != c.v * s) return false;
+    c.dw = (int)(((int64_t)W_ * c.h * s + hmax_ * 8 - 1) / (hmax_ * 8));
     c.used = i == 0 || channels_ == 3;
     c.keep_ac = c.used && s > 1;
     const int cw = (W_ * c.h + hmax_ - 1) / hmax_, ch = (H_ * c.v + vmax_ - 1) / vmax_;
@@ -906,16 +928,20 @@ bool Decoder::prepare_output() {
     y1_ = std::min(oh_, roi_[3]);
     if (x1_ <= x0_ || y1_ <= y0_) x0_ = y0_ = x1_ = y1_ = 0;
   }
-  // One plane per used component at output resolution (the chroma IDCT sizes make it 1:1).
+  // One plane per used component at its own resolution: the output's, or half its width for 4:2:2
+  // chroma (upsampled in color_convert, which reads one column beyond each output pixel's own).
   for (int i = 0; i < ncomp_; ++i) {
     const Component& c = comp_[i];
     bx0_[i] = by0_[i] = bx1_[i] = by1_[i] = 0;
     if (!c.used) continue;
-    const int nbx = (ow_ + c.s - 1) / c.s, nby = (oh_ + c.s - 1) / c.s;
-    if (nbx > c.bw || nby > c.bh) return false;
-    bx0_[i] = x0_ / c.s;
+    const int pw = c.up == 1 ? ow_ : c.dw;
+    const int nbx = (pw + c.s - 1) / c.s, nby = (oh_ + c.s - 1) / c.s;
+    if (nbx > c.bw || nby > c.bh || (c.up == 2 && 2 * c.dw < ow_)) return false;
+    const int cx0 = c.up == 1 ? x0_ : std::max(0, x0_ / 2 - 1);
+    const int cx1 = c.up == 1 ? x1_ : std::min(c.dw, (x1_ + 1) / 2 + 1);
+    bx0_[i] = cx0 / c.s;
     by0_[i] = y0_ / c.s;
-    bx1_[i] = (x1_ + c.s - 1) / c.s;
+    bx1_[i] = (cx1 + c.s - 1) / c.s;
     by1_[i] = (y1_ + c.s - 1) / c.s;
     stride_[i] = (size_t)nbx * c.s;
     std::vector<uint8_t>& pl = scratch().plane[i];
@@ -942,6 +968,18 @@ void Decoder::color_convert(Image* out) {
     } else {
       const uint8_t* Cb = plane_[1] + y * stride_[1];
       const uint8_t* Cr = plane_[2] + y * stride_[2];
+      if (comp_[1].up == 2) {
+        // libjpeg's h2v1 upsampling into rows at output resolution: "fancy" (a 3:1 triangle, the
+        // end columns replicated) except at 1/8 scale and for rows of 2 pixels or less, where it
+        // replicates.
+        std::vector<uint8_t>& rows = scratch().upsampled;
+        rows.resize(2 * (size_t)ow);
+        const bool fancy = denom_ < 8;
+        upsample_h2v1(Cb, comp_[1].dw, fancy, x0, x1, rows.data());
+        upsample_h2v1(Cr, comp_[2].dw, fancy, x0, x1, rows.data() + ow);
+        Cb = rows.data();
+        Cr = rows.data() + ow;
+      }
       for (int x = x0; x < x1; ++x, o += 3) {
         const int yy = Y[x], cb = Cb[x], cr = Cr[x];
         o[0] = clamp255(yy + ct.cr_r[cr]);

@@ -5,11 +5,12 @@
 // need and decodes the rest into a coefficient buffer it reuses from image to image.
 //
 // Output is byte-identical to TurboJPEG's scaled decode (accurate integer IDCT, default flags):
-// the reduced IDCTs, the range limiting, the chroma scaling choice and the YCbCr -> RGB tables
+// the reduced IDCTs, the range limiting, the chroma scaling choice, the h2v1 fancy upsampling of
+// 4:2:2 chroma and the YCbCr -> RGB tables
 // follow libjpeg's arithmetic, and tests compare the two on every file they make.
 //
 // Must not throw or guess: anything outside what it handles (baseline or arithmetic coding,
-// 12-bit samples, RGB/CMYK/YCCK colour, subsampling other than 4:4:4 and 4:2:0, a progression
+// 12-bit samples, RGB/CMYK/YCCK colour, subsampling other than 4:4:4, 4:2:2 and 4:2:0, a progression
 // that leaves coefficients unrefined (libjpeg would smooth blocks), a truncated or corrupt scan,
 // a missing EOI) returns false, and the caller decodes the file with TurboJPEG, which reports
 // errors and warnings as before.

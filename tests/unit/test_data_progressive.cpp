@@ -1,7 +1,7 @@
 // kiln's progressive JPEG decoder (data/jpeg_progressive.h) against TurboJPEG: byte-identical
-// output at 1/4 and 1/8 scale over files made here with libjpeg (4:4:4, 4:2:0, gray; many sizes;
+// output at 1/4 and 1/8 scale over files made here with libjpeg (4:4:4, 4:2:0, 4:2:2, gray; sizes;
 // restart intervals; spectral-only and successive-approximation scripts; extreme content), the
-// files it must hand back (4:2:2, baseline, unrefined coefficients, Adobe RGB, truncated), random
+// files it must hand back (4:4:0, baseline, unrefined coefficients, Adobe RGB, truncated), random
 // corruptions (handled => identical, never a crash), and the fused sample pipeline with its ROI.
 #include <doctest/doctest.h>
 
@@ -153,30 +153,32 @@ void check_identical(const std::string& b, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("progressive decoder: byte-identical to TurboJPEG at 1/4 and 1/8 (4:4:4, 4:2:0, gray)") {
-  const int sizes[][2] = {{1, 1}, {8, 8}, {17, 9}, {64, 48}, {173, 97}, {333, 250}, {640, 427}};
+TEST_CASE("progressive decoder: byte-identical to TurboJPEG at 1/4 and 1/8 (4:4:4, 4:2:0, 4:2:2, gray)") {
+  const int sizes[][2] = {{1, 1}, {8, 8}, {17, 9}, {33, 20}, {64, 48}, {173, 97}, {333, 250}, {640, 427}};
   int cases = 0;
   for (auto& wh : sizes)
-    for (int sub = 0; sub < 3; ++sub)
+    for (int sub = 0; sub < 4; ++sub)
       for (int q : {35, 92}) {
-        const int ch = sub == 2 ? 1 : 3;
+        const int ch = sub == 3 ? 1 : 3;
         EncodeSpec s;
         s.quality = q;
-        s.luma_h = s.luma_v = sub == 1 ? 2 : 1;
+        s.luma_h = sub == 1 || sub == 2 ? 2 : 1;
+        s.luma_v = sub == 1 ? 2 : 1;
         Image im = content(wh[0], wh[1], wh[0] + q, ch);
         check_identical(encode(im, s), str_cat(wh[0], "x", wh[1], " sub ", sub, " q ", q));
         ++cases;
       }
-  CHECK(cases == 42);
+  CHECK(cases == 64);
 }
 
 TEST_CASE("progressive decoder: restart intervals, spectral-only scripts, extreme content") {
   Image im = content(300, 211, 3, 3);
   for (int ri : {1, 7, 64})
-    for (int sub : {1, 2}) {
+    for (int sub : {1, 2, 3}) {
       EncodeSpec s;
       s.restart_interval = ri;
-      s.luma_h = s.luma_v = sub;
+      s.luma_h = sub == 1 ? 1 : 2;
+      s.luma_v = sub == 2 ? 2 : 1;
       check_identical(encode(im, s), str_cat("restart ", ri, " sub ", sub));
     }
   // Spectral selection only (no successive approximation), bands split unevenly.
@@ -197,13 +199,15 @@ TEST_CASE("progressive decoder: restart intervals, spectral-only scripts, extrem
     check_identical(encode(checkerboard(123, 77), s), str_cat("checkerboard q ", q));
     s.luma_h = s.luma_v = 2;
     check_identical(encode(checkerboard(123, 77), s), str_cat("checkerboard 4:2:0 q ", q));
+    s.luma_v = 1;
+    check_identical(encode(checkerboard(123, 77), s), str_cat("checkerboard 4:2:2 q ", q));
   }
 }
 
 TEST_CASE("progressive decoder: hands back the files it does not handle, and decode_image still decodes them") {
   Image im = content(200, 120, 9, 3);
-  EncodeSpec s422;
-  s422.luma_h = 2;
+  EncodeSpec s440;  // chroma halved vertically: libjpeg upsamples it with context rows
+  s440.luma_v = 2;
   EncodeSpec baseline;
   baseline.progressive = false;
   EncodeSpec rgb;
@@ -212,7 +216,7 @@ TEST_CASE("progressive decoder: hands back the files it does not handle, and dec
   EncodeSpec unrefined;
   unrefined.script = {{3, {0, 1, 2}, 0, 0, 0, 0}, {1, {0}, 1, 63, 0, 1}, {1, {1}, 1, 63, 0, 1}, {1, {2}, 1, 63, 0, 1}};
   const std::pair<const char*, EncodeSpec> cases[] = {
-      {"4:2:2", s422}, {"baseline", baseline}, {"Adobe RGB", rgb}, {"unrefined", unrefined}};
+      {"4:4:0", s440}, {"baseline", baseline}, {"Adobe RGB", rgb}, {"unrefined", unrefined}};
   for (auto& [name, spec] : cases) {
     CAPTURE(name);
     const std::string b = encode(im, spec);
@@ -301,27 +305,37 @@ TEST_CASE("progressive decoder: corrupt scan data never crashes; what it decodes
 }
 
 TEST_CASE("progressive decoder: a window computes its pixels exactly and leaves the rest 0") {
-  EncodeSpec s;
-  s.luma_h = s.luma_v = 2;
-  const std::string b = encode(content(517, 333, 12, 3), s);
-  Image full, part;
-  REQUIRE(kiln_decode(b, 4, 3, &full));
-  const int roi[4] = {37, 11, 90, 70};
-  REQUIRE(kiln_decode(b, 4, 3, &part, roi));
-  REQUIRE(part.w == full.w);
-  REQUIRE(part.h == full.h);
-  int inside = 0, outside_zero = 0, outside = 0;
-  for (int y = 0; y < full.h; ++y)
-    for (int x = 0; x < full.w; ++x) {
-      const bool in = x >= roi[0] && x < roi[2] && y >= roi[1] && y < roi[3];
-      for (int k = 0; k < 3; ++k) {
-        const uint8_t a = full.row(y)[x * 3 + k], p = part.row(y)[x * 3 + k];
-        if (in) inside += a == p;
-        else ++outside, outside_zero += p == 0;
+  for (int luma_v : {2, 1})  // 4:2:0, 4:2:2 (upsampled chroma: the window's edges read neighbours)
+    for (int denom : {4, 8}) {
+      EncodeSpec s;
+      s.luma_h = 2;
+      s.luma_v = luma_v;
+      const std::string b = encode(content(517, 333, 12, 3), s);
+      Image full;
+      REQUIRE(kiln_decode(b, denom, 3, &full));
+      const int rois[][4] = {{37, 11, 60, 40}, {0, 0, 5, 3}, {1, 2, 2, 9}, {full.w - 3, full.h - 2, full.w, full.h}};
+      for (auto& roi : rois) {
+        CAPTURE(luma_v);
+        CAPTURE(denom);
+        CAPTURE(roi[0]);
+        Image part;
+        REQUIRE(kiln_decode(b, denom, 3, &part, roi));
+        REQUIRE(part.w == full.w);
+        REQUIRE(part.h == full.h);
+        int inside = 0, outside_zero = 0, outside = 0;
+        for (int y = 0; y < full.h; ++y)
+          for (int x = 0; x < full.w; ++x) {
+            const bool in = x >= roi[0] && x < roi[2] && y >= roi[1] && y < roi[3];
+            for (int k = 0; k < 3; ++k) {
+              const uint8_t a = full.row(y)[x * 3 + k], p = part.row(y)[x * 3 + k];
+              if (in) inside += a == p;
+              else ++outside, outside_zero += p == 0;
+            }
+          }
+        CHECK(inside == (roi[2] - roi[0]) * (roi[3] - roi[1]) * 3);
+        CHECK(outside_zero == outside);
       }
     }
-  CHECK(inside == (roi[2] - roi[0]) * (roi[3] - roi[1]) * 3);
-  CHECK(outside_zero == outside);
 }
 
 TEST_CASE("progressive decoder: the fused pipeline gives the same sample with it on or off (ROI, EXIF)") {
@@ -329,10 +343,11 @@ TEST_CASE("progressive decoder: the fused pipeline gives the same sample with it
   const int sizes[][3] = {{1700, 1100, 4}, {2200, 2100, 8}};
   for (auto& sz : sizes)
     for (int orient : {1, 6})
-      for (int sub : {1, 2}) {
+      for (int sub : {1, 2, 3}) {
         EncodeSpec s;
         s.exif_orientation = orient;
-        s.luma_h = s.luma_v = sub;
+        s.luma_h = sub == 1 ? 1 : 2;
+        s.luma_v = sub == 2 ? 2 : 1;
         s.quality = 80;
         const std::string b = encode(content(sz[0], sz[1], 11, 3), s);
         for (auto kind : {SampleTransform::Kind::resize_center_crop, SampleTransform::Kind::random_resized_crop}) {
