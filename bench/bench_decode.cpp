@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -27,7 +28,7 @@ namespace {
 
 double run_kiln(const std::vector<std::string>& files, int threads, bool dct, bool own_progressive = true) {
   SampleTransform t;
-  t.decode.kiln_progressive = own_progressive;
+  t.decode.fast_paths = own_progressive;
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
   for (int c = 0; c < 3; ++c) t.mean[c] = mean[c], t.std[c] = stdv[c];
   t.dct_scaling = dct;
@@ -73,14 +74,17 @@ double run_peer(const std::string& script, const std::string& list, int threads,
 }  // namespace
 
 int main(int argc, char** argv) {
-  // usage: bench_decode [--root DIR] [--peers DIR] [--limit N]  (limit: first N files, sorted)
+  // usage: bench_decode [--root DIR] [--peers DIR] [--limit N] [--reps R]  (limit: first N files,
+  // sorted; reps: rounds, best rate kept, default 3)
   std::string root = "/usr/share/wallpapers", peers_arg;
   size_t limit = 0;
+  int reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--root") root = argv[i + 1];
     else if (a == "--peers") peers_arg = argv[i + 1];
     else if (a == "--limit") limit = (size_t)std::stoul(argv[i + 1]);
+    else if (a == "--reps") reps = std::max(1, std::stoi(argv[i + 1]));
   }
   std::vector<std::string> files;
   std::error_code ec;
@@ -121,7 +125,7 @@ int main(int argc, char** argv) {
       if (!decode_jpeg_progressive_scaled(d, b.size(), denom, 3, &k)) continue;
       ++own;
       DecodeOptions o;
-      o.kiln_progressive = false;
+      o.fast_paths = false;
       o.apply_exif = false;
       o.min_w = k.w;
       o.min_h = k.h;
@@ -129,7 +133,7 @@ int main(int argc, char** argv) {
       same += t.w == k.w && t.h == k.h && t.px == k.px;
     }
     progressive_check = std::to_string(prog) + " progressive files, " + std::to_string(own) + " decoded by kiln (" +
-                        std::to_string(prog - own) + " handed to TurboJPEG: 4:2:2 or full scale), " +
+                        std::to_string(prog - own) + " handed to TurboJPEG: decoded at full scale or 1/2), " +
                         std::to_string(same) + " of them byte-identical to TurboJPEG";
   }
   std::string list = (fs::temp_directory_path() / ("kiln_bench_decode_" + std::to_string(getpid()) + ".txt")).string();
@@ -145,27 +149,38 @@ int main(int argc, char** argv) {
   std::string peers = fs::path(__FILE__).parent_path().string() + "/peers";
 #endif
   if (!peers_arg.empty()) peers = peers_arg;
-  std::printf("bench_decode: %zu JPEGs (%.1f MB) under %s; Resize(256) + CenterCrop(224) + Normalize -> f32 CHW\n",
-              files.size(), bytes / 1e6, root.c_str());
+  std::printf("bench_decode: %zu JPEGs (%.1f MB) under %s; Resize(256) + CenterCrop(224) + Normalize -> f32 CHW; "
+              "best of %d rounds\n",
+              files.size(), bytes / 1e6, root.c_str(), reps);
+  // Every contender runs `reps` rounds, interleaved (a slow minute of a shared machine falls on
+  // all of them), and keeps its best rate: the rate the code can do, not the noise.
   struct Row {
     std::string name;
+    std::function<double(int)> run;  // threads -> images/s (< 0: did not run)
     double ips[2];
     std::string note;
   };
   std::vector<Row> rows;
-  rows.push_back({"kiln (DCT-scaled decode, fused)", {run_kiln(files, 1, true), run_kiln(files, 2, true)}, ""});
-  rows.push_back({"kiln, TurboJPEG for every file", {run_kiln(files, 1, true, false), run_kiln(files, 2, true, false)},
-                  ""});
-  rows.push_back({"kiln (full-scale decode, fused)", {run_kiln(files, 1, false), run_kiln(files, 2, false)}, ""});
-  for (auto spec : {std::pair<const char*, const char*>{"PIL + torchvision", ""},
-                    std::pair<const char*, const char*>{"PIL + torchvision (draft)", "draft"}}) {
-    Row r{spec.first, {0, 0}, ""};
-    for (int t = 1; t <= 2; ++t) r.ips[t - 1] = run_peer(peers + "/decode_pil.py", list, t, spec.second, &r.note);
-    rows.push_back(r);
+  rows.push_back({"kiln (DCT-scaled decode, fused)", [&](int t) { return run_kiln(files, t, true); }, {0, 0}, ""});
+  rows.push_back({"kiln, TurboJPEG for every file", [&](int t) { return run_kiln(files, t, true, false); }, {0, 0}, ""});
+  rows.push_back({"kiln (full-scale decode, fused)", [&](int t) { return run_kiln(files, t, false); }, {0, 0}, ""});
+  rows.push_back({"PIL + torchvision", {}, {0, 0}, ""});
+  rows.push_back({"PIL + torchvision (draft)", {}, {0, 0}, ""});
+  rows.push_back({"OpenCV imdecode + resize(AREA)", {}, {0, 0}, ""});
+  rows[3].run = [&](int t) { return run_peer(peers + "/decode_pil.py", list, t, "", &rows[3].note); };
+  rows[4].run = [&](int t) { return run_peer(peers + "/decode_pil.py", list, t, "draft", &rows[4].note); };
+  rows[5].run = [&](int t) { return run_peer(peers + "/decode_cv2.py", list, t, "", &rows[5].note); };
+  for (int r = 0; r < reps; ++r) {
+    std::fprintf(stderr, "bench_decode: round %d of %d\n", r + 1, reps);
+    for (auto& row : rows)
+      for (int t = 1; t <= 2; ++t) {
+        const double v = row.run(t);
+        double& best = row.ips[t - 1];
+        if (r == 0) best = v;
+        else if (v < 0 || best < 0) best = -1;  // a contender that failed once is reported as failed
+        else best = std::max(best, v);
+      }
   }
-  Row cv{"OpenCV imdecode + resize(AREA)", {0, 0}, ""};
-  for (int t = 1; t <= 2; ++t) cv.ips[t - 1] = run_peer(peers + "/decode_cv2.py", list, t, "", &cv.note);
-  rows.push_back(cv);
   fs::remove(list, ec);
 
   const double pil1 = rows[3].ips[0];

@@ -18,14 +18,15 @@ struct DecodeOptions {
   int min_w = 0, min_h = 0;
   bool apply_exif = true;  // rotate/flip JPEGs by their EXIF orientation (like ImageOps.exif_transpose)
   bool gray = false;       // output c = 1 (PIL convert('L') weights; a JPEG gives its luma channel)
-  // Progressive JPEGs decoded at 1/4 or 1/8 scale go through kiln's own decoder
-  // (data/jpeg_progressive.h: the same bytes as TurboJPEG, several times faster); false: TurboJPEG
-  // decodes every JPEG.
-  bool kiln_progressive = true;
+  // JPEG fast paths, each giving the pixels TurboJPEG gives: progressive files at 1/4 or 1/8
+  // scale through kiln's own decoder (data/jpeg_progressive.h), and with a window (below) the
+  // other files through libjpeg computing only the window. false: TurboJPEG decodes every JPEG
+  // whole.
+  bool fast_paths = true;
   // The pixels the caller will read, [roi_x0, roi_x1) x [roi_y0, roi_y1) of the decoded (scaled,
   // oriented) image, and the size of image they refer to; ignored when the decode has another
-  // size (roi_w = 0: the whole image). A decoder that can skip work outside it may leave those
-  // pixels 0: kiln's progressive decoder does (IDCT and colour conversion), TurboJPEG does not.
+  // size (roi_w = 0: the whole image). The fast paths leave the pixels outside it 0 (only for
+  // EXIF orientation 1).
   int roi_w = 0, roi_h = 0, roi_x0 = 0, roi_y0 = 0, roi_x1 = 0, roi_y1 = 0;
   // Decompression-bomb guards: declared width*height and file size.
   uint64_t max_pixels = 178956970;  // PIL's hard limit (2 x MAX_IMAGE_PIXELS)

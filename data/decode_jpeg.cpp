@@ -5,7 +5,12 @@
 // 1/2, 1/4, 1/8 DCT reductions.
 #include <turbojpeg.h>
 
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
+
+#include <jpeglib.h>
 #include <memory>
 
 #include "data/decode.h"
@@ -60,6 +65,70 @@ const char* colorspace_mode(int cs) {
   }
 }
 
+// libjpeg's own API (the same libjpeg-turbo 2.1 as TurboJPEG, whose tj2 API cannot crop): decodes
+// only the columns (jpeg_crop_scanline) and rows (jpeg_skip_scanlines; the entropy decoding still
+// runs over the whole file) around the window, with a margin of 16 output pixels so that the
+// upsampling next to the cropped edges sees the same neighbours as in a whole decode. Pixels
+// outside are 0. False on any libjpeg error or warning: the caller then decodes the whole file
+// with TurboJPEG, which reports it.
+struct WindowError {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  bool warned;
+};
+void window_error_exit(j_common_ptr c) { std::longjmp(reinterpret_cast<WindowError*>(c->err)->jump, 1); }
+void window_emit_message(j_common_ptr c, int level) {
+  if (level < 0) reinterpret_cast<WindowError*>(c->err)->warned = true;
+}
+
+bool decode_jpeg_window(const uint8_t* data, size_t n, int denom, int channels, const int roi[4], Image* out) {
+  constexpr int kMargin = 16;
+  jpeg_decompress_struct cinfo;
+  WindowError err;
+  err.warned = false;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = window_error_exit;
+  err.pub.emit_message = window_emit_message;
+  jpeg_create_decompress(&cinfo);
+  if (setjmp(err.jump)) {  // nothing with a destructor lives in this frame
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  jpeg_mem_src(&cinfo, data, (unsigned long)n);
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_EXT_RGB;
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = (unsigned)denom;
+  cinfo.dct_method = JDCT_ISLOW;  // TurboJPEG's default flags: accurate IDCT, fancy upsampling
+  jpeg_start_decompress(&cinfo);
+  const int ow = (int)cinfo.output_width, oh = (int)cinfo.output_height;
+  const int x0 = std::max(0, roi[0] - kMargin), x1 = std::min(ow, roi[2] + kMargin);
+  const int y0 = std::max(0, roi[1] - kMargin), y1 = std::min(oh, roi[3] + kMargin);
+  if (x1 <= x0 || y1 <= y0 || (int)cinfo.output_components != channels) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+  jpeg_crop_scanline(&cinfo, &xoff, &cw);  // may widen to iMCU boundaries
+  out->w = ow;
+  out->h = oh;
+  out->c = channels;
+  out->px.assign((size_t)ow * oh * channels, 0);
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0);
+  while ((int)cinfo.output_scanline < y1) {
+    JSAMPROW row = out->px.data() + ((size_t)cinfo.output_scanline * ow + xoff) * channels;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  if ((int)cinfo.output_scanline < oh) jpeg_skip_scanlines(&cinfo, (JDIMENSION)(oh - (int)cinfo.output_scanline));
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return !err.warned;
+}
+
 }  // namespace
 
 Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
@@ -93,12 +162,17 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
   im.w = sw;
   im.h = sh;
   im.c = opt.gray ? 1 : 3;
-  if ((denom == 4 || denom == 8) && !cmyk && opt.kiln_progressive && jpeg_is_progressive(data, n)) {
+  const bool roi = mk.orientation == 1 && opt.roi_w == sw && opt.roi_h == sh;
+  const int window[4] = {opt.roi_x0, opt.roi_y0, opt.roi_x1, opt.roi_y1};
+  if (!cmyk && opt.fast_paths) {
     Image fast;
-    const bool roi = mk.orientation == 1 && opt.roi_w == sw && opt.roi_h == sh;
-    const int window[4] = {opt.roi_x0, opt.roi_y0, opt.roi_x1, opt.roi_y1};
-    if (decode_jpeg_progressive_scaled(data, n, denom, im.c, &fast, roi ? window : nullptr) && fast.w == sw &&
-        fast.h == sh) {
+    const bool progressive = jpeg_is_progressive(data, n);
+    // Progressive at 1/4 or 1/8: kiln's own decoder. Otherwise, with a window: libjpeg computing
+    // only the window's columns and rows. Both hand back what they do not handle.
+    bool ok = progressive && (denom == 4 || denom == 8) &&
+              decode_jpeg_progressive_scaled(data, n, denom, im.c, &fast, roi ? window : nullptr);
+    if (!ok && roi) ok = decode_jpeg_window(data, n, denom, im.c, window, &fast);
+    if (ok && fast.w == sw && fast.h == sh) {
       im.px = std::move(fast.px);
       if (mk.orientation != 1) im = apply_orientation(im, mk.orientation);
       return im;

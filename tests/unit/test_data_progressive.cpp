@@ -2,7 +2,8 @@
 // output at 1/4 and 1/8 scale over files made here with libjpeg (4:4:4, 4:2:0, 4:2:2, gray; sizes;
 // restart intervals; spectral-only and successive-approximation scripts; extreme content), the
 // files it must hand back (4:4:0, baseline, unrefined coefficients, Adobe RGB, truncated), random
-// corruptions (handled => identical, never a crash), and the fused sample pipeline with its ROI.
+// corruptions (handled => identical, never a crash), and the fused sample pipeline with its ROI;
+// then the windowed libjpeg decode of the other files (crop + skip): the window equals TurboJPEG's.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -225,7 +226,7 @@ TEST_CASE("progressive decoder: hands back the files it does not handle, and dec
     // Through decode_image the fallback is TurboJPEG: the same pixels with the option on or off.
     DecodeOptions on, off;
     on.min_w = off.min_w = 50;
-    off.kiln_progressive = false;
+    off.fast_paths = false;
     Image a = decode_image_bytes(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "x.jpg", on);
     Image c = decode_image_bytes(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "x.jpg", off);
     CHECK(a.w == 50);
@@ -278,7 +279,7 @@ TEST_CASE("progressive decoder: corrupt scan data never crashes; what it decodes
       // What a user sees: decode_image accepts or rejects the file the same way with it on or off.
       DecodeOptions on, off;
       on.min_w = off.min_w = (180 + denom - 1) / denom;
-      off.kiln_progressive = false;
+      off.fast_paths = false;
       std::string e_on, e_off;
       Image a, z;
       try {
@@ -358,7 +359,7 @@ TEST_CASE("progressive decoder: the fused pipeline gives the same sample with it
           on.kind = kind;
           on.resize = 256;
           SampleTransform off = on;
-          off.decode.kiln_progressive = false;
+          off.decode.fast_paths = false;
           std::vector<float> a(on.sample_elems()), c(on.sample_elems());
           for (uint64_t stream = 0; stream < 3; ++stream) {
             SampleInfo ia = load_sample(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "p.jpg", on, 5,
@@ -386,4 +387,112 @@ TEST_CASE("jpeg_is_progressive tells SOF2 from SOF0") {
   CHECK(jpeg_is_progressive(reinterpret_cast<const uint8_t*>(p.data()), p.size()));
   CHECK_FALSE(jpeg_is_progressive(reinterpret_cast<const uint8_t*>(q.data()), q.size()));
   CHECK_FALSE(jpeg_is_progressive(reinterpret_cast<const uint8_t*>("\xFF\xD8"), 2));
+}
+
+TEST_CASE("windowed decode (libjpeg crop and skip): the window's pixels equal TurboJPEG's whole decode") {
+  // Baseline files of every subsampling (and progressive ones kiln's decoder hands back: 4:4:0,
+  // or scales 1 and 1/2), every scale, windows in the middle and at the edges.
+  struct Case {
+    int luma_h, luma_v;
+    bool progressive;
+    int restart;
+  };
+  const Case cases[] = {{1, 1, false, 0}, {2, 2, false, 0}, {2, 1, false, 0}, {1, 2, false, 0},
+                        {2, 2, false, 5}, {1, 2, true, 0},  {2, 2, true, 0}};
+  int windowed = 0;
+  for (const Case& cs : cases)
+    for (int ch : {3, 1}) {
+      EncodeSpec s;
+      s.luma_h = cs.luma_h;
+      s.luma_v = cs.luma_v;
+      s.progressive = cs.progressive;
+      s.restart_interval = cs.restart;
+      const std::string b = encode(content(403, 301, 21, 3), s);
+      const auto* d = reinterpret_cast<const uint8_t*>(b.data());
+      for (int denom : {1, 2, 4, 8}) {
+        DecodeOptions whole;
+        whole.fast_paths = false;
+        whole.gray = ch == 1;
+        whole.min_w = (403 + denom - 1) / denom;
+        whole.min_h = (301 + denom - 1) / denom;
+        const Image ref = decode_image_bytes(d, b.size(), "w.jpg", whole);
+        REQUIRE(ref.w == whole.min_w);
+        const int W = ref.w, H = ref.h;
+        const int rois[][4] = {{W / 3, H / 4, 2 * W / 3, 3 * H / 4}, {0, 0, 3, 2}, {W - 1, H - 5, W, H}, {5, 0, 9, H}};
+        for (auto& r : rois) {
+          CAPTURE(cs.luma_h);
+          CAPTURE(cs.luma_v);
+          CAPTURE(cs.progressive);
+          CAPTURE(ch);
+          CAPTURE(denom);
+          CAPTURE(r[0]);
+          DecodeOptions o = whole;
+          o.fast_paths = true;
+          o.roi_w = W;
+          o.roi_h = H;
+          o.roi_x0 = r[0];
+          o.roi_y0 = r[1];
+          o.roi_x1 = r[2];
+          o.roi_y1 = r[3];
+          const Image im = decode_image_bytes(d, b.size(), "w.jpg", o);
+          REQUIRE(im.w == W);
+          REQUIRE(im.h == H);
+          size_t same = 0, skipped = 0;
+          for (int y = 0; y < H; ++y)
+            for (int x = 0; x < W; ++x)
+              for (int k = 0; k < ch; ++k) {
+                const size_t i = ((size_t)y * W + x) * ch + k;
+                if (x >= r[0] && x < r[2] && y >= r[1] && y < r[3]) same += im.px[i] == ref.px[i];
+                else skipped += im.px[i] == 0 && ref.px[i] != 0;
+              }
+          CHECK(same == (size_t)(r[2] - r[0]) * (r[3] - r[1]) * ch);
+          windowed += skipped > 0;  // the window path ran: it left pixels far from the window 0
+        }
+      }
+    }
+  MESSAGE("windowed decodes: ", windowed, " of 224");
+  CHECK(windowed > 112);
+}
+
+TEST_CASE("windowed decode: truncated and corrupt baseline files behave as TurboJPEG's whole decode") {
+  EncodeSpec base;
+  base.progressive = false;
+  base.luma_h = base.luma_v = 2;
+  const std::string b = encode(content(300, 200, 3, 3), base);
+  const size_t sos = b.find("\xFF\xDA");
+  REQUIRE(sos != std::string::npos);
+  std::vector<std::string> bad;
+  for (size_t cut : {b.size() / 3, b.size() - 50, b.size() - 2}) bad.push_back(b.substr(0, cut));
+  for (uint32_t t = 0; t < 60; ++t) {
+    std::string c = b;
+    c[sos + 20 + philox_word(9, t, 0) % (c.size() - sos - 22)] = (char)(philox_word(9, t, 1) & 0xFF);
+    bad.push_back(c);
+  }
+  for (size_t i = 0; i < bad.size(); ++i) {
+    CAPTURE(i);
+    const std::string& c = bad[i];
+    DecodeOptions on, off;
+    on.min_w = off.min_w = 75;
+    off.fast_paths = false;
+    on.roi_w = 75;
+    on.roi_h = 50;
+    on.roi_x0 = 0;
+    on.roi_y0 = 0;
+    on.roi_x1 = 75;  // the whole image as the window: every pixel comparable
+    on.roi_y1 = 50;
+    std::string e_on, e_off;
+    Image a, z;
+    try {
+      a = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", on);
+    } catch (const DecodeError& e) {
+      e_on = e.reason();
+    }
+    try {
+      z = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", off);
+    } catch (const DecodeError& e) {
+      e_off = e.reason();
+    }
+    CHECK(e_on == e_off);
+    CHECK(a.px == z.px);
+  }
 }
