@@ -152,6 +152,27 @@ void check_identical(const std::string& b, const std::string& what) {
     }
 }
 
+// What a user sees: decode_image accepts or rejects the bytes the same way with the fast paths on
+// (options `on`) and off, with the same reason, and gives the same pixels.
+void check_same_outcome(const std::string& c, const DecodeOptions& on) {
+  DecodeOptions off = on;
+  off.fast_paths = false;
+  std::string e_on, e_off;
+  Image a, z;
+  try {
+    a = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", on);
+  } catch (const DecodeError& e) {
+    e_on = e.reason();
+  }
+  try {
+    z = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", off);
+  } catch (const DecodeError& e) {
+    e_off = e.reason();
+  }
+  CHECK(e_on == e_off);
+  CHECK(a.px == z.px);
+}
+
 }  // namespace
 
 TEST_CASE("progressive decoder: byte-identical to TurboJPEG at 1/4 and 1/8 (4:4:4, 4:2:0, 4:2:2, gray)") {
@@ -276,24 +297,9 @@ TEST_CASE("progressive decoder: corrupt scan data never crashes; what it decodes
       } else {
         ++refused;
       }
-      // What a user sees: decode_image accepts or rejects the file the same way with it on or off.
-      DecodeOptions on, off;
-      on.min_w = off.min_w = (180 + denom - 1) / denom;
-      off.fast_paths = false;
-      std::string e_on, e_off;
-      Image a, z;
-      try {
-        a = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", on);
-      } catch (const DecodeError& e) {
-        e_on = e.reason();
-      }
-      try {
-        z = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", off);
-      } catch (const DecodeError& e) {
-        e_off = e.reason();
-      }
-      CHECK(e_on == e_off);
-      CHECK(a.px == z.px);
+      DecodeOptions on;
+      on.min_w = (180 + denom - 1) / denom;
+      check_same_outcome(c, on);
     }
   }
   // Some of the handled ones are files TurboJPEG warns about and still decodes (a bad code in an AC
@@ -470,29 +476,14 @@ TEST_CASE("windowed decode: truncated and corrupt baseline files behave as Turbo
   }
   for (size_t i = 0; i < bad.size(); ++i) {
     CAPTURE(i);
-    const std::string& c = bad[i];
-    DecodeOptions on, off;
-    on.min_w = off.min_w = 75;
-    off.fast_paths = false;
+    DecodeOptions on;
+    on.min_w = 75;
     on.roi_w = 75;
     on.roi_h = 50;
     on.roi_x0 = 0;
     on.roi_y0 = 0;
     on.roi_x1 = 75;  // the whole image as the window: every pixel comparable
     on.roi_y1 = 50;
-    std::string e_on, e_off;
-    Image a, z;
-    try {
-      a = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", on);
-    } catch (const DecodeError& e) {
-      e_on = e.reason();
-    }
-    try {
-      z = decode_image_bytes(reinterpret_cast<const uint8_t*>(c.data()), c.size(), "bad.jpg", off);
-    } catch (const DecodeError& e) {
-      e_off = e.reason();
-    }
-    CHECK(e_on == e_off);
-    CHECK(a.px == z.px);
+    check_same_outcome(bad[i], on);
   }
 }
