@@ -273,7 +273,7 @@ TEST_CASE("progressive decoder: truncated files are handed back and still fail a
   }
 }
 
-TEST_CASE("progressive decoder: corrupt scan data never crashes; what it decodes equals TurboJPEG") {
+TEST_CASE("progressive decoder: corrupt scan data never crashes, and what it decodes equals TurboJPEG") {
   std::string b = encode(content(180, 140, 8, 3), EncodeSpec{});
   size_t first_sos = b.find("\xFF\xDA");
   REQUIRE(first_sos != std::string::npos);
