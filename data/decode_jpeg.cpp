@@ -1,17 +1,18 @@
 // JPEG decode through TurboJPEG (libjpeg-turbo 2.1, the tj2 API): header, bomb check, DCT-domain
 // scale choice, CMYK/YCCK -> RGB by kiln (PIL's formula, Adobe-inverted polarity), EXIF
-// orientation. Progressive files at 1/4 and 1/8 scale go to kiln's own decoder first
-// (jpeg_progressive.h), which hands back anything it does not handle. Must not resize beyond the
-// 1/2, 1/4, 1/8 DCT reductions.
+// orientation. Two fast paths come first, each handing back what it does not handle: progressive
+// files at 1/4 and 1/8 scale go to kiln's own decoder (jpeg_progressive.h), and with a window the
+// others to libjpeg computing only that window. Must not resize beyond the 1/2, 1/4, 1/8 DCT
+// reductions.
 #include <turbojpeg.h>
 
 #include <algorithm>
 #include <csetjmp>
-#include <cstdio>
+#include <cstdio>  // before jpeglib.h, which uses FILE
 #include <cstring>
+#include <memory>
 
 #include <jpeglib.h>
-#include <memory>
 
 #include "data/decode.h"
 #include "data/exif.h"
