@@ -35,7 +35,10 @@ TEST_CASE("cli train --amp: loss scale and skipped steps in the progress line an
   const std::string data = kiln_test::cli_temp_dir("amp_data");
   kiln_test::make_npy_folder(data, 32, 1, 8, 2);
   const std::string out = kiln_test::cli_temp_dir("amp_run");
-  auto r = run_kiln(amp_args(data, out, 2, 8) + " --amp-growth-interval 3");
+  // An initial scale of 2^8: this model's f16 gradients overflow from a constant scale of 2^17 on
+  // (2 of 8 steps skipped at 2^17, none at 2^16), so the 2^8..2^10 used here leave a margin of 64x
+  // whatever the CPU's rounding; the default 2^16 with growth reached 2^18 and passed by luck.
+  auto r = run_kiln(amp_args(data, out, 2, 8) + " --amp-init-scale 256 --amp-growth-interval 3");
   REQUIRE_MESSAGE(r.status == 0, r.output);
   CHECK(contains(r.output, "scale "));
   CHECK(contains(r.output, "skipped 0"));
@@ -44,10 +47,10 @@ TEST_CASE("cli train --amp: loss scale and skipped steps in the progress line an
   CHECK(j["config"]["amp"] == true);
   CHECK(j["amp"]["enabled"] == true);
   CHECK(j["amp"]["skipped_steps"] == 0);
-  // 8 clean steps with growth every 3: 2^16 * 2^2
-  CHECK(j["amp"]["loss_scale"].get<double>() == 65536.0 * 4);
+  // 8 clean steps with growth every 3: 2^8 * 2^2
+  CHECK(j["amp"]["loss_scale"].get<double>() == 256.0 * 4);
   REQUIRE(j["epochs"].size() == 2);
-  CHECK(j["epochs"][0]["loss_scale"].get<double>() == 65536.0 * 2);  // after 4 steps
+  CHECK(j["epochs"][0]["loss_scale"].get<double>() == 256.0 * 2);  // after 4 steps
   CHECK(j["epochs"][0]["skipped_steps"] == 0);
   CHECK(std::isfinite(j["final_train_loss"].get<double>()));
 
