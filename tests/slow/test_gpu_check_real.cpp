@@ -35,9 +35,12 @@ Run run_shell(const std::string& cmd) {
 
 TEST_CASE("gpu-check over the real programs of this build without a GPU: no row ok and cuda tests FAIL with exit 1") {
   const std::string src = KILN_SOURCE_DIR, bin = KILN_BINARY_DIR, d = bin + "/gpu-check-real-test";
-  // Only the fake nvidia-smi is put on PATH: python3, compute-sanitizer and everything else are this machine's.
+  // Only the fake nvidia-smi (and nvcc where this machine has none) is put on PATH: python3, compute-sanitizer
+  // and everything else are this machine's.
   const Run mk = run_shell("rm -rf '" + d + "' && bash '" + src + "/tests/support/gpu_check/make_fakes.sh' '" + d +
-                           "/fakes' && mkdir -p '" + d + "/bin' && cp '" + d + "/fakes/bin/nvidia-smi' '" + d + "/bin/'");
+                           "/fakes' && mkdir -p '" + d + "/bin' && cp '" + d + "/fakes/bin/nvidia-smi' '" + d + "/bin/' && " +
+                           "{ command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ] || cp '" + d + "/fakes/bin/nvcc' '" + d +
+                           "/bin/'; }");
   REQUIRE_MESSAGE(mk.status == 0, mk.out);
   const Run r = run_shell("env PATH='" + d + "/bin':\"$PATH\" KILN_GPU_CHECK_OUT='" + d + "/out' bash '" + src +
                           "/tools/gpu-check' --prebuilt '" + bin + "'");

@@ -18,6 +18,7 @@ case "$*" in
 esac
 S
 fi
+printf '#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n' >"$D/bin/nvcc"
 cat >"$D/bin/compute-sanitizer" <<'S'
 #!/bin/sh
 echo "========= COMPUTE-SANITIZER"
