@@ -60,6 +60,12 @@ std::string format_device_report(const DeviceReport& r) {
   if (r.cuda_built) {
     os << "cuda: runtime " << cuda_version_str(r.runtime_version) << ", driver "
        << (r.driver_version ? cuda_version_str(r.driver_version) : std::string("none")) << "\n";
+#if defined(KILN_WITH_CUDNN) && defined(KILN_CUDNN_MAJOR)
+    os << "cudnn: " << KILN_CUDNN_MAJOR << " (found when kiln was configured)\n";
+#else
+    os << "cudnn: none (not found when kiln was configured): f32 CUDA convolutions fail, 16-bit ones need "
+          "--kernels kiln\n";
+#endif
   }
   for (const GpuInfo& g : r.gpus) {
     os << "cuda:" << g.index << ": " << g.name << ", " << (double)g.total_memory / (1024.0 * 1024 * 1024)

@@ -1,0 +1,172 @@
+// tools/gpu-check on a machine with no GPU, against stand-ins (tests/support/gpu_check/make_fakes.sh): an
+// nvidia-smi that lists an H200, cuda test cases that skip, benchmarks that find no GPU, a PyTorch peer that
+// crashes, a compute-sanitizer that refuses the device. gpu-check must say FAIL, SKIP or "not run" for every
+// one of them, never ok, exit non-zero, print its table and never let its time budget go negative.
+// Runs gpu-check with --prebuilt (no configure, no build): about a second per run.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Run {
+  std::string out;
+  int status = -1;
+};
+
+Run run_shell(const std::string& cmd) {
+  Run r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int w = ::pclose(p);
+  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
+  return r;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The table's rows: name -> {result, detail} (columns: 36-wide name, 9-wide result).
+struct Row {
+  std::string result, detail;
+};
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(' '), b = s.find_last_not_of(' ');
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+std::map<std::string, Row> table_rows(const std::string& table) {
+  std::map<std::string, Row> rows;
+  std::istringstream in(table);
+  std::string line;
+  bool body = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("check ", 0) == 0) { body = true; continue; }
+    if (!body || line.rfind("total ", 0) == 0 || line.rfind("====", 0) == 0 || line.size() < 47) continue;
+    rows[trim(line.substr(0, 36))] = Row{trim(line.substr(37, 9)), line.substr(47)};
+  }
+  return rows;
+}
+
+const std::string kSrc = KILN_SOURCE_DIR;
+const std::string kDir = std::string(KILN_BINARY_DIR) + "/gpu-check-test";
+
+// Makes the stand-ins in kDir/NAME and runs gpu-check against them with ENV and ARGS.
+Run gpu_check(const std::string& name, const std::string& env, const std::string& args, bool gpu = true) {
+  const std::string d = kDir + "/" + name;
+  const Run mk = run_shell("rm -rf '" + d + "' && bash '" + kSrc + "/tests/support/gpu_check/make_fakes.sh' '" + d +
+                           "'" + (gpu ? "" : " no-gpu"));
+  REQUIRE_MESSAGE(mk.status == 0, mk.out);
+  return run_shell("env PATH='" + d + "/bin':\"$PATH\" KILN_GPU_CHECK_OUT='" + d + "/out' " + env + " bash '" + kSrc +
+                   "/tools/gpu-check' --prebuilt '" + d + "/build' " + args);
+}
+
+void check_nothing_ok(const std::map<std::string, Row>& rows) {
+  for (const auto& [name, row] : rows) {
+    INFO("row '" << name << "': " << row.result << " " << row.detail);
+    CHECK(row.result != "ok");
+    CHECK(row.result.find("PASS") == std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpu-check: without a GPU no row says ok and every stand-in is FAIL or SKIP with exit 1") {
+  const Run r = gpu_check("full", "", "");
+  INFO(r.out);
+  CHECK(r.status == 1);
+  const std::string table = read_text(kDir + "/full/out/table.txt");
+  REQUIRE(!table.empty());
+  CHECK(r.out.find(table.substr(0, 40)) != std::string::npos);  // printed, not only written
+  const auto rows = table_rows(table);
+  REQUIRE(rows.size() >= 20);
+  check_nothing_ok(rows);
+  // The cuda test cases: one prints the shared skip line and exits 0, one doctest did not run, one passed
+  // (its summary counts the cases the filter left out as "skipped": that must not make it a skip).
+  REQUIRE(rows.count("cuda tests"));
+  CHECK(rows.at("cuda tests").result == "FAIL");
+  CHECK(rows.at("cuda tests").detail.find("1/3 passed, 0 failed, 2 skipped") != std::string::npos);
+  CHECK(rows.at("cuda tests").detail.find("cuda tests skipped: fake") != std::string::npos);
+  for (const char* b : {"bench_gpu_gemm", "bench_gpu_conv"}) {
+    REQUIRE(rows.count(b));
+    CHECK(rows.at(b).result == "FAIL");
+    CHECK(rows.at(b).detail.find("found no GPU") != std::string::npos);
+  }
+  for (const char* t : {"torch resnet18 b256 224 f32", "torch resnet18 b256 224 amp"}) {
+    REQUIRE(rows.count(t));
+    CHECK(rows.at(t).result == "FAIL");
+    CHECK(rows.at(t).detail.find("peer script exit 1") != std::string::npos);
+  }
+  for (const char* s : {"compute-sanitizer memcheck", "compute-sanitizer racecheck"}) {
+    REQUIRE(rows.count(s));
+    CHECK(rows.at(s).result == "SKIP");
+    CHECK(rows.at(s).detail.find("Device not supported") != std::string::npos);
+  }
+  for (const char* m : {"mem resnet18 b16 f32", "mem resnet18 b16 --amp", "mem resnet18 b16 --checkpoint 4",
+                        "mem resnet18 b16 --accum 4", "kiln resnet18 b256 224 f32", "kiln devices"}) {
+    REQUIRE(rows.count(m));
+    CHECK(rows.at(m).result == "FAIL");
+  }
+  // The skipped case's escaped name reached the program (a comma splits doctest filters).
+  CHECK(read_text(kDir + "/full/out/cuda-tests.log").find("unexpected arguments") == std::string::npos);
+}
+
+TEST_CASE("gpu-check: a zero budget leaves every row not run for lack of time and never a negative time") {
+  const Run r = gpu_check("budget0", "KILN_GPU_CHECK_BUDGET=0", "");
+  INFO(r.out);
+  CHECK(r.status == 1);  // the cuda tests did not run: FAIL, not ok
+  const auto rows = table_rows(read_text(kDir + "/budget0/out/table.txt"));
+  check_nothing_ok(rows);
+  REQUIRE(rows.count("cuda tests"));
+  CHECK(rows.at("cuda tests").result == "FAIL");
+  CHECK(rows.at("cuda tests").detail.find("3 not run: out of time") != std::string::npos);
+  for (const char* n : {"bench_gpu_gemm", "compute-sanitizer memcheck", "torch resnet18 b256 224 amp",
+                        "mem resnet18 b16 --accum 4"}) {
+    REQUIRE(rows.count(n));
+    CHECK(rows.at(n).result == "not run");
+    CHECK(rows.at(n).detail.find("out of time") != std::string::npos);
+  }
+  CHECK_FALSE(std::regex_search(r.out, std::regex("(^|[ (])-[0-9]+ ?s")));
+  CHECK(r.out.find("timeout: invalid") == std::string::npos);
+}
+
+TEST_CASE("gpu-check: --quick has only the cuda-test rows and a driver that answers nothing stops it with FAIL") {
+  const Run q = gpu_check("quick", "", "--quick");
+  INFO(q.out);
+  CHECK(q.status == 1);
+  auto rows = table_rows(read_text(kDir + "/quick/out/table.txt"));
+  check_nothing_ok(rows);
+  CHECK(rows.count("cuda tests") == 1);
+  CHECK(rows.count("bench_gpu_gemm") == 0);
+
+  const Run n = gpu_check("nogpu", "", "", /*gpu=*/false);
+  INFO(n.out);
+  CHECK(n.status == 1);
+  rows = table_rows(read_text(kDir + "/nogpu/out/table.txt"));
+  check_nothing_ok(rows);
+  REQUIRE(rows.count("gpu"));
+  CHECK(rows.at("gpu").result == "FAIL");
+  REQUIRE(rows.count("cuda tests"));
+  CHECK(rows.at("cuda tests").result == "not run");
+  CHECK(rows.at("cuda tests").detail.find("no GPU") != std::string::npos);
+}
+
+TEST_CASE("gpu-check: the skip line it looks for is the one the cuda tests print") {
+  // gpu-check greps this text; tests/support/cuda_test.h prints it. If one changes, both must.
+  CHECK(read_text(kSrc + "/tools/gpu-check").find("SKIP_MARK=\"cuda tests skipped:\"") != std::string::npos);
+  CHECK(read_text(kSrc + "/tests/support/cuda_test.h").find("MESSAGE(\"cuda tests skipped: \"") != std::string::npos);
+}
