@@ -1,4 +1,10 @@
 // Elementwise ops with broadcasting, their in-place variants and backward formulas.
+// NaN, inf and ties follow PyTorch 1.13 forward and backward (the scalar math and its NaN rules are
+// in kernels/common/elementwise_math.h; tests/parity/test_parity_nonfinite.cpp checks every op here
+// on NaN, +-inf, +-0 and ties). Masked gradients (relu, clamp, maximum/minimum, pow's zero cases)
+// are selected with where, not multiplied by a 0/1 mask, so a NaN upstream gradient stays where
+// torch keeps it. Deliberate differences from PyTorch: none known; clamp_ refuses tensors that
+// require grad (torch allows it).
 #include "engine/ops/dispatch.h"
 
 namespace kiln {
@@ -106,8 +112,18 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   auto node = record_op("pow", {a, b}, {out}, [](FunctionNode& n, const Grads& g) {
     Grads r(2);
     Tensor a = n.saved(0), b = n.saved(1), out = n.saved(2);
-    if (n.needs_input_grad(0)) r[0] = sum_to(mul(mul(g[0], b), pow(a, sub(b, ones_like(b)))), a.sizes());
-    if (n.needs_input_grad(1)) r[1] = sum_to(mul(mul(g[0], out), log(a)), b.sizes());
+    Tensor zero = zeros({}, g[0].dtype(), g[0].device());
+    // PyTorch's masks: d/da is 0 where b == 0 (so pow(0, 0) and pow(NaN, 0) give 0, not 0 * inf);
+    // d/db is g * 0 where a == 0 and b >= 0 (out * log(a) would be 0 * -inf).
+    if (n.needs_input_grad(0)) {
+      Tensor da = mul(g[0], mul(b, pow(a, sub(b, ones_like(b)))));
+      r[0] = sum_to(where(eq(b, zero), zero, da), a.sizes());
+    }
+    if (n.needs_input_grad(1)) {
+      Tensor a0 = mul(mask_of(BinaryOp::eq, a, zero), mask_of(BinaryOp::ge_mask, b, zero));
+      Tensor db = where(to_dtype(a0, DType::u8), zero, mul(out, log(a)));
+      r[1] = sum_to(mul(g[0], db), b.sizes());
+    }
     return r;
   });
   if (node) {
@@ -124,10 +140,12 @@ static Tensor minmax(BinaryOp op, const char* name, const Tensor& a, const Tenso
   auto node = record_op(name, {a, b}, {out}, [is_max](FunctionNode& n, const Grads& g) {
     Grads r(2);
     Tensor a = n.saved(0), b = n.saved(1);
-    // Ties split the gradient evenly, like PyTorch.
-    Tensor wa = add(mask_of(is_max ? BinaryOp::gt : BinaryOp::lt, a, b), mul(mask_of(BinaryOp::eq, a, b), 0.5));
-    if (n.needs_input_grad(0)) r[0] = sum_to(mul(g[0], wa), a.sizes());
-    if (n.needs_input_grad(1)) r[1] = sum_to(mul(g[0], rsub(wa, 1.0)), b.sizes());
+    // PyTorch's rule: ties split the gradient evenly; the losing side gets exactly 0 (masked, so a
+    // NaN gradient does not leak into it); where a or b is NaN neither side loses, so both get g.
+    Tensor zero = zeros({}, g[0].dtype(), g[0].device());
+    Tensor gh = where(eq(a, b), mul(g[0], 0.5), g[0]);
+    if (n.needs_input_grad(0)) r[0] = sum_to(where(is_max ? lt(a, b) : gt(a, b), zero, gh), a.sizes());
+    if (n.needs_input_grad(1)) r[1] = sum_to(where(is_max ? gt(a, b) : lt(a, b), zero, gh), b.sizes());
     return r;
   });
   if (node) {
@@ -238,8 +256,8 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
     // gradient flows where lo <= x <= hi
     Tensor m = empty(x.sizes(), x.dtype(), x.device());
     launch_unary(UnaryOp::clamp, m, x, l, h);
-    Tensor pass = mask_of(BinaryOp::eq, m, x);
-    return Grads{mul(g[0], pass)};
+    // where, not mul: torch masks (a NaN or inf gradient at a clamped element gives 0, not NaN)
+    return Grads{where(eq(m, x), g[0], zeros({}, g[0].dtype(), g[0].device()))};
   });
   if (node) node->save(x);
   return out;
@@ -292,6 +310,7 @@ Tensor gt(const Tensor& a, double s) {
 }
 Tensor isfinite_all(const Tensor& x) {
   check_floating(x, "isfinite_all");
+  if (x.numel() == 0) return ones({}, DType::u8, x.device());  // nothing non-finite in an empty tensor
   Tensor m = empty(x.sizes(), x.dtype(), x.device());
   launch_unary(UnaryOp::isfinite, m, x.detach());
   NoGradGuard ng;

@@ -1,7 +1,12 @@
 // Reductions over dims. The input is permuted so reduced dims are last and made contiguous,
-// then reduced row by row by the backend.
+// then reduced row by row by the backend. NaN and empty dims follow PyTorch 1.13: sums and means
+// propagate NaN/inf; max/min pick the first NaN; a reduction over a 0-size dim gives 0 (sum) or NaN
+// (mean, var) and max/min over one is an error, as in torch. Gradients: max/min along a dim route
+// to the returned index; max/min over all elements split the gradient evenly among the tied
+// elements (all NaNs when the result is NaN), like torch's evenly_distribute_backward on the CPU.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "engine/ops/autocast.h"
@@ -54,7 +59,12 @@ std::pair<Tensor, Tensor> run_reduce(ReduceOp op, const Tensor& x, const ReduceP
   Tensor out = empty(p.out_shape, x.dtype(), x.device());
   Tensor idx = want_idx ? empty(p.out_shape, DType::i64, x.device()) : Tensor();
   if (out.numel() == 0) return {out, idx};
-  KILN_CHECK(p.cols > 0, name, ": cannot reduce over an empty dim of ", x.str());
+  if (p.cols == 0) {  // a 0-size reduced dim: torch's identities (sum 0, mean and var NaN)
+    KILN_CHECK(op != ReduceOp::max && op != ReduceOp::min, name, ": cannot reduce over a dim of size 0 of ",
+               x.str(), " (max and min have no identity)");
+    launch_fill(out, op == ReduceOp::sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+    return {out, idx};
+  }
   Tensor xp = contiguous(permute(x.detach(), p.perm));
   KILN_DISPATCH(x.device(), reduce_rows, op, x.dtype(), xp.data_ptr(), p.rows, p.cols, out.data_ptr(),
                 want_idx ? idx.data<int64_t>() : nullptr);
@@ -159,8 +169,41 @@ static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool is
 
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return max_min(x, dim, keepdim, true); }
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return max_min(x, dim, keepdim, false); }
-Tensor max(const Tensor& x) { return max_min(reshape(x, {-1}), 0, false, true).values; }
-Tensor min(const Tensor& x) { return max_min(reshape(x, {-1}), 0, false, false).values; }
+// Max/min over all elements. Backward as torch on the CPU: mask = (x == value), or isnan(x) when
+// the value is NaN; d/dx = where(mask, g / count(mask), 0).
+static Tensor max_min_all(const Tensor& x, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  check_defined(x, name, "input");
+  KILN_CHECK(x.numel() > 0, name, ": the ", name, " of an empty tensor ", x.str(), " is undefined (give a dim)");
+  Tensor v;
+  {
+    NoGradGuard ng;
+    v = max_min(reshape(x.detach(), {-1}), 0, false, is_max).values;  // shape ()
+  }
+  auto node = record_op(name, {x}, {v}, [](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor x = n.saved(0), v = n.saved(1);
+    auto mask01 = [](BinaryOp op, const Tensor& a, const Tensor& b) {  // 1/0 in a's dtype, broadcast
+      Shape s = broadcast_shapes(a.sizes(), b.sizes(), "max backward");
+      Tensor m = empty(s, a.dtype(), a.device());
+      launch_binary(op, m, a, b);
+      return m;
+    };
+    Tensor one = ones({}, x.dtype(), x.device());
+    Tensor x_nan = sub(one, mask01(BinaryOp::eq, x, x));  // 1 where x is NaN
+    Tensor v_nan = sub(one, mask01(BinaryOp::eq, v, v));  // 1 when the result is NaN
+    Tensor mask = add(mask01(BinaryOp::eq, x, v), mul(x_nan, v_nan));
+    Tensor share = div(g[0], sum_impl(mask, {}, false));  // g / number of tied elements
+    return std::vector<Tensor>{where(to_dtype(mask, DType::u8), share, zeros({}, g[0].dtype(), g[0].device()))};
+  });
+  if (node) {
+    node->save(x);
+    node->save(v);
+  }
+  return v;
+}
+
+Tensor max(const Tensor& x) { return max_min_all(x, true); }
+Tensor min(const Tensor& x) { return max_min_all(x, false); }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   NoGradGuard ng;
   return max_min(x, dim, keepdim, true).indices;

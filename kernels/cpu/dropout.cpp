@@ -1,8 +1,10 @@
-// Dropout kernels (see dropout.h). Chunks of 4 elements share one Philox call.
+// Dropout kernels (see dropout.h). Chunks of 4 elements share one Philox call. The per-element
+// rule (kernels/common/dropout_math.h) multiplies dropped elements by 0, so NaN propagates.
 #include "kernels/cpu/dropout.h"
 
 #include "engine/core/error.h"
 #include "engine/core/philox.h"
+#include "kernels/common/dropout_math.h"
 
 namespace kiln::cpu {
 
@@ -28,7 +30,7 @@ void dropout_forward(int64_t n, const T* x, double p, uint64_t seed, uint64_t of
       if (i >= n) break;
       const float u = (float)(r.v[k] >> 8) * (1.0f / 16777216.0f);  // == philox_uniform(seed, offset, i)
       const bool keep = u >= pf;
-      y[i] = keep ? x[i] * scale : T(0);
+      y[i] = dropout_apply(x[i], keep, scale);  // a dropped NaN stays NaN, as in torch
       if (mask) mask[i] = keep ? 1 : 0;
     }
   }
@@ -40,7 +42,7 @@ void dropout_backward(int64_t n, const T* dy, const uint8_t* mask, double p, T* 
   KILN_CHECK(mask != nullptr || n == 0, "dropout_backward: the forward's mask is required");
   const T scale = (T)keep_scale(p);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : T(0);
+  for (int64_t i = 0; i < n; ++i) dx[i] = dropout_apply(dy[i], mask[i] != 0, scale);
 }
 
 template void dropout_forward<float>(int64_t, const float*, double, uint64_t, uint64_t, float*, uint8_t*);

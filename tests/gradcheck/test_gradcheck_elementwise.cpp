@@ -49,6 +49,11 @@ TEST_CASE("gradcheck: unary ops") {
       {"tanh", [](auto& x) { return tanh(x[0]); }, -2, 2},
       {"clamp", [](auto& x) { return clamp(x[0], -0.5, 0.6); }, -1, 1},
       {"pow_scalar", [](auto& x) { return pow(x[0], 3.0); }, -1, 1},
+      {"pow_scalar 0.5 (sqrt)", [](auto& x) { return pow(x[0], 0.5); }, 0.2, 2},
+      {"pow_scalar -0.5 (rsqrt)", [](auto& x) { return pow(x[0], -0.5); }, 0.2, 2},
+      {"pow_scalar -1", [](auto& x) { return pow(x[0], -1.0); }, 0.2, 2},
+      {"pow_scalar -2", [](auto& x) { return pow(x[0], -2.0); }, 0.2, 2},
+      {"pow_scalar 1.5", [](auto& x) { return pow(x[0], 1.5); }, 0.2, 2},
       {"mul_scalar", [](auto& x) { return mul(add(x[0], 0.5), -2.5); }, -1, 1},
       {"rsub", [](auto& x) { return rsub(x[0], 2.0); }, -1, 1},
   };
@@ -78,7 +83,23 @@ TEST_CASE("gradcheck: reductions") {
     CHECK(gradcheck("var biased", [](auto& v) { return var(v[0], {0, 2}, false, true); }, {x}) <= 1e-6);
     CHECK(gradcheck("max", [](auto& v) { return max(v[0], 1).values; }, {x}) <= 1e-6);
     CHECK(gradcheck("min", [](auto& v) { return min(v[0], 2, true).values; }, {x}) <= 1e-6);
+    // over all elements (random values: no ties, so the gradient is one-hot and differentiable)
+    CHECK(gradcheck("max all", [](auto& v) { return max(v[0]); }, {x}) <= 1e-6);
+    CHECK(gradcheck("min all", [](auto& v) { return min(v[0]); }, {x}) <= 1e-6);
   }
+}
+
+TEST_CASE("gradcheck: pow with a tensor exponent at a = 0 (where torch masks the gradient)") {
+  // a holds exact zeros; with integer exponents 2 and 3 pow is differentiable there in both a and b
+  // (d/da = b * 0^(b-1) = 0, d/db = 0 since 0^b is flat for b > 0). The unmasked formula gives
+  // 0 * log(0) = NaN for d/db.
+  Tensor a = tensor_from<double>({0.0, 0.7, 0.0, 1.3, 0.0, 0.4}, {2, 3}).set_requires_grad(true);
+  Tensor b = tensor_from<double>({2.0, 3.0, 3.0, 2.0, 2.0, 3.0}, {2, 3}).set_requires_grad(true);
+  CHECK(gradcheck("pow at a = 0, integer b", [](auto& v) { return pow(v[0], v[1]); }, {a, b}) <= 1e-6);
+  // b = 0 (a constant): d/da is 0 everywhere, also at a = 0 where b * a^(b-1) would be 0 * inf.
+  Tensor a2 = tensor_from<double>({0.0, 0.5, 0.0, 2.0}, {4}).set_requires_grad(true);
+  Tensor b0 = zeros({4}, DType::f64);
+  CHECK(gradcheck("pow at a = 0, b = 0", [&](auto& v) { return pow(v[0], b0); }, {a2}) <= 1e-6);
 }
 
 TEST_CASE("gradcheck: views") {
