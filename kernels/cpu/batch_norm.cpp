@@ -1,6 +1,10 @@
 // Batch norm kernels (see batch_norm.h). Each channel c touches the N strided runs
 // x[n, c, 0:HW]; one OpenMP task per channel, sums in double (two passes for the variance, so
-// large means do not cancel digits).
+// large means do not cancel digits). Outputs are computed as (x - mean) * (gamma * invstd) + beta
+// with x - mean in double, never as x * scale + shift in T: with a channel mean large against its
+// std (mean 1e3, std 0.21) the f32 product x * scale carries an error of ulp(1e3 * 4.8) ~ 2e-4 that
+// the subtraction of shift cannot remove (tests/parity/test_parity_bn_precision.cpp). This is more
+// precise than PyTorch's CPU kernel (which uses the scale/shift form), deliberately.
 #include "kernels/cpu/batch_norm.h"
 
 #include <cmath>
@@ -65,13 +69,13 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
     if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
     if (running_var)
       running_var[c] = (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)M / (double)(M - 1));
-    // y = x * scale + shift
+    // y = (x - mean) * k + b in double, rounded once on store
     const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
-    const T scale = (T)(g * invstd), shift = (T)(b - mean * g * invstd);
+    const double k = g * invstd;
     for (int64_t n = 0; n < N; ++n) {
       const T* xp = x + (n * C + c) * HW;
       T* yp = y + (n * C + c) * HW;
-      for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * scale + shift;
+      for (int64_t i = 0; i < HW; ++i) yp[i] = (T)(((double)xp[i] - mean) * k + b);
     }
   }
 }
@@ -86,10 +90,10 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
     for (int64_t c = 0; c < C; ++c) {
       const double invstd = 1.0 / std::sqrt((double)running_var[c] + eps);
       const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
-      const T scale = (T)(g * invstd), shift = (T)(b - (double)running_mean[c] * g * invstd);
+      const double k = g * invstd, mean = (double)running_mean[c];
       const T* xp = x + (n * C + c) * HW;
       T* yp = y + (n * C + c) * HW;
-      for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * scale + shift;
+      for (int64_t i = 0; i < HW; ++i) yp[i] = (T)(((double)xp[i] - mean) * k + b);
     }
 }
 
@@ -108,16 +112,16 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, co
     if (dx) {
       // dx = k * (dy - mean_dy - (x - mean) * proj), k = gamma * invstd,
       // proj = sum(dy * (x - mean)) * invstd^2 / M
-      const double g = gamma ? (double)gamma[c] : 1.0;
-      const T k = (T)(g * invstd);
-      const T mean_dy = (T)(sum_dy / (double)M);
-      const T proj = (T)(sum_dy_xmu * invstd * invstd / (double)M);
-      const T mu = (T)mean;
+      // (x - mean) in double, as in the forward
+      const double k = (gamma ? (double)gamma[c] : 1.0) * invstd;
+      const double mean_dy = sum_dy / (double)M;
+      const double proj = sum_dy_xmu * invstd * invstd / (double)M;
       for (int64_t n = 0; n < N; ++n) {
         const T* g_ = dy + (n * C + c) * HW;
         const T* xp = x + (n * C + c) * HW;
         T* o = dx + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) o[i] = k * (g_[i] - mean_dy - (xp[i] - mu) * proj);
+        for (int64_t i = 0; i < HW; ++i)
+          o[i] = (T)(k * ((double)g_[i] - mean_dy - ((double)xp[i] - mean) * proj));
       }
     }
   }

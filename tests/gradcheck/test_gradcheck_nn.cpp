@@ -53,6 +53,15 @@ TEST_CASE("gradcheck: batch_norm in training and eval mode") {
   CHECK(gradcheck("batch_norm 2d no affine", [](auto& v) {
     return batch_norm(v[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
   }, {x2}) <= 1e-6);
+  // A channel mean large against its std (mean 1e3, std 0.2): the (x - mean) form of the backward.
+  Tensor x3;
+  {
+    NoGradGuard ng;
+    x3 = add(mul(randn({4, 3, 3, 2}, DType::f64), 0.2), 1000.0).set_requires_grad(true);
+  }
+  CHECK(gradcheck("batch_norm train, mean 1e3 std 0.2", [](auto& v) {
+    return batch_norm(v[0], v[1], v[2], Tensor(), Tensor(), true);
+  }, {x3, w, b}, 1e-6, 1e-5) <= 1e-5);
 }
 
 TEST_CASE("gradcheck: softmax, log_softmax and losses") {
