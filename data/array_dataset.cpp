@@ -31,6 +31,26 @@ void ArrayDataset::truncate(int64_t count) {
 
 namespace {
 
+// A set with no samples, or samples of no elements, is an error naming the file.
+void check_not_empty(const ArrayDataset& d, const std::string& images_file) {
+  KILN_CHECK(d.n > 0, "data: ", images_file, ": holds no samples (N = 0)");
+  KILN_CHECK(d.sample_numel() > 0, "data: ", images_file, ": samples have no elements (", d.channels, " x ",
+             d.height, " x ", d.width, ")");
+}
+
+// f32 images as stored: the first NaN or inf is an error naming the sample and its element.
+void check_finite(const ArrayDataset& d, const std::string& images_file) {
+  const int64_t per = d.sample_numel();
+  for (size_t i = 0; i < d.images.size(); ++i) {
+    const float v = d.images[i];
+    if (std::isfinite(v)) continue;
+    const int64_t s = (int64_t)i / per, e = (int64_t)i % per, hw = d.height * d.width;
+    throw Error(str_cat("data: ", images_file, ": sample ", s, " holds a non-finite value (", v, ") at (c, h, w) = (",
+                        e / hw, ", ", (e % hw) / d.width, ", ", e % d.width, "), flat index ", i,
+                        "; fix or drop that sample"));
+  }
+}
+
 bool is_dir(const std::string& p) {
   std::error_code ec;
   return fs::is_directory(p, ec);
@@ -53,10 +73,12 @@ ArrayDataset read_idx_pair(const std::string& images_path, const std::string& la
              " has ", lab.shape[0], " labels");
   ArrayDataset d;
   d.source = "idx:" + images_path + " (" + tag + ")";
+  d.labels_file = labels_path;
   d.n = img.shape[0];
   d.height = img.shape[1];
   d.width = img.shape[2];
   d.channels = img.shape.size() == 4 ? img.shape[3] : 1;
+  check_not_empty(d, images_path);
   d.images.resize((size_t)(d.n * d.sample_numel()));
   const uint8_t* src = img.data<uint8_t>();
   const int64_t hw = d.height * d.width, c = d.channels;
@@ -98,17 +120,21 @@ ArrayDataset read_npy_folder(const std::string& folder) {
              " labels");
   ArrayDataset d;
   d.source = "npy:" + folder;
+  d.labels_file = yp;
   d.n = x.shape[0];
   if (x.dtype == DType::f32) {
     d.channels = x.shape[1];
     d.height = x.shape[2];
     d.width = x.shape[3];
+    check_not_empty(d, xp);
     d.images.resize((size_t)x.numel());
-    if (!d.images.empty()) std::memcpy(d.images.data(), x.bytes.data(), x.bytes.size());
+    std::memcpy(d.images.data(), x.bytes.data(), x.bytes.size());
+    check_finite(d, xp);
   } else if (x.dtype == DType::u8) {
     d.height = x.shape[1];
     d.width = x.shape[2];
     d.channels = x.shape[3];
+    check_not_empty(d, xp);
     d.images.resize((size_t)x.numel());
     const uint8_t* s = x.data<uint8_t>();
     const int64_t hw = d.height * d.width, c = d.channels;
@@ -127,9 +153,7 @@ ArrayDataset read_npy_folder(const std::string& folder) {
   } else {
     throw Error(str_cat("data: ", yp, ": expected i64 labels, got ", dtype_name(y.dtype)));
   }
-  for (int64_t i = 0; i < d.n; ++i)
-    KILN_CHECK(d.labels[(size_t)i] >= 0, "data: ", yp, ": label ", d.labels[(size_t)i], " at index ", i,
-               " is negative");
+  check_labels(d, 0);
   return d;
 }
 
@@ -178,7 +202,17 @@ std::string detect_data_format(const std::string& path) {
                       "train-images-idx3-ubyte[.gz] + train-labels-idx1-ubyte[.gz], or x.npy + y.npy)"));
 }
 
-DataSplits load_training_data(const std::string& path, const std::string& val_path, int64_t limit) {
+void check_labels(const ArrayDataset& d, int64_t num_classes) {
+  for (size_t i = 0; i < d.labels.size(); ++i) {
+    const int64_t l = d.labels[i];
+    KILN_CHECK(l >= 0, "data: ", d.labels_file, ": label ", l, " at index ", i, " is negative");
+    KILN_CHECK(num_classes <= 0 || l < num_classes, "data: ", d.labels_file, ": label ", l, " at index ", i,
+               " is out of range for ", num_classes, " classes (labels must be 0..", num_classes - 1, ")");
+  }
+}
+
+DataSplits load_training_data(const std::string& path, const std::string& val_path, int64_t limit,
+                              int64_t num_classes) {
   DataSplits s;
   s.format = detect_data_format(path);
   if (s.format == "idx") {
@@ -208,16 +242,24 @@ DataSplits load_training_data(const std::string& path, const std::string& val_pa
                s.val->width, ") but training images are (", s.train.channels, ", ", s.train.height, ", ",
                s.train.width, ")");
   }
+  check_labels(s.train, num_classes);  // the whole file, before --limit: a bad label is a bad file
+  if (s.val) check_labels(*s.val, num_classes);
   if (limit >= 0) s.train.truncate(limit);
-  KILN_CHECK(s.train.n > 0, "data: ", path, ": no training samples");
+  KILN_CHECK(s.train.n > 0, "data: ", path, ": no training samples", limit == 0 ? " (--limit 0)" : "");
   return s;
 }
 
-ArrayDataset load_inference_data(const std::string& path) {
+ArrayDataset load_inference_data(const std::string& path, int64_t num_classes) {
   const std::string fmt = detect_data_format(path);
-  if (fmt == "npy") return read_npy_folder(path);
-  IdxFolder f = read_idx_folder(path, false, true);
-  return f.test ? std::move(*f.test) : std::move(f.train_or_first);
+  ArrayDataset d;
+  if (fmt == "npy") {
+    d = read_npy_folder(path);
+  } else {
+    IdxFolder f = read_idx_folder(path, false, true);
+    d = f.test ? std::move(*f.test) : std::move(f.train_or_first);
+  }
+  check_labels(d, num_classes);
+  return d;
 }
 
 Batch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices, int64_t begin, int64_t end,

@@ -9,6 +9,9 @@
 // Batches are gathered by index into fresh tensors tagged MemoryTag::data. Shuffling is a
 // Philox-driven Fisher-Yates permutation that depends only on (seed, epoch), so a resumed run
 // sees the same order as an uninterrupted one. Must not know about models or training.
+// Every set is checked when loaded, with one error naming the file and the first bad index: no
+// samples, a non-finite value in f32 images (NaN would train "fine" into a NaN model), a negative
+// label, and (when the number of classes is known) a label >= num_classes.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -21,6 +24,7 @@ namespace kiln {
 
 struct ArrayDataset {
   std::string source;  // "idx:/path (train)", "npy:/path" — for messages and the run ledger
+  std::string labels_file;  // the file the labels came from (y.npy or the IDX labels), for errors
   int64_t n = 0, channels = 0, height = 0, width = 0;
   std::vector<float> images;    // n * channels * height * width, NCHW, C order
   std::vector<int64_t> labels;  // n, each >= 0
@@ -44,11 +48,18 @@ std::string detect_data_format(const std::string& path);
 
 // Training data from `path`, plus validation data: from `val_path` when not empty, else the t10k
 // files of an IDX folder, else none. `limit` >= 0 keeps only the first `limit` training samples.
-DataSplits load_training_data(const std::string& path, const std::string& val_path = "", int64_t limit = -1);
+// num_classes > 0: every label (training and validation) must be < num_classes (check_labels).
+DataSplits load_training_data(const std::string& path, const std::string& val_path = "", int64_t limit = -1,
+                              int64_t num_classes = 0);
 
 // Data to run inference on: the t10k split of an IDX folder (its train split when it has no t10k
 // files), normalized with the folder's training statistics; or x.npy / y.npy of an npy folder.
-ArrayDataset load_inference_data(const std::string& path);
+// num_classes > 0: labels are checked against it (check_labels).
+ArrayDataset load_inference_data(const std::string& path, int64_t num_classes = 0);
+
+// Throws kiln::Error naming d.labels_file and the first index whose label is negative or, when
+// num_classes > 0, >= num_classes. For callers that learn the class count after loading.
+void check_labels(const ArrayDataset& d, int64_t num_classes);
 
 // x: (B, C, H, W) f32 and y: (B) i64 on `device`, samples data.images[indices[begin..end)].
 struct Batch {

@@ -1,5 +1,9 @@
 // batch_norm over x (N, C, *): statistics per channel. Training mode normalizes with batch
 // statistics and updates the running stats in place; eval mode uses the running stats.
+// Deliberate difference from PyTorch: the CPU kernels normalize as (x - mean) * invstd with x - mean
+// in double (kernels/cpu/batch_norm.cpp), not torch's x * scale + shift, so a channel whose mean is
+// large against its std keeps its digits (f32 error 1e-7 where torch's is 1e-6 .. 1e-2). NaN in a
+// channel makes that channel's output and running statistics NaN, as in torch.
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/batch_norm.h"
 
