@@ -550,9 +550,11 @@ bool Decoder::parse_sof2(const uint8_t* b, int len) {
   if (sc.nz.size() < n_nz) sc.nz.resize(n_nz);
   if (sc.ac.size() < n_ac) sc.ac.resize(n_ac);
   // Zeroed per image: a coefficient no scan codes is zero.
-  std::memset(sc.dc.data(), 0, n_dc * sizeof(int16_t));
-  std::memset(sc.nz.data(), 0, n_nz * sizeof(uint64_t));
-  std::memset(sc.ac.data(), 0, n_ac * sizeof(int16_t));
+  // (An empty vector's data() may be null, which memset must not get even for 0 bytes: at 1/8 scale
+  // no component keeps AC coefficients, so nz and ac stay empty.)
+  if (n_dc) std::memset(sc.dc.data(), 0, n_dc * sizeof(int16_t));
+  if (n_nz) std::memset(sc.nz.data(), 0, n_nz * sizeof(uint64_t));
+  if (n_ac) std::memset(sc.ac.data(), 0, n_ac * sizeof(int16_t));
   size_t o_dc = 0, o_ac = 0, o_nz = 0;
   for (int i = 0; i < ncomp_; ++i) {
     Component& c = comp_[i];
