@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "data/dataset.h"
 #include "data/decode.h"
 #include "data/jpeg_encode.h"
 #include "data/jpeg_progressive.h"
@@ -13,6 +14,23 @@
 
 using namespace kiln;
 using namespace kiln_test;
+
+// fuzz_csv, timeout: an integer label of 19999999990 made csv_dataset build that many class names
+// (minutes of work and ~600 GiB). Labels are class indices; at most 1000000 classes.
+TEST_CASE("fuzz regression: a huge integer CSV label is one error, not billions of classes") {
+  TempDir d;
+  const std::string found(".p\0.,1999999999o\n\xff.,19999999990,1j", 34);  // the fuzzer's input
+  write_bytes(d / "found.csv", found);
+  CHECK_THROWS_WITH_AS(csv_dataset(d / "found.csv"), doctest::Contains("label 19999999990 is too large"), Error);
+  write_bytes(d / "big.csv", "a.jpg,0\nb.jpg,9223372036854775807\n");
+  CHECK_THROWS_WITH_AS(csv_dataset(d / "big.csv"), doctest::Contains("big.csv:2: label 9223372036854775807"), Error);
+  write_bytes(d / "edge.csv", "a.jpg,999999\n");  // the largest label kept
+  ImageDataset ds = csv_dataset(d / "edge.csv");
+  CHECK(ds.classes.size() == 1000000);
+  CHECK(ds.samples.at(0).label == 999999);
+  write_bytes(d / "over.csv", "a.jpg,1000000\n");
+  CHECK_THROWS_AS(csv_dataset(d / "over.csv"), Error);
+}
 
 // fuzz_jpeg_progressive, on its first seed: at 1/8 scale no component keeps AC coefficients, and the
 // decoder cleared its empty coefficient buffers with memset(nullptr, 0, 0), undefined behaviour that
