@@ -48,13 +48,15 @@ bool build_table(HuffTable& t, const uint8_t counts[16], const uint8_t* vals, in
   for (int l = 1; l <= 16; ++l) {
     t.valoff[l] = p - (int32_t)code;
     const int cnt = counts[l - 1];
+    // libjpeg's rule (the codes of length l must stay below the all-ones code), checked before the
+    // codes are entered: an over-full length would index fast[] past its end.
+    if (code + (uint32_t)cnt >= (1u << l)) return false;
     for (int i = 0; i < cnt; ++i, ++p, ++code)
       if (l <= kFastBits) {
         const uint32_t first = code << (kFastBits - l), span = 1u << (kFastBits - l);
         for (uint32_t j = 0; j < span; ++j) t.fast[first + j] = (uint16_t)((l << 8) | vals[p]);
       }
     t.maxcode[l] = cnt ? (int32_t)code - 1 : -1;
-    if (code >= (1u << l)) return false;
     code <<= 1;
   }
   std::memset(t.fast_ac, 0, sizeof t.fast_ac);

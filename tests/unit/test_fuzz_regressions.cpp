@@ -48,3 +48,31 @@ TEST_CASE("fuzz regression: the progressive decoder at 1/8 scale with empty AC b
     CHECK(out.px.size() == (size_t)6 * channels);
   }
 }
+
+// fuzz_jpeg and fuzz_jpeg_progressive, out-of-bounds write: a DHT segment whose code lengths
+// over-fill a length (here five 4-bit AC codes after 0, 10, 110) made build_table write the fast
+// lookup table past its 512 entries before it checked the lengths. The fuzzer's input, minimized
+// (153 bytes): a progressive gray frame, a valid DC table and the over-full AC table.
+TEST_CASE("fuzz regression: an over-full Huffman table is handed back to TurboJPEG, which rejects it") {
+  static const char kFound[] =
+    "\xff\xd8\xff\xdb\x00\x43\x00\xff\xff\xff\xff\x7e\xff\xff\xff\x07"
+    "\x07\x09\x09\x08\x0a\x0c\x14\x0d\x0c\x0b\x0b\x0c\x19\x12\x13\x0f"
+    "\x14\x1d\x1a\x1f\x1e\xff\xff\xff\xff\xff\xff\xff\x69\x20\x22\x2c"
+    "\x23\x1c\x1c\x28\x37\x29\x2c\x30\x31\x34\x34\x34\x1f\x27\x39\x3d"
+    "\x38\x32\x3c\x2e\x33\x34\x32\xff\xc2\x00\x0b\x08\x00\x10\x00\x11"
+    "\x01\x01\x11\x00\xff\xc4\x00\x16\x00\x01\x01\x01\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05\x06\x04\xff\xda\x00\x08"
+    "\x01\x01\x00\x00\x00\x01\x00\x00\x00\x10\xcb\xff\xc4\x00\x1c\x10"
+    "\x01\x01\x01\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01"
+    "\x11\x21\x00\x10\x3c\x9b\x7f\xff\xd9";
+  const auto* data = reinterpret_cast<const uint8_t*>(kFound);
+  const size_t n = sizeof kFound - 1;
+  for (int denom : {4, 8})
+    for (int channels : {1, 3}) {
+      Image out;
+      CHECK_FALSE(decode_jpeg_progressive_scaled(data, n, denom, channels, &out));
+    }
+  DecodeOptions opt;
+  opt.min_w = opt.min_h = 1;  // 1/8 scale: the progressive fast path first
+  CHECK_THROWS_AS(decode_image_bytes(data, n, "found.jpg", opt), DecodeError);
+}
