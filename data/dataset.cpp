@@ -140,6 +140,8 @@ static bool parse_int(const std::string& s, int64_t* v) {
   return true;
 }
 
+static constexpr int64_t kMaxCsvClasses = 1000000;
+
 ImageDataset csv_dataset(const std::string& csv_path) {
   std::ifstream in(csv_path);
   KILN_CHECK(in.good(), "csv data set ", csv_path, ": cannot open");
@@ -185,6 +187,9 @@ ImageDataset csv_dataset(const std::string& csv_path) {
     if (numeric) {
       parse_int(r.label, &s.label);
       KILN_CHECK(s.label >= 0, "csv data set ", csv_path, ":", r.line, ": negative label ", s.label);
+      // Integer labels name classes 0..max: a huge one would make that many classes.
+      KILN_CHECK(s.label < kMaxCsvClasses, "csv data set ", csv_path, ":", r.line, ": label ", s.label,
+                 " is too large (integer labels are class indices, at most ", kMaxCsvClasses - 1, ")");
       max_label = std::max(max_label, s.label);
     } else {
       s.label = names[r.label];

@@ -40,8 +40,8 @@ struct DatasetSplits {
 bool has_split_folders(const std::string& root);
 DatasetSplits image_folder_splits(const std::string& root);
 
-// CSV "path,label" lines. Labels are all integers (classes "0".."max") or all class names (sorted
-// into indices). The first line is a header, and skipped, when its first field is path, file,
+// CSV "path,label" lines. Labels are all integers (classes "0".."max", max below 1000000) or all
+// class names (sorted into indices). The first line is a header, and skipped, when its first field is path, file,
 // filename or image (any case), or when its label is not an integer while every other label is.
 // Relative paths resolve against the CSV's folder; quoted fields ("a,b.jpg") are supported; blank
 // lines are skipped. Errors name the file and line.

@@ -48,13 +48,15 @@ bool build_table(HuffTable& t, const uint8_t counts[16], const uint8_t* vals, in
   for (int l = 1; l <= 16; ++l) {
     t.valoff[l] = p - (int32_t)code;
     const int cnt = counts[l - 1];
+    // libjpeg's rule (the codes of length l must stay below the all-ones code), checked before the
+    // codes are entered: an over-full length would index fast[] past its end.
+    if (code + (uint32_t)cnt >= (1u << l)) return false;
     for (int i = 0; i < cnt; ++i, ++p, ++code)
       if (l <= kFastBits) {
         const uint32_t first = code << (kFastBits - l), span = 1u << (kFastBits - l);
         for (uint32_t j = 0; j < span; ++j) t.fast[first + j] = (uint16_t)((l << 8) | vals[p]);
       }
     t.maxcode[l] = cnt ? (int32_t)code - 1 : -1;
-    if (code >= (1u << l)) return false;
     code <<= 1;
   }
   std::memset(t.fast_ac, 0, sizeof t.fast_ac);
@@ -550,9 +552,11 @@ bool Decoder::parse_sof2(const uint8_t* b, int len) {
   if (sc.nz.size() < n_nz) sc.nz.resize(n_nz);
   if (sc.ac.size() < n_ac) sc.ac.resize(n_ac);
   // Zeroed per image: a coefficient no scan codes is zero.
-  std::memset(sc.dc.data(), 0, n_dc * sizeof(int16_t));
-  std::memset(sc.nz.data(), 0, n_nz * sizeof(uint64_t));
-  std::memset(sc.ac.data(), 0, n_ac * sizeof(int16_t));
+  // (An empty vector's data() may be null, which memset must not get even for 0 bytes: at 1/8 scale
+  // no component keeps AC coefficients, so nz and ac stay empty.)
+  if (n_dc) std::memset(sc.dc.data(), 0, n_dc * sizeof(int16_t));
+  if (n_nz) std::memset(sc.nz.data(), 0, n_nz * sizeof(uint64_t));
+  if (n_ac) std::memset(sc.ac.data(), 0, n_ac * sizeof(int16_t));
   size_t o_dc = 0, o_ac = 0, o_nz = 0;
   for (int i = 0; i < ncomp_; ++i) {
     Component& c = comp_[i];

@@ -16,8 +16,9 @@ esac
 packages=(build-essential cmake pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev doctest-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil
           dataset-fashion-mnist)
-# chromium renders the HTML memory report in its test
-[ $for_tests -eq 1 ] && packages+=(chromium)
+# chromium renders the HTML memory report in its test; clang builds the sanitizer run and the
+# libFuzzer targets (libclang-rt: the sanitizer and fuzzer runtimes, libomp: clang's OpenMP)
+[ $for_tests -eq 1 ] && packages+=(chromium clang clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

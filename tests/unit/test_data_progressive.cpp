@@ -239,7 +239,9 @@ TEST_CASE("progressive decoder: hands back the files it does not handle, and dec
   unrefined.script = {{3, {0, 1, 2}, 0, 0, 0, 0}, {1, {0}, 1, 63, 0, 1}, {1, {1}, 1, 63, 0, 1}, {1, {2}, 1, 63, 0, 1}};
   const std::pair<const char*, EncodeSpec> cases[] = {
       {"4:4:0", s440}, {"baseline", baseline}, {"Adobe RGB", rgb}, {"unrefined", unrefined}};
-  for (auto& [name, spec] : cases) {
+  for (const auto& named : cases) {
+    const char* name = named.first;  // not a structured binding: clang's C++17 cannot capture one (CAPTURE)
+    const EncodeSpec& spec = named.second;
     CAPTURE(name);
     const std::string b = encode(im, spec);
     Image k;

@@ -1,0 +1,95 @@
+// Regression tests for what the libFuzzer targets (tests/fuzz/) found: each case holds the
+// minimized input (as bytes or as the code that makes it) and checks that kiln now answers with
+// one kiln::Error, or decodes cleanly, instead of hanging or hitting undefined behaviour.
+// Must stay fast and self-contained (it runs under ASan + UBSan with the unit label).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "data/dataset.h"
+#include "data/decode.h"
+#include "data/jpeg_encode.h"
+#include "data/jpeg_progressive.h"
+#include "test_data_support.h"
+
+using namespace kiln;
+using namespace kiln_test;
+
+// fuzz_csv, timeout: an integer label of 19999999990 made csv_dataset build that many class names
+// (minutes of work and ~600 GiB). Labels are class indices; at most 1000000 classes.
+TEST_CASE("fuzz regression: a huge integer CSV label is one error, not billions of classes") {
+  TempDir d;
+  const std::string found(".p\0.,1999999999o\n\xff.,19999999990,1j", 34);  // the fuzzer's input
+  write_bytes(d / "found.csv", found);
+  CHECK_THROWS_WITH_AS(csv_dataset(d / "found.csv"), doctest::Contains("label 19999999990 is too large"), Error);
+  write_bytes(d / "big.csv", "a.jpg,0\nb.jpg,9223372036854775807\n");
+  CHECK_THROWS_WITH_AS(csv_dataset(d / "big.csv"), doctest::Contains("big.csv:2: label 9223372036854775807"), Error);
+  write_bytes(d / "edge.csv", "a.jpg,999999\n");  // the largest label kept
+  ImageDataset ds = csv_dataset(d / "edge.csv");
+  CHECK(ds.classes.size() == 1000000);
+  CHECK(ds.samples.at(0).label == 999999);
+  write_bytes(d / "over.csv", "a.jpg,1000000\n");
+  CHECK_THROWS_AS(csv_dataset(d / "over.csv"), Error);
+}
+
+// fuzz_jpeg_progressive, on its first seed: at 1/8 scale no component keeps AC coefficients, and the
+// decoder cleared its empty coefficient buffers with memset(nullptr, 0, 0), undefined behaviour that
+// clang's UBSan reports (gcc's did not). Any progressive file at 1/8 shows it.
+TEST_CASE("fuzz regression: the progressive decoder at 1/8 scale with empty AC buffers") {
+  for (int channels : {1, 3}) {
+    CAPTURE(channels);
+    Image im = synth_photo(17, 16, 3);
+    if (channels == 1) rgb_to_gray_inplace(im);
+    const std::string b = encode_jpeg(im, 90, true);
+    Image out;
+    REQUIRE(decode_jpeg_progressive_scaled(reinterpret_cast<const uint8_t*>(b.data()), b.size(), 8, channels, &out));
+    CHECK(out.w == 3);
+    CHECK(out.h == 2);
+    CHECK(out.px.size() == (size_t)6 * channels);
+  }
+}
+
+// fuzz_jpeg and fuzz_jpeg_progressive, out-of-bounds write: a DHT segment whose code lengths
+// over-fill a length (here five 4-bit AC codes after 0, 10, 110) made build_table write the fast
+// lookup table past its 512 entries before it checked the lengths. The fuzzer's input, minimized
+// (153 bytes): a progressive gray frame, a valid DC table and the over-full AC table.
+TEST_CASE("fuzz regression: an over-full Huffman table is handed back to TurboJPEG, which rejects it") {
+  static const char kFound[] =
+    "\xff\xd8\xff\xdb\x00\x43\x00\xff\xff\xff\xff\x7e\xff\xff\xff\x07"
+    "\x07\x09\x09\x08\x0a\x0c\x14\x0d\x0c\x0b\x0b\x0c\x19\x12\x13\x0f"
+    "\x14\x1d\x1a\x1f\x1e\xff\xff\xff\xff\xff\xff\xff\x69\x20\x22\x2c"
+    "\x23\x1c\x1c\x28\x37\x29\x2c\x30\x31\x34\x34\x34\x1f\x27\x39\x3d"
+    "\x38\x32\x3c\x2e\x33\x34\x32\xff\xc2\x00\x0b\x08\x00\x10\x00\x11"
+    "\x01\x01\x11\x00\xff\xc4\x00\x16\x00\x01\x01\x01\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05\x06\x04\xff\xda\x00\x08"
+    "\x01\x01\x00\x00\x00\x01\x00\x00\x00\x10\xcb\xff\xc4\x00\x1c\x10"
+    "\x01\x01\x01\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01"
+    "\x11\x21\x00\x10\x3c\x9b\x7f\xff\xd9";
+  const auto* data = reinterpret_cast<const uint8_t*>(kFound);
+  const size_t n = sizeof kFound - 1;
+  for (int denom : {4, 8})
+    for (int channels : {1, 3}) {
+      Image out;
+      CHECK_FALSE(decode_jpeg_progressive_scaled(data, n, denom, channels, &out));
+    }
+  DecodeOptions opt;
+  opt.min_w = opt.min_h = 1;  // 1/8 scale: the progressive fast path first
+  CHECK_THROWS_AS(decode_image_bytes(data, n, "found.jpg", opt), DecodeError);
+}
+
+// fuzz_image, undefined behaviour inside stb_image: a PNG with an empty IDAT chunk made stb_image
+// memcpy 0 bytes from a null pointer (UBSan's nonnull-attribute check, now off for decode_stb.cpp
+// only; ASan still watches that file). The fuzzer's input (87 bytes).
+TEST_CASE("fuzz regression: a PNG with an empty IDAT chunk is one DecodeError, clean under the sanitizers") {
+  static const char kFound[] =
+    "\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52"
+    "\x00\x00\x00\x06\x00\x00\x00\x03\x08\x00\x00\x00\x00\x95\x6a\x21"
+    "\x27\x00\x00\x00\x00\x49\x44\x41\x54\x78\x9c\x63\xff\xff\x60\x30"
+    "\x00\x00\x4f\x28\x09\xc3\xba\x5f\x73\x0c\x98\xd4\xde\xb0\x58\xfc"
+    "\x9f\x0c\xa2\x3c\x41\x46\xbc\x65\x68\x83\xbb\x8b\x99\xb7\x00\x49"
+    "\x45\x4e\x44\xae\x42\x60\x82";
+  const auto* data = reinterpret_cast<const uint8_t*>(kFound);
+  const size_t n = sizeof kFound - 1;
+  // stb_image stops at the chunk after the empty IDAT: one DecodeError naming the file.
+  CHECK_THROWS_WITH_AS(decode_image_bytes(data, n, "found.png"), doctest::Contains("found.png"), DecodeError);
+}
