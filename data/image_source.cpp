@@ -1,4 +1,4 @@
-// ImageSource: ImageLoader batches as training tensors (see image_data_source.h).
+// ImageSource: ImageLoader batches as training tensors (see image_source.h).
 #include "data/image_source.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // The data of a `kiln train` / `kiln predict` run behind one interface, whatever --data names:
 // an IDX or .npy folder (in memory, data/array_dataset.h) or an image folder / CSV list (decoded
-// per epoch by the threaded ImageLoader, image_data_source.h). The training loop asks a
+// per epoch by the threaded ImageLoader, data/image_source.h). The training loop asks a
 // DataSource for an epoch's batches on the training device and never learns which it is.
 // Must not know about models or optimizers.
 #pragma once
