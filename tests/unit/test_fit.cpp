@@ -28,7 +28,7 @@ std::unique_ptr<DataSource> ten_samples() {
 
 }  // namespace
 
-TEST_CASE("fit: drop_last drops the short last batch; without it every sample is used") {
+TEST_CASE("fit: drop_last drops the short last batch, without it every sample is used") {
   CHECK(train::steps_per_epoch(10, 4, false) == 3);
   CHECK(train::steps_per_epoch(10, 4, true) == 2);
   CHECK(train::steps_per_epoch(8, 4, true) == 2);
