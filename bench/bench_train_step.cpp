@@ -7,7 +7,8 @@
 //                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
 // --amp is kiln train's: f16 autocast around forward + loss, LossScaler around backward and step.
 // --kernels picks cuBLAS/cuDNN or kiln's Tensor Core kernels on CUDA; --channels-last feeds the
-// model an NHWC input. Each step ends with loss.item(), so GPU steps are timed to completion.
+// model an NHWC input. Each step is train::train_step (the trainer's) and ends with a read of the
+// last parameter, so GPU steps are timed to completion.
 // The peer is bench/peers/train_step_torch.py run with /usr/bin/python3, same threads and shapes
 // (CPU f32 only; tools/gpu-check runs PyTorch's GPU rows itself).
 #include <cstdio>
@@ -25,9 +26,9 @@
 #include "engine/optim/sgd.h"
 #include "kernels/cpu/threads.h"
 #include "models/registry.h"
-#include "tools/lib/amp_training.h"
-#include "tools/lib/kernel_option.h"
-#include "tools/lib/memory_peak.h"
+#include "engine/train/train_step.h"
+#include "engine/train/kernel_option.h"
+#include "engine/train/memory_peak.h"
 
 using namespace kiln;
 
@@ -55,9 +56,11 @@ std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warm
   o.lr = 0.01;
   o.momentum = 0.9;
   optim::SGD opt(model->named_parameters(), o);
-  TrainConfig tc;
-  tc.amp = mode.amp;
-  AmpTraining amp(tc, d);
+  optim::LossScalerOptions so;
+  so.enabled = mode.amp;
+  optim::LossScaler scaler(so, d);
+  train::StepOptions step;
+  step.autocast = mode.amp;
   Tensor x = to_device(randn({s.batch, 3, s.size, s.size}), d);
   if (mode.channels_last) x = contiguous(x, MemoryFormat::channels_last);
   std::vector<int64_t> yv((size_t)s.batch);
@@ -67,15 +70,8 @@ std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warm
   reset_peak_memory(d);
   for (int i = 0; i < warmup + steps; ++i) {
     auto t = std::chrono::steady_clock::now();
-    opt.zero_grad();
-    Tensor loss;
-    {
-      auto autocast = amp.region();
-      loss = cross_entropy((*model)(x), y);
-    }
-    amp.backward(loss);
-    amp.step(model->parameters(), [&opt] { opt.step(); });
-    (void)loss.item();  // waits for the step's kernels
+    train::train_step(*model, opt, scaler, Batch{x, y}, step);
+    (void)sum(model->parameters().back()).item();  // waits for the step's kernels
     const double e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
     if (i >= warmup) ms.push_back(e);
   }

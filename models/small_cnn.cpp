@@ -21,14 +21,11 @@ SmallCNN::SmallCNN(int64_t num_classes, int64_t in_channels, int64_t image_size,
   fc2 = register_module("fc2", std::make_shared<Linear>(128, num_classes));
 }
 
+// The forward is its stages run in order (one definition: recompute segments split the same code).
 Tensor SmallCNN::forward(const Tensor& x) {
-  KILN_CHECK(x.dim() == 4 && x.size(1) == in_channels_ && x.size(2) == image_size_ && x.size(3) == image_size_,
-             "small_cnn: expected input (N, ", in_channels_, ", ", image_size_, ", ", image_size_, "), got ", x.str());
-  Tensor y = max_pool2d(relu((*bn1)((*conv1)(x))), {2, 2});  // (N, 32, S/2, S/2)
-  y = max_pool2d(relu((*bn2)((*conv2)(y))), {2, 2});         // (N, 64, S/4, S/4)
-  y = flatten(y, 1);                                          // (N, 64*(S/4)^2)
-  y = (*dropout)(relu((*fc1)(y)));                            // (N, 128)
-  return (*fc2)(y);                                           // (N, K)
+  Tensor y = x;
+  for (const Stage& st : stages()) y = st.fn(y);
+  return y;
 }
 
 std::vector<Stage> SmallCNN::stages() {
@@ -38,11 +35,15 @@ std::vector<Stage> SmallCNN::stages() {
                              x.size(3) == image_size_,
                          "small_cnn: expected input (N, ", in_channels_, ", ", image_size_, ", ", image_size_,
                          "), got ", x.str());
-              return max_pool2d(relu((*bn1)((*conv1)(x))), {2, 2});
+              return max_pool2d(relu((*bn1)((*conv1)(x))), {2, 2});  // (N, 32, S/2, S/2)
             }},
-      Stage{"block2", {conv2, bn2}, [this](const Tensor& y) { return max_pool2d(relu((*bn2)((*conv2)(y))), {2, 2}); }},
-      Stage{"fc1", {fc1, dropout}, [this](const Tensor& y) { return (*dropout)(relu((*fc1)(flatten(y, 1)))); }},
-      Stage{"fc2", {fc2}, [this](const Tensor& y) { return (*fc2)(y); }},
+      Stage{"block2", {conv2, bn2}, [this](const Tensor& y) {
+              return max_pool2d(relu((*bn2)((*conv2)(y))), {2, 2});  // (N, 64, S/4, S/4)
+            }},
+      Stage{"fc1", {fc1, dropout}, [this](const Tensor& y) {
+              return (*dropout)(relu((*fc1)(flatten(y, 1))));  // (N, 64*(S/4)^2) -> (N, 128)
+            }},
+      Stage{"fc2", {fc2}, [this](const Tensor& y) { return (*fc2)(y); }},  // (N, K)
   };
 }
 

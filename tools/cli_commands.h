@@ -7,7 +7,7 @@
 #include "tools/lib/alloc_flags.h"
 #include "tools/lib/data_report.h"
 #include "tools/lib/export_images.h"
-#include "tools/lib/image_options.h"
+#include "data/image_options.h"
 
 namespace kiln_cli {
 

@@ -17,7 +17,8 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
       ->capture_default_str();
   m->add_option("--momentum", c.train.momentum, "SGD momentum (> 0 keeps a momentum buffer)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  m->add_option("--checkpoint", o.checkpoint, "recompute segments N (0: off) or auto (fit the budget)")
+  m->add_option("--recompute,--checkpoint", o.checkpoint,
+                "recompute-on-backward segments N (0: off) or auto (fit the budget); --checkpoint is the old name")
       ->capture_default_str();
   m->add_flag("--amp", c.train.amp, "mixed precision as kiln train --amp: f16 autocast + dynamic loss scaling");
   m->add_option("--accum", c.train.accum, "micro-batches per step")->check(CLI::PositiveNumber)->capture_default_str();
@@ -31,9 +32,9 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
 }
 
 void add_train_memory_options(CLI::App* t, TrainConfig& c) {
-  t->add_option("--checkpoint", c.checkpoint,
+  t->add_option("--recompute,--checkpoint", c.checkpoint,
                 "recompute-on-backward segments N (0: off) or auto (the fewest recomputed stages that fit "
-                "--device-memory or the device)")
+                "--device-memory or the device); --checkpoint is the old name (training state: --checkpoint-every)")
       ->capture_default_str();
   t->add_option("--memory-report", c.memory_report,
                 "write an HTML memory report (timeline, per-layer activations, segments, predicted vs measured)");

@@ -32,6 +32,8 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
   t->add_option("--batch", c.batch, "images per optimizer step (split into --accum micro-batches)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  t->add_flag("--drop-last", c.drop_last,
+              "drop each epoch's last batch when it is short (default: keep it, no sample left out)");
   t->add_option("--accum", c.accum, "micro-batches per optimizer step (loss divided by N)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

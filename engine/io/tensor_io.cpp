@@ -11,12 +11,6 @@
 
 namespace kiln {
 
-const Tensor* find_named(const NamedTensors& list, const std::string& name) {
-  for (const auto& [n, t] : list)
-    if (n == name) return &t;
-  return nullptr;
-}
-
 HostArray to_host_array(const Tensor& t) {
   KILN_CHECK(t.defined(), "to_host_array: undefined tensor");
   KILN_CHECK(!t.device().is_meta(), "to_host_array: a meta tensor ", t.str(), " has no data");

@@ -1,7 +1,7 @@
 // Adapters between Tensor and engine/io's HostArray: safetensors and .npy files of Tensors.
 // Tensors of any device and layout are copied to a dense host array before writing; loaded
-// arrays become contiguous Tensors on the requested device. Ordered lists of named Tensors
-// (NamedTensors) are the exchange type of state dicts, checkpoints and weight files.
+// arrays become contiguous Tensors on the requested device, and NamedTensors lists
+// (engine/tensor/named_tensors.h) become safetensors files.
 // This file does no format parsing itself (engine/io does) and knows nothing of modules.
 #pragma once
 #include <map>
@@ -10,15 +10,10 @@
 #include <vector>
 
 #include "engine/io/host_array.h"
+#include "engine/tensor/named_tensors.h"
 #include "engine/tensor/tensor.h"
 
 namespace kiln {
-
-// Ordered (name, tensor) pairs: state dicts keep PyTorch's order.
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
-// nullptr when `name` is absent.
-const Tensor* find_named(const NamedTensors& list, const std::string& name);
 
 // A dense host copy of t (detached; any device except meta).
 HostArray to_host_array(const Tensor& t);

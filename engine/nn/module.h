@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/io/tensor_io.h"
+#include "engine/tensor/named_tensors.h"
 #include "engine/tensor/tensor.h"
 
 namespace kiln::nn {

@@ -1,17 +1,15 @@
-// AdamW update: fused per-element rule of kernels/common/update_rules.h (a CPU loop, or one CUDA
-// kernel per parameter on a GPU), or in-place tensor ops elsewhere.
+// AdamW update: the fused op adamw_fused_ (engine/ops/fused_update.h: a CPU loop or one CUDA
+// kernel per parameter) for contiguous f32 parameters, or in-place tensor ops elsewhere. The step
+// count is a host tensor (as PyTorch's); a meta run imitating the CPU keeps it on meta instead, so
+// the memory prediction counts the bytes a CPU run holds for it.
 #include "engine/optim/adamw.h"
 
 #include <cmath>
 
 #include "engine/memory/tag.h"
-#include "engine/ops/op_trace.h"
+#include "engine/core/meta_target.h"
+#include "engine/ops/fused_update.h"
 #include "engine/ops/ops.h"
-#include "kernels/common/update_rules.h"
-#ifdef KILN_WITH_CUDA
-#include "kernels/cuda/backend.h"
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace kiln::optim {
 
@@ -31,10 +29,11 @@ void AdamW::update(const std::string& name, Tensor& p, const Tensor& g, const Pa
   Tensor* step_t = find_state(name, "step");
   if (!step_t) {
     MemoryScope ms(MemoryTag::optimizer);
-    state_[name]["step"] = zeros({}, DType::i64);
+    const Device host = p.device().is_meta() && meta_target().is_cpu() ? Device::meta() : Device::cpu();
+    state_[name]["step"] = zeros({}, DType::i64, host);
     step_t = find_state(name, "step");
   }
-  int64_t step = (int64_t)step_t->item() + 1;
+  const int64_t step = step_t->device().is_meta() ? 1 : (int64_t)step_t->item() + 1;  // meta: no value
   fill_(*step_t, (double)step);
 
   const double lr = group.lr, wd = group.weight_decay;
@@ -44,25 +43,7 @@ void AdamW::update(const std::string& name, Tensor& p, const Tensor& g, const Pa
   if (use_fused(p, g) && m.is_contiguous() && v.is_contiguous()) {
     AdamWParams h{(float)lr, (float)o_.beta1, (float)o_.beta2, (float)o_.eps, (float)wd, (float)step_size,
                   (float)bc2_sqrt};
-    if (p.device().is_meta()) return;  // no data, nothing to update
-    float* pp = p.data<float>();
-    const float* gp = g.data<float>();
-    float* mp = m.data<float>();
-    float* vp = v.data<float>();
-    const int64_t n = p.numel();
-    if (p.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-      OpSpanScope span("adamw_fused");
-      cuda::DeviceGuard dg(p.device().index);
-      cuda::adamw_fused(pp, gp, mp, vp, n, h);
-#endif
-    } else {
-#pragma omp parallel for if (n > (1 << 16))
-      for (int64_t i = 0; i < n; ++i) adamw_update(pp[i], gp[i], mp[i], vp[i], h);
-    }
-    p.bump_version();
-    m.bump_version();
-    v.bump_version();
+    adamw_fused_(p, g, m, v, h);
     return;
   }
   // Generic path (any device): the same formula with tensor ops.

@@ -2,6 +2,7 @@
 #include "engine/optim/clip_grad.h"
 
 #include <cmath>
+#include <limits>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
@@ -14,12 +15,20 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard ng;
   MemoryScope ms(MemoryTag::temporary);
   double sq = 0;
+  bool meta = false;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor g64 = to_dtype(g, DType::f64);
+    if (g.device().is_meta()) {
+      // Meta gradients (the memory predictor): the same allocations, no values to read or scale.
+      sum(mul(g64, g64));
+      meta = true;
+      continue;
+    }
     sq += sum(mul(g64, g64)).item();
   }
+  if (meta) return std::numeric_limits<double>::quiet_NaN();
   double norm = std::sqrt(sq);
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)

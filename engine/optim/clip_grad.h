@@ -7,7 +7,8 @@
 
 namespace kiln::optim {
 
-// Returns the total norm before clipping; parameters without a gradient are ignored.
+// Returns the total norm before clipping; parameters without a gradient are ignored. Meta
+// gradients: the same temporaries are allocated, nothing is scaled, and the result is NaN.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace kiln::optim

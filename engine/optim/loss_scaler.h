@@ -11,7 +11,7 @@
 // parameters' device and is updated there with tensor ops; the host reads found_inf exactly once
 // per step (in step(), or in update() when step() was not called) and keeps a mirror of the scale
 // and the counters from it, so scale() and the counters cost no device synchronization.
-// On the meta device (tools/lib/mem_predict) it allocates and runs the same ops; found_inf reads
+// On the meta device (engine/train/memory_predict) it allocates and runs the same ops; found_inf reads
 // as 0 there (no values), so every meta step is a clean one.
 #pragma once
 #include <cstdint>

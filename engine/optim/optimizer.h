@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/io/tensor_io.h"
+#include "engine/tensor/named_tensors.h"
 
 namespace kiln::optim {
 

@@ -1,15 +1,10 @@
-// SGD update: fused per-element rule of kernels/common/update_rules.h (a CPU loop, or one CUDA
-// kernel per parameter on a GPU), or in-place tensor ops elsewhere.
+// SGD update: the fused op sgd_fused_ (engine/ops/fused_update.h: a CPU loop or one CUDA kernel
+// per parameter) for contiguous f32 parameters, or in-place tensor ops elsewhere.
 #include "engine/optim/sgd.h"
 
 #include "engine/memory/tag.h"
-#include "engine/ops/op_trace.h"
+#include "engine/ops/fused_update.h"
 #include "engine/ops/ops.h"
-#include "kernels/common/update_rules.h"
-#ifdef KILN_WITH_CUDA
-#include "kernels/cuda/backend.h"
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace kiln::optim {
 
@@ -37,24 +32,7 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, const Para
   }
   if (use_fused(p, g) && (buf == nullptr || buf->is_contiguous())) {
     SgdParams h{(float)lr, (float)m, (float)o_.dampening, (float)wd, o_.nesterov};
-    if (p.device().is_meta()) return;  // no data, nothing to update
-    float* pp = p.data<float>();
-    const float* gp = g.data<float>();
-    float* bp = buf ? buf->data<float>() : nullptr;
-    const int64_t n = p.numel();
-    if (p.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-      OpSpanScope span("sgd_fused");
-      cuda::DeviceGuard dg(p.device().index);
-      cuda::sgd_fused(pp, gp, bp, n, first, h);
-#endif
-    } else {
-      float dummy = 0.f;
-#pragma omp parallel for if (n > (1 << 16)) firstprivate(dummy)
-      for (int64_t i = 0; i < n; ++i) sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first, h);
-    }
-    p.bump_version();
-    if (bp) buf->bump_version();
+    sgd_fused_(p, g, buf, first, h);
     return;
   }
   // Generic path (any device): the same formula with in-place ops.

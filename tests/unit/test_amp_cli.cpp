@@ -14,7 +14,7 @@
 
 #include "engine/io/safetensors.h"
 #include "support/cli/run_kiln.h"
-#include "tools/lib/kernel_option.h"
+#include "engine/train/kernel_option.h"
 
 using kiln_test::contains;
 using kiln_test::last_ledger_line;

@@ -13,7 +13,7 @@
 
 #include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
-#include "tools/lib/image_options.h"
+#include "data/image_options.h"
 
 using kiln_test::contains;
 using kiln_test::count_of;

@@ -9,7 +9,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/memory/alloc_config.h"
 #include "engine/memory/caching_allocator.h"
-#include "tools/lib/memory_peak.h"
+#include "engine/train/memory_peak.h"
 
 namespace kiln {
 

@@ -3,8 +3,6 @@
 
 #include <cstdio>
 
-#include "engine/ops/ops.h"
-
 namespace kiln {
 namespace {
 
@@ -19,22 +17,6 @@ optim::LossScalerOptions scaler_options(const TrainConfig& c) {
 }  // namespace
 
 AmpTraining::AmpTraining(const TrainConfig& c, Device device) : enabled_(c.amp), scaler_(scaler_options(c), device) {}
-
-std::unique_ptr<AutocastGuard> AmpTraining::region() const {
-  return std::make_unique<AutocastGuard>(enabled_, DType::f16);
-}
-
-void AmpTraining::backward(const Tensor& loss) { scaler_.scale(loss).backward(); }
-
-void AmpTraining::unscale(const std::vector<Tensor>& params) {
-  if (enabled_) scaler_.unscale_(params);
-}
-
-bool AmpTraining::step(const std::vector<Tensor>& params, const std::function<void()>& optimizer_step) {
-  const bool ran = scaler_.step(params, optimizer_step);
-  scaler_.update();
-  return ran;
-}
 
 std::string AmpTraining::progress_text() const {
   if (!enabled_) return "";

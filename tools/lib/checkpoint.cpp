@@ -19,7 +19,7 @@ const std::string& meta_at(const SafetensorsFile& f, const std::string& key, con
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, const nn::Module& model, const TrainOptimizer& opt,
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const CheckpointState& st, const TrainConfig& c, int64_t num_classes) {
   NamedTensors all;
   for (const auto& [name, t] : model.state_dict()) all.emplace_back(kModelPrefix + name, t);
@@ -44,7 +44,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const Tra
   save_safetensors(path, all, meta);
 }
 
-CheckpointState load_checkpoint(const std::string& path, nn::Module& model, TrainOptimizer& opt,
+CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                                 const std::string& model_name, int64_t num_classes, Device device) {
   SafetensorsFile f = read_safetensors(path);
   KILN_CHECK(meta_at(f, "format", path) == "kiln-checkpoint-1", "--resume: ", path, ": unknown checkpoint format '",

@@ -26,10 +26,10 @@ struct CheckpointState {
   int64_t amp_growth_tracker = 0, amp_skipped_steps = 0;
 };
 
-void save_checkpoint(const std::string& path, const nn::Module& model, const TrainOptimizer& opt,
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const CheckpointState& st, const TrainConfig& c, int64_t num_classes);
 // Loads model and optimizer state in place; checks that model name and class count match.
-CheckpointState load_checkpoint(const std::string& path, nn::Module& model, TrainOptimizer& opt,
+CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                                 const std::string& model_name, int64_t num_classes, Device device);
 
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,

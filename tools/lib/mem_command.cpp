@@ -7,7 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
 #include "tools/lib/devices.h"
-#include "tools/lib/memory_peak.h"
+#include "engine/train/memory_peak.h"
 #include "tools/lib/memory_report.h"
 
 namespace kiln {

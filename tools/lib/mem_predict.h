@@ -1,12 +1,9 @@
-// The memory predictor behind `kiln mem` and `kiln train`'s prediction: runs training steps of a
-// configuration on the meta device (shapes only, no arithmetic) through a fresh CachingAllocator
-// with the target device's policy, and returns the accounts: per-tag bytes, activations saved
-// per module path, the predicted peak allocated and reserved bytes of the first step and of the
-// steady state, and optionally the step's event timeline and the segment map at the peak.
-// The meta step mirrors tools/lib/train_loop.cpp's order of allocations (zero_grad, per
-// micro-batch: batch, forward, loss, backward; clip; optimizer step), with --amp (train.amp) under
-// autocast and through the loop's LossScaler, so on the CPU the prediction is exact. Must not touch real data or the target device's memory (it builds the model on the
-// CPU briefly and returns that memory).
+// The memory predictor of `kiln mem` and `kiln train` by model name: turns a configuration into
+// engine/train's predict_step_memory (engine/train/memory_predict.h), which runs the training
+// step on the meta device through a fresh CachingAllocator with the target device's policy.
+// The meta step is the trainer's own train::train_step (engine/train/train_step.h) on a batch
+// allocated like the loader's, with --amp (train.amp) under autocast and through the loop's
+// LossScaler, so on the CPU the prediction is exact by construction.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -16,13 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/memory/caching_allocator.h"
-#include "engine/memory/tag.h"
+#include "engine/train/memory_predict.h"
 #include "tools/lib/train_config.h"
 
 namespace kiln {
-
-using TagBytes = std::array<int64_t, kNumMemoryTags>;
 
 struct MemConfig {
   TrainConfig train;          // model, batch, accum, optimizer, momentum, weight_decay, clip, device, seed
@@ -33,27 +27,10 @@ struct MemConfig {
   bool detail = false;        // also record the timeline and the segment map at the peak (one more step)
 };
 
-struct StepPeak {
-  int64_t allocated = 0, reserved = 0;
-  TagBytes tag_peak{};    // each tag's own peak during the step
-  TagBytes at_peak{};     // the tags at the moment the total allocated bytes peaked
-};
-
-struct MemPrediction {
+// The prediction of a `kiln mem` / `kiln train` configuration: engine/train's accounts plus the
+// configuration they are for.
+struct MemPrediction : StepMemory {
   MemConfig config;
-  std::string target;  // the device imitated ("cpu")
-  int num_stages = 0;  // stages the model splits into for --checkpoint
-  StepPeak first, steady;
-  int64_t peak_allocated = 0, peak_reserved = 0;  // max over the steps
-  // Steady-state bytes that live across steps, and the end-of-forward picture.
-  int64_t params = 0, grads = 0, optimizer = 0, data = 0;
-  int64_t activations = 0;  // saved for backward at the end of the last forward (+ loss)
-  int64_t temporaries_at_peak = 0;
-  int64_t slack = 0;        // peak reserved - peak allocated
-  std::vector<std::pair<std::string, int64_t>> layer_activations;  // module path -> bytes, forward order
-  // detail only
-  nlohmann::json trace;  // the allocator's Chrome trace of one steady step
-  std::vector<SegmentInfo> segments_at_peak;
   nlohmann::json to_json() const;
 };
 
@@ -69,17 +46,11 @@ int choose_checkpoint(const MemConfig& c, int64_t budget, std::vector<std::pair<
 // Stages re-run in backward with `segments` segments over `stages` stages (all but the last segment).
 int recomputed_stages(int stages, int segments);
 
-// Largest batch whose predicted peak reserved bytes are <= budget * (1 - margin): doubling from 1,
-// then a binary search, over meta runs. Returns 0 when even batch 1 does not fit.
-struct MaxBatchResult {
-  int64_t batch = 0;
-  int64_t peak_reserved = 0;   // at that batch
-  std::vector<std::pair<int64_t, int64_t>> probes;  // (batch, peak reserved) in the order tried
-};
+// Largest batch whose predicted peak reserved bytes are <= budget * (1 - margin) (meta runs of c
+// at other batch sizes; engine/train's max_batch_for_budget).
+using MaxBatchResult = train::MaxBatchResult;
 MaxBatchResult find_max_batch(const MemConfig& c, int64_t budget, double margin);
 
-// The memory budget of a device: its allocator's capacity (a --device-memory limit if one is set,
-// else the device's memory, host RAM for the CPU).
-int64_t device_budget(Device d);
+using train::device_budget;
 
 }  // namespace kiln

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "tools/lib/mem_command.h"
-#include "tools/lib/memory_peak.h"
+#include "engine/train/memory_peak.h"
 
 namespace kiln {
 

@@ -10,7 +10,7 @@
 #include "engine/io/safetensors.h"
 #include "engine/io/tensor_io.h"
 #include "tools/lib/devices.h"
-#include "tools/lib/evaluate.h"
+#include "engine/train/evaluate.h"
 #include "tools/lib/train_components.h"
 #include "tools/lib/train_data.h"
 

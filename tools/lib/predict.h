@@ -7,7 +7,7 @@
 #include <ostream>
 #include <string>
 
-#include "tools/lib/image_options.h"
+#include "data/image_options.h"
 
 namespace kiln {
 

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "engine/optim/clip_grad.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/sgd.h"
 #include "models/registry.h"
@@ -22,26 +21,7 @@ nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t 
   return models::make_model(name, num_classes, in_channels, image_size);
 }
 
-namespace {
-
-class OptimAdapter : public TrainOptimizer {
- public:
-  explicit OptimAdapter(std::unique_ptr<optim::Optimizer> o) : o_(std::move(o)) {}
-  void set_lr(double lr) override {
-    for (optim::ParamGroup& g : o_->param_groups()) g.lr = lr;
-  }
-  void step() override { o_->step(); }
-  void zero_grad() override { o_->zero_grad(); }
-  NamedTensors state_dict() const override { return o_->state_dict(); }
-  void load_state_dict(const NamedTensors& s) override { o_->load_state_dict(s); }
-
- private:
-  std::unique_ptr<optim::Optimizer> o_;
-};
-
-}  // namespace
-
-std::unique_ptr<TrainOptimizer> build_optimizer(const TrainConfig& c, nn::Module& model) {
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, nn::Module& model) {
   // PyTorch semantics: weight decay on every parameter (no exclusion).
   std::vector<optim::ParamGroup> groups =
       optim::make_param_groups(model.named_parameters(), c.lr, c.effective_weight_decay());
@@ -55,11 +35,7 @@ std::unique_ptr<TrainOptimizer> build_optimizer(const TrainConfig& c, nn::Module
   } else {
     throw Error(str_cat("--optimizer '", c.optimizer, "': expected sgd or adamw"));
   }
-  return std::make_unique<OptimAdapter>(std::move(o));
-}
-
-double clip_gradients(const std::vector<Tensor>& params, double max_norm) {
-  return optim::clip_grad_norm(params, max_norm);
+  return o;
 }
 
 }  // namespace kiln

@@ -73,6 +73,7 @@ nlohmann::json TrainConfig::to_json() const {
   j["epochs"] = epochs;
   j["batch"] = batch;
   j["accum"] = accum;
+  j["drop_last"] = drop_last;
   j["optimizer"] = optimizer;
   j["lr"] = lr;
   j["momentum"] = momentum;

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/lib/alloc_flags.h"
-#include "tools/lib/image_options.h"
+#include "data/image_options.h"
 
 namespace kiln {
 
@@ -35,6 +35,7 @@ struct TrainConfig {
   int64_t num_classes = 0;  // 0: from the data (max label + 1)
   int64_t epochs = 1;
   int64_t batch = 64;
+  bool drop_last = false;  // drop each epoch's last batch when it is short
   int64_t accum = 1;
   std::string optimizer = "sgd";  // sgd | adamw
   double lr = 0.01;

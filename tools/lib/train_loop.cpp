@@ -1,11 +1,9 @@
-// The training loop behind `kiln train` (see train_loop.h). Order of one optimizer step:
-// zero grads; for each of --accum micro-batches: forward (MemoryScope temporary), cross-entropy
-// (class weights), loss * (micro size / step size) — i.e. loss/N for equal micro-batches, and
-// exactly the full-batch mean otherwise — backward; then clip, set the scheduled LR, step.
+// The training loop behind `kiln train` (see train_loop.h). One optimizer step is
+// train::train_step (engine/train/train_step.h: zero grads, --accum micro-batches of forward,
+// loss * (micro size / step size), backward; unscale and clip, the scheduled LR, the step and the
+// loss scaler's update), the same function the memory predictor runs on the meta device.
 // An epoch covers every sample once in a (seed, epoch)-determined order, ceil(N / batch) steps,
 // the last one smaller (no sample dropped): --batch N on N samples is exactly one step.
-// --amp (amp_training.h): forward and loss under autocast, backward of the scaled loss, unscale
-// before clipping, the step skipped (and the scale backed off) when a gradient is inf/NaN.
 #include "tools/lib/train_loop.h"
 
 #include <unistd.h>
@@ -23,15 +21,16 @@
 #include "engine/io/safetensors.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
+#include "engine/train/fit.h"
 #include "kernels/cpu/threads.h"
 #include "tools/lib/alloc_flags.h"
 #include "tools/lib/amp_training.h"
-#include "tools/lib/kernel_option.h"
+#include "engine/train/kernel_option.h"
 #include "tools/lib/checkpoint.h"
 #include "tools/lib/devices.h"
-#include "tools/lib/evaluate.h"
+#include "engine/train/evaluate.h"
 #include "tools/lib/mem_train.h"
-#include "tools/lib/memory_peak.h"
+#include "engine/train/memory_peak.h"
 #include "tools/lib/progress.h"
 #include "tools/lib/train_components.h"
 #include "tools/lib/train_data.h"
@@ -124,9 +123,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     log << "init: loaded " << c.init << "\n";
   }
   memory.apply(*model);
-  std::unique_ptr<TrainOptimizer> opt = build_optimizer(c, *model);
-  const int64_t steps_per_epoch = (train.size() + c.batch - 1) / c.batch;
-  const int64_t total_steps = steps_per_epoch * c.epochs;
+  std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, *model);
+  const int64_t steps_per_epoch = train::steps_per_epoch(train.size(), c.batch, c.drop_last);
   int64_t start_epoch = 0, step = 0;
   CheckpointState resumed;
   if (!c.resume.empty()) {
@@ -157,78 +155,46 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   if (amp.enabled()) log << "amp: f16 autocast, loss scale " << amp.loss_scale() << "\n";
   TrainResult result;
   FirstStepRecorder first_step(c.alloc, device);
-  for (int64_t epoch = start_epoch; epoch < c.epochs; ++epoch) {
-    model->train();
+  std::unique_ptr<ProgressLine> bar;
+  train::FitOptions fo;
+  fo.epochs = c.epochs;
+  fo.batch = c.batch;
+  fo.drop_last = c.drop_last;
+  fo.start_epoch = start_epoch;
+  fo.start_step = step;
+  fo.lr_at = [&](int64_t at, int64_t per_epoch, int64_t total) { return schedule.lr_at(c.lr, at, per_epoch, total); };
+  fo.class_weights = class_weights;
+  fo.step.accum = c.accum;
+  fo.step.clip = c.clip;
+  fo.step.autocast = amp.enabled();
+  fo.step.channels_last = c.channels_last;
+  fo.callbacks.on_epoch_begin = [&](int64_t epoch, int64_t per_epoch) {
     reset_peak_memory(device);
-    const auto t_epoch = Clock::now();
-    train.start_epoch(epoch, c.batch, true);
-    ProgressLine bar(progress, progress_tty, epoch + 1, c.epochs, steps_per_epoch);
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    EpochStats es;
-    es.epoch = epoch + 1;
+    bar = std::make_unique<ProgressLine>(progress, progress_tty, epoch + 1, c.epochs, per_epoch);
     if (!first_step.done()) first_step.begin();
-    SourceBatch step_batch;
-    for (int64_t s = 0; train.next(&step_batch); ++s, ++step) {
-      report_bad_samples(train, log);
-      const int64_t n_step = step_batch.x.size(0);
-      const int64_t micro = (n_step + c.accum - 1) / c.accum;
-      memory.before_step();
-      model->zero_grad();
-      for (int64_t mb = 0; mb < n_step; mb += micro) {
-        const int64_t m = std::min(n_step, mb + micro) - mb;
-        Batch b{narrow(step_batch.x, 0, mb, m), narrow(step_batch.y, 0, mb, m)};
-        // --channels-last: one NHWC copy of the input; the ops keep the format from there on.
-        if (c.channels_last && b.x.dim() == 4) b.x = contiguous(b.x, MemoryFormat::channels_last);
-        Tensor logits, loss;
-        {
-          MemoryScope scope(MemoryTag::temporary);
-          auto autocast = amp.region();
-          logits = (*model)(b.x);
-          loss = cross_entropy(logits, b.y, class_weights);
-        }
-        amp.backward(mul(loss, (double)m / (double)n_step));
-        const double lv = loss.item();
-        KILN_CHECK(std::isfinite(lv), "train: loss became ", lv, " at epoch ", epoch + 1, ", step ", s + 1,
-                   " (try a smaller --lr, --clip or --warmup)");
-        loss_sum += lv * (double)m;
-        correct += count_correct(logits, b.y);
-        seen += m;
-      }
-      if (c.clip > 0) {
-        amp.unscale(model->parameters());
-        clip_gradients(model->parameters(), c.clip);
-      }
-      es.lr = schedule.lr_at(c.lr, step, steps_per_epoch, total_steps);
-      opt->set_lr(es.lr);
-      amp.step(model->parameters(), [&opt] { opt->step(); });
-      memory.after_step(log);
-      bar.set_suffix(amp.progress_text());
-      bar.update(s + 1, loss_sum / (double)seen, seen);
-      if (!first_step.done()) {
-        bar.finish();
-        first_step.end(log);
-      }
-    }
-    step_batch = SourceBatch();
+  };
+  fo.callbacks.before_step = [&](const train::FitStep&) {
     report_bad_samples(train, log);
-    bar.finish();
-    es.seconds = seconds_since(t_epoch);
-    es.images_per_s = (double)seen / std::max(es.seconds, 1e-9);
-    es.train_loss = loss_sum / (double)seen;
-    es.train_acc = (double)correct / (double)seen;
-    if (amp.enabled()) {
-      es.loss_scale = amp.loss_scale();
-      es.skipped_steps = amp.skipped_steps();
-      log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
+    memory.before_step();
+  };
+  fo.callbacks.on_step_end = [&](const train::FitStep& fs) {
+    step = fs.global_step + 1;
+    memory.after_step(log);
+    bar->set_suffix(amp.progress_text());
+    bar->update(fs.step_in_epoch + 1, fs.mean_loss, fs.seen);
+    if (!first_step.done()) {
+      bar->finish();
+      first_step.end(log);
     }
-    if (data.val) {
-      auto autocast = amp.region();  // --amp evaluates in the same precision it trains in
-      EvalResult ev = evaluate_source(*model, *data.val, c.batch, epoch, class_weights);
-      report_bad_samples(*data.val, log);
-      es.val_loss = ev.loss;
-      es.val_acc = ev.accuracy;
-    }
+  };
+  fo.callbacks.on_memory_growth = [&](const train::MemoryGrowth& g) {
+    log << g.message() << "\n";
+  };
+  fo.callbacks.on_epoch_end = [&](EpochStats& es) {
+    report_bad_samples(train, log);
+    bar->finish();
+    if (amp.enabled()) log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
+    if (data.val) report_bad_samples(*data.val, log);
     es.peak_memory = peak_memory_bytes(device);
     char mem[32], line[256];
     std::snprintf(line, sizeof line,
@@ -244,10 +210,9 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     if (train.bad_count() > 0 || (data.val && data.val->bad_count() > 0))
       log << "data: " << train.bad_count() + (data.val ? data.val->bad_count() : 0)
           << " bad samples skipped so far (listed above)\n";
-    result.epochs.push_back(es);
-    const bool last = epoch + 1 == c.epochs;
-    if (!c.out.empty() && (last || (c.checkpoint_every > 0 && (epoch + 1) % c.checkpoint_every == 0))) {
-      CheckpointState st{epoch + 1, step, global_rng()};
+    const bool last = es.epoch == c.epochs;
+    if (!c.out.empty() && (last || (c.checkpoint_every > 0 && es.epoch % c.checkpoint_every == 0))) {
+      CheckpointState st{es.epoch, step, global_rng()};
       if (amp.enabled()) {
         st.has_amp = true;
         st.amp_scale = amp.scaler().current_scale();
@@ -256,7 +221,10 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       }
       save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c, num_classes);
     }
-  }
+    result.epochs.push_back(es);
+  };
+  train::FitResult fr = train::fit(*model, *opt, amp.scaler(), train, data.val.get(), fo);
+  step = fr.steps;
   result.steps = step;
   if (!c.save.empty()) {
     save_weights(c.save, *model, c.model, num_classes, train_channels, train_size);

@@ -1,5 +1,5 @@
 // `--kernels kiln|vendor` (see kernel_option.h).
-#include "tools/lib/kernel_option.h"
+#include "engine/train/kernel_option.h"
 
 #include "engine/core/error.h"
 

@@ -1,5 +1,5 @@
 // Peak-memory queries over the caching allocator when it is part of the build (see memory_peak.h).
-#include "tools/lib/memory_peak.h"
+#include "engine/train/memory_peak.h"
 
 #include <cstdio>
 

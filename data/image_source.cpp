@@ -1,5 +1,5 @@
-// ImageSource: ImageLoader batches as training tensors (see image_data_source.h).
-#include "tools/lib/image_data_source.h"
+// ImageSource: ImageLoader batches as training tensors (see image_source.h).
+#include "data/image_source.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 #include "data/image_loader.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
-#include "tools/lib/batch_transfer.h"
+#include "data/batch_transfer.h"
 
 namespace kiln {
 
@@ -250,7 +250,7 @@ size_t image_channel_stats(const ImageDataset& ds, int channels, int min_side, i
   return tot.images;
 }
 
-TrainData open_image_train_data(const TrainConfig& c, Device device) {
+TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   const ImageOptions& o = c.image;
   o.validate();
   TrainData t;
@@ -283,12 +283,7 @@ TrainData open_image_train_data(const TrainConfig& c, Device device) {
     sizes = ImageSizeSchedule::parse(std::to_string(s));
     t.notes.push_back(str_cat("image size ", s, " (the first image's shorter side; --image-size to change)"));
   }
-  if (sizes.progressive()) {
-    KILN_CHECK(c.model != "small_cnn", "--image-size ", o.image_size,
-               ": small_cnn takes one input size (its classifier is sized for it); progressive resizing needs a "
-               "model with global pooling (resnet18, resnet34, ...)");
-    t.notes.push_back("progressive resizing: " + sizes.str());
-  }
+  if (sizes.progressive()) t.notes.push_back("progressive resizing: " + sizes.str());
   float mean[3], std[3];
   const std::string norm_note =
       resolve_norm(Normalization::parse(o.normalize), train, o.channels, sizes.final_size(), o.workers, mean, std);

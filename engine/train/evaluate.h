@@ -1,10 +1,12 @@
-// Inference helpers shared by training (validation) and `kiln predict`: a model's loss and
-// accuracy over a whole ArrayDataset in eval mode without gradients, and correct-count of a batch.
+// Evaluation shared by training (validation) and `kiln predict`: a classifier's loss and accuracy
+// over a whole ArrayDataset or one pass of a DataSource, in eval mode without gradients, and the
+// correct-count of a batch.
 #pragma once
 #include <cstdint>
 #include <functional>
 
 #include "data/array_dataset.h"
+#include "data/data_source.h"
 #include "engine/nn/module.h"
 
 namespace kiln {
@@ -23,5 +25,11 @@ int64_t count_correct(const Tensor& logits, const Tensor& y);
 EvalResult evaluate(nn::Module& model, const ArrayDataset& data, int64_t batch, Device device,
                     const Tensor& class_weights = Tensor(),
                     const std::function<void(const Tensor& logits, int64_t first)>& on_batch = nullptr);
+
+// Mean loss and accuracy over one pass of `data` at `epoch`'s image size, in eval mode without
+// gradients. on_batch (optional) sees each batch's logits (CPU, contiguous) and the batch.
+EvalResult evaluate_source(nn::Module& model, DataSource& data, int64_t batch, int64_t epoch,
+                           const Tensor& class_weights = Tensor(),
+                           const std::function<void(const Tensor& logits, const SourceBatch&)>& on_batch = nullptr);
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
 // Evaluation over a data set (see evaluate.h).
-#include "tools/lib/evaluate.h"
+#include "engine/train/evaluate.h"
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
@@ -45,6 +45,31 @@ EvalResult evaluate(nn::Module& model, const ArrayDataset& data, int64_t batch, 
   r.n = data.n;
   r.loss = data.n ? loss_sum / (double)data.n : 0.0;
   r.accuracy = data.n ? (double)correct / (double)data.n : 0.0;
+  return r;
+}
+
+EvalResult evaluate_source(nn::Module& model, DataSource& data, int64_t batch, int64_t epoch,
+                           const Tensor& class_weights,
+                           const std::function<void(const Tensor&, const SourceBatch&)>& on_batch) {
+  model.eval();
+  NoGradGuard no_grad;
+  data.start_epoch(epoch, batch, false);
+  EvalResult r;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  SourceBatch b;
+  while (data.next(&b)) {
+    const int64_t n = b.x.size(0);
+    MemoryScope scope(MemoryTag::temporary);
+    Tensor logits = model(b.x);
+    Tensor loss = cross_entropy(logits, b.y, class_weights);
+    loss_sum += loss.item() * (double)n;
+    correct += count_correct(logits, b.y);
+    r.n += n;
+    if (on_batch) on_batch(contiguous(to_device(logits, Device::cpu())), b);
+  }
+  r.loss = r.n ? loss_sum / (double)r.n : 0.0;
+  r.accuracy = r.n ? (double)correct / (double)r.n : 0.0;
   return r;
 }
 

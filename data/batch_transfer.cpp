@@ -1,5 +1,5 @@
 // Batch buffers and host-to-device transfer for the loader (see batch_transfer.h).
-#include "tools/lib/batch_transfer.h"
+#include "data/batch_transfer.h"
 
 #include <cstdlib>
 #include <deque>

@@ -1,4 +1,4 @@
-// `kiln train --kernels kiln|vendor`: which implementation runs GEMMs and convolutions on the GPU
+// `--kernels kiln|vendor` (kiln train, bench): which implementation runs GEMMs and convolutions on the GPU
 // (kernels/cuda/kernel_select.h). The option is parsed and validated in every build; with the
 // CUDA backend it sets kiln::cuda::set_kernel_source, without it `kiln` only notes that the
 // choice affects CUDA kernels alone (the CPU backend has one implementation).

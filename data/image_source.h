@@ -1,4 +1,4 @@
-// Image folders and CSV lists as DataSources for `kiln train` / `kiln predict`: the ImageLoader
+// Image folders and CSV lists as DataSources (training, evaluation, `kiln predict`): the ImageLoader
 // (worker threads, deterministic augmentation) with the transforms the options name —
 //   training: RandomResizedCrop(S) + flip with --augment rrc, flip only with --augment flip;
 //   eval (and training without augmentation): Resize(shorter side R) + CenterCrop(S), or an exact
@@ -11,11 +11,21 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "tools/lib/train_data.h"
+#include "data/data_source.h"
+#include "data/image_options.h"
 
 namespace kiln {
 
-TrainData open_image_train_data(const TrainConfig& c, Device device);
+// Where the images are and how they are read: --data, --val, the image options, --seed, --limit.
+struct ImageDataOptions {
+  std::string data;        // class-folder tree (optionally with train/ + val/ or test/), or a CSV list
+  std::string val;         // optional separate validation folder or CSV
+  ImageOptions image;
+  uint64_t seed = 0;       // shuffling and augmentation
+  int64_t limit = -1;      // >= 0: keep this many training samples, spread over the data set
+};
+
+TrainData open_image_train_data(const ImageDataOptions& c, Device device);
 std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& opt, Device device,
                                                     const std::string& stored_norm);
 

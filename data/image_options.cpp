@@ -1,5 +1,5 @@
 // Parsers of the image-pipeline options (see image_options.h).
-#include "tools/lib/image_options.h"
+#include "data/image_options.h"
 
 #include <cmath>
 #include <cstdlib>

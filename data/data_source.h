@@ -1,0 +1,51 @@
+// A source of training or evaluation batches, as the trainer (engine/train/fit.h) consumes them:
+// array data sets (data/array_source.h) and image folders / CSV lists (data/image_source.h)
+// behind one interface, plus the value a data opener returns (train and optional validation
+// sources, class count, notes for the log, the run ledger's "data" object).
+// Batches arrive on the device the source was opened for; a source must not know models.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/tensor/tensor.h"
+
+namespace kiln {
+
+struct SourceBatch {
+  Tensor x, y;                   // (B, C, H, W) f32 and (B) i64 on the device
+  std::vector<int64_t> indices;  // data set index of each row
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual std::string source() const = 0;  // for messages and the ledger
+  virtual int64_t size() const = 0;        // samples
+  virtual int64_t channels() const = 0;
+  virtual int64_t image_size(int64_t epoch) const = 0;  // H = W at that (0-based) epoch
+  virtual int64_t max_label() const = 0;
+  virtual int64_t label(int64_t index) const = 0;
+  virtual std::string path(int64_t index) const { (void)index; return ""; }
+  // Starts an epoch; returns its number of batches. train: shuffled (or balanced) and augmented;
+  // else the data set's order, no augmentation (validation is never shuffled).
+  virtual int64_t start_epoch(int64_t epoch, int64_t batch, bool train) = 0;
+  // The next batch (bad samples left out, so it may be smaller); false at the end of the epoch.
+  virtual bool next(SourceBatch* out) = 0;
+  // "PATH: REASON" for bad samples met since the last call (each path once per run).
+  virtual std::vector<std::string> take_bad_reports() { return {}; }
+  virtual int64_t bad_count() const { return 0; }
+};
+
+struct TrainData {
+  std::string format;  // idx | npy | images
+  std::unique_ptr<DataSource> train, val;
+  int64_t num_classes = 0;         // from class folder names (images), else 0
+  std::vector<std::string> notes;  // lines for the log (normalization, pinning, ...)
+  nlohmann::json ledger;           // the ledger's "data" object
+};
+
+}  // namespace kiln

@@ -1,0 +1,77 @@
+// Fused optimizer updates, dispatched by device (see fused_update.h).
+#include "engine/ops/fused_update.h"
+
+#include "engine/ops/op_trace.h"
+#ifdef KILN_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace kiln {
+
+namespace {
+
+void check_operand(const char* op, const Tensor& p, const Tensor& t, const char* what) {
+  KILN_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous() && t.numel() == p.numel() &&
+                 t.device() == p.device(),
+             op, ": ", what, " ", t.defined() ? t.str() : "(undefined)", " must be a contiguous f32 tensor of ",
+             p.numel(), " elements on ", p.device().str());
+}
+
+}  // namespace
+
+void sgd_fused_(Tensor& p, const Tensor& g, Tensor* buf, bool first_step, const optim::SgdParams& h) {
+  check_operand("sgd_fused_", p, p, "parameter");
+  check_operand("sgd_fused_", p, g, "gradient");
+  if (buf) check_operand("sgd_fused_", p, *buf, "momentum buffer");
+  if (p.device().is_meta()) return;  // no data, nothing to update
+  float* pp = p.data<float>();
+  const float* gp = g.data<float>();
+  float* bp = buf ? buf->data<float>() : nullptr;
+  const int64_t n = p.numel();
+  if (p.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    OpSpanScope span("sgd_fused");
+    cuda::DeviceGuard dg(p.device().index);
+    cuda::sgd_fused(pp, gp, bp, n, first_step, h);
+#else
+    throw Error(str_cat("sgd_fused_: ", p.device().str(), " needs the CUDA backend, which this build lacks"));
+#endif
+  } else {
+    float dummy = 0.f;
+#pragma omp parallel for if (n > (1 << 16)) firstprivate(dummy)
+    for (int64_t i = 0; i < n; ++i) optim::sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first_step, h);
+  }
+  p.bump_version();
+  if (bp) buf->bump_version();
+}
+
+void adamw_fused_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const optim::AdamWParams& h) {
+  check_operand("adamw_fused_", p, p, "parameter");
+  check_operand("adamw_fused_", p, g, "gradient");
+  check_operand("adamw_fused_", p, m, "exp_avg");
+  check_operand("adamw_fused_", p, v, "exp_avg_sq");
+  if (p.device().is_meta()) return;  // no data, nothing to update
+  float* pp = p.data<float>();
+  const float* gp = g.data<float>();
+  float* mp = m.data<float>();
+  float* vp = v.data<float>();
+  const int64_t n = p.numel();
+  if (p.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    OpSpanScope span("adamw_fused");
+    cuda::DeviceGuard dg(p.device().index);
+    cuda::adamw_fused(pp, gp, mp, vp, n, h);
+#else
+    throw Error(str_cat("adamw_fused_: ", p.device().str(), " needs the CUDA backend, which this build lacks"));
+#endif
+  } else {
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) optim::adamw_update(pp[i], gp[i], mp[i], vp[i], h);
+  }
+  p.bump_version();
+  m.bump_version();
+  v.bump_version();
+}
+
+}  // namespace kiln

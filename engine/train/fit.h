@@ -1,0 +1,87 @@
+// The trainer: epochs of train::train_step over a DataSource, with evaluation on an optional
+// validation source, and callbacks where a program adds progress output, training-state files,
+// the run ledger, memory monitoring or curves. Typed options only (no command-line text); the
+// `kiln train` command (tools/) is one caller, a library user's program another.
+// Order of an epoch: model.train(); on_epoch_begin; per batch: before_step, train_step (its hooks
+// from options.step), on_step_end, the leak watch; then evaluation (validation is never shuffled or augmented,
+// under autocast when training uses it), and on_epoch_end with the epoch's numbers.
+// It must not print, write files, or choose models, optimizers or devices.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "data/data_source.h"
+#include "engine/train/evaluate.h"
+#include "engine/train/memory_watch.h"
+#include "engine/train/train_step.h"
+
+namespace kiln::train {
+
+struct EpochStats {
+  int64_t epoch = 0;  // 1-based
+  double train_loss = 0, train_acc = 0;
+  double val_loss = -1, val_acc = -1;  // -1: no validation data
+  double images_per_s = 0;
+  double seconds = 0;
+  double lr = 0;                 // LR of the epoch's last step
+  int64_t steps = 0;             // optimizer steps of this epoch
+  int64_t peak_memory = -1;      // bytes, -1 unknown (set by a caller's on_epoch_end)
+  double loss_scale = -1;        // with a loss scaler: its scale after the epoch (-1 without)
+  int64_t skipped_steps = -1;    // with a loss scaler: optimizer steps skipped on inf/NaN so far
+};
+
+// Where training is, as the callbacks see it.
+struct FitStep {
+  int64_t epoch = 0;            // 0-based
+  int64_t step_in_epoch = 0;    // 0-based
+  int64_t global_step = 0;      // optimizer steps done before this one (includes a resumed run's)
+  int64_t steps_per_epoch = 0;
+  double lr = 0;
+  const StepResult* result = nullptr;  // on_step_end only
+  double mean_loss = 0;         // running mean over the epoch so far (on_step_end)
+  int64_t seen = 0;             // samples of the epoch so far (on_step_end)
+};
+
+struct FitCallbacks {
+  std::function<void(int64_t epoch, int64_t steps_per_epoch)> on_epoch_begin;  // epoch 0-based
+  std::function<void(const FitStep&)> before_step;  // the batch is loaded, the step not yet run
+  // After the optimizer step: progress, per-step curves, saving training state mid-epoch.
+  std::function<void(const FitStep&)> on_step_end;
+  // The leak watch fired (engine/train/memory_watch.h): live memory grew in consecutive steps.
+  std::function<void(const MemoryGrowth&)> on_memory_growth;
+  // After training and evaluation of an epoch: printing, training-state files, the ledger. The
+  // stats may be completed here (peak_memory); fit keeps what the callback leaves.
+  std::function<void(EpochStats&)> on_epoch_end;
+};
+
+struct FitOptions {
+  int64_t epochs = 1;
+  int64_t batch = 64;
+  bool drop_last = false;       // drop an epoch's last batch when it is short (PyTorch's drop_last)
+  int64_t start_epoch = 0;      // a resumed run: epochs already done
+  int64_t start_step = 0;       // a resumed run: optimizer steps already done
+  // LR of optimizer step `step` (0-based over the run); unset: the optimizer's own LR is kept.
+  std::function<double(int64_t step, int64_t steps_per_epoch, int64_t total_steps)> lr_at;
+  Tensor class_weights;         // classification loss and validation (optional, (K) on the device)
+  bool classification = true;   // accuracy from argmax of (B, K) outputs; false: loss only
+  // Validation of one epoch; unset: evaluate_source (classification loss and accuracy).
+  std::function<EvalResult(nn::Module& model, DataSource& val, int64_t epoch)> evaluate;
+  StepOptions step;             // accum, clip, autocast, channels_last, loss, step hooks
+  bool watch_memory = true;     // the leak watch after every step (restarts when the batch shape changes)
+  MemoryWatchOptions watch;
+  FitCallbacks callbacks;
+};
+
+struct FitResult {
+  std::vector<EpochStats> epochs;  // those run by this call
+  int64_t steps = 0;               // optimizer steps done in total (including start_step)
+};
+
+// Optimizer steps of an epoch over `samples` samples in batches of `batch`.
+int64_t steps_per_epoch(int64_t samples, int64_t batch, bool drop_last);
+
+FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler& scaler, DataSource& train,
+              DataSource* val, const FitOptions& options);
+
+}  // namespace kiln::train

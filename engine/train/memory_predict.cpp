@@ -1,0 +1,236 @@
+// Meta-device training steps through a fresh caching allocator (see memory_predict.h).
+#include "engine/train/memory_predict.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+
+#include "engine/core/generator.h"
+#include "engine/core/meta_target.h"
+#include "engine/memory/provider.h"
+#include "engine/ops/ops.h"
+
+namespace kiln::train {
+
+namespace {
+
+// The meta device's allocator for one prediction: a fresh CachingAllocator over virtual
+// addresses with the target's policy, installed with set_allocator(meta) while it lives. It
+// watches every allocation for the moment the total allocated bytes peak (the tags then) and,
+// when asked, snapshots the segment map the first time the total reaches a known peak.
+class MetaSession : public Allocator {
+ public:
+  explicit MetaSession(const AllocatorConfig& cfg) : alloc_(Device::meta(), &provider_, cfg) {
+    set_allocator(Device::meta(), this);
+  }
+  ~MetaSession() override { set_allocator(Device::meta(), nullptr); }
+
+  Device device() const override { return Device::meta(); }
+  void* allocate(size_t nbytes, StreamId stream) override {
+    void* p = alloc_.allocate(nbytes, stream);
+    const MemoryStats s = alloc_.stats();
+    const int64_t cur = s.total.allocated.current;
+    if (cur > best_) {
+      best_ = cur;
+      for (int t = 0; t < kNumMemoryTags; ++t) at_best_[t] = s.tag_allocated[t].current;
+    }
+    if (capture_at_ > 0 && !captured_ && cur == capture_at_) {
+      segments_ = alloc_.segments();
+      captured_ = true;
+    }
+    return p;
+  }
+  void deallocate(void* p) override { alloc_.deallocate(p); }
+  void retag(void* p, MemoryTag t) override { alloc_.retag(p, t); }
+  void record_stream(void* p, StreamId s) override { alloc_.record_stream(p, s); }
+
+  // Starts a step: peaks restart from the live bytes.
+  void begin_step() {
+    alloc_.reset_peak();
+    best_ = alloc_.stats().total.allocated.current;
+    for (int t = 0; t < kNumMemoryTags; ++t) at_best_[t] = alloc_.stats().tag_allocated[t].current;
+  }
+  StepPeak end_step() const {
+    StepPeak p;
+    const MemoryStats s = alloc_.stats();
+    p.allocated = s.total.allocated.peak;
+    p.reserved = s.total.reserved.peak;
+    for (int t = 0; t < kNumMemoryTags; ++t) p.tag_peak[t] = s.tag_allocated[t].peak;
+    p.at_peak = at_best_;
+    return p;
+  }
+  void capture_segments_at(int64_t allocated) { capture_at_ = allocated, captured_ = false; }
+
+  VirtualProvider provider_;
+  CachingAllocator alloc_;
+  int64_t best_ = 0;
+  TagBytes at_best_{};
+  int64_t capture_at_ = 0;
+  bool captured_ = false;
+  std::vector<SegmentInfo> segments_;
+};
+
+// Activation bytes per module path among the live blocks, in the model's module order (pre-order,
+// which is forward order for kiln's models); paths outside the tree last.
+std::vector<std::pair<std::string, int64_t>> activations_by_module(const CachingAllocator& a, nn::Module& model) {
+  std::vector<BlockInfo> blocks;
+  for (const SegmentInfo& s : a.segments())
+    for (const BlockInfo& b : s.blocks)
+      if (b.state == "allocated" && b.tag == MemoryTag::activation) blocks.push_back(b);
+  std::sort(blocks.begin(), blocks.end(), [](const BlockInfo& x, const BlockInfo& y) { return x.address < y.address; });
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::map<std::string, size_t> index;
+  for (const BlockInfo& b : blocks) {
+    const std::string m = b.module.empty() ? "(top level)" : b.module;
+    auto it = index.find(m);
+    if (it == index.end()) {
+      index[m] = out.size();
+      out.emplace_back(m, (int64_t)b.size);
+    } else {
+      out[it->second].second += (int64_t)b.size;
+    }
+  }
+  std::map<std::string, size_t> order;
+  for (auto& [name, m] : model.named_modules()) order.emplace(name.empty() ? "(top level)" : name, order.size());
+  auto rank = [&](const std::string& m) {
+    auto it = order.find(m);
+    return it == order.end() ? order.size() : it->second;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const auto& x, const auto& y) { return rank(x.first) < rank(y.first); });
+  return out;
+}
+
+}  // namespace
+
+StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFactory& make_optimizer,
+                               const PredictOptions& o) {
+  KILN_CHECK(o.batch >= 1 && o.step.accum >= 1 && o.step.accum <= o.batch, "predict memory: batch ", o.batch,
+             " and accum ", o.step.accum, " must be >= 1 with accum <= batch");
+  KILN_CHECK(!o.input_shape.empty(), "predict memory: no input shape given");
+  for (int64_t d : o.input_shape) KILN_CHECK(d >= 1, "predict memory: bad input shape ", shape_str(o.input_shape));
+  KILN_CHECK(o.recompute >= 0, "predict memory: recompute segments must be >= 0, got ", o.recompute);
+  StepMemory r;
+  const Device target = o.target;
+  r.target = target.str();
+  CachingAllocator* target_alloc = caching_allocator_for(target.is_meta() ? Device::cpu() : target);
+  AllocatorConfig cfg = target_alloc ? target_alloc->config() : alloc_config_from_env();
+  // No GPU here to ask: assume the usual CUDA allocation granularity (2 MiB) for its arena.
+  if (!target_alloc && target.is_cuda()) cfg.granule = std::max(cfg.granule, size_t(2) << 20);
+  MetaTargetScope imitate(target);
+  const uint64_t seed_before = global_rng().seed, offset_before = global_rng().offset;
+
+  MetaSession session(cfg);
+  {
+    // The model is built on the CPU (constructors initialize there) and moved; only the meta
+    // copies stay.
+    nn::ModulePtr model = make_model();
+    KILN_CHECK(model != nullptr, "predict memory: the model factory returned no model");
+    r.num_stages = (int)model->stages().size();
+    model->to(Device::meta());
+    if (CachingAllocator* host = caching_allocator_for(Device::cpu())) host->empty_cache();
+    model->train();
+    if (o.recompute > 0) model->set_checkpoint_segments(o.recompute);
+    std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model);
+    Tensor class_weights;  // the trainer's class-weight tensor (allocated untagged, like train's)
+    if (o.loss_weight_classes > 0) class_weights = empty({o.loss_weight_classes}, DType::f32, Device::meta());
+    // The trainer's LossScaler (its state tensors come after the class weights, as in training),
+    // so under amp autocast's f16 weight copies and the scaler's ops are replayed as well.
+    optim::LossScalerOptions so = o.scaler;
+    so.enabled = o.amp;
+    optim::LossScaler scaler(so, Device::meta());
+    const int64_t n_step = o.batch;
+    std::vector<int64_t> x_shape = {n_step}, y_shape = {n_step};
+    x_shape.insert(x_shape.end(), o.input_shape.begin(), o.input_shape.end());
+    y_shape.insert(y_shape.end(), o.target_shape.begin(), o.target_shape.end());
+
+    // The step is the trainer's own train::train_step; only the batch comes from here.
+    auto step = [&](bool last) {
+      // The loader delivers the whole step's batch before the step; micro-batches are views of it.
+      Tensor x_step, y_step;
+      {
+        MemoryScope ds(MemoryTag::data);
+        x_step = empty(x_shape, DType::f32, Device::meta());
+        y_step = empty(y_shape, o.target_dtype, Device::meta());
+      }
+      StepOptions st = o.step;
+      st.autocast = o.amp;
+      if (!st.loss) st.loss = cross_entropy_loss(class_weights);
+      if (last)
+        st.hooks.after_forward = [&, user = o.step.hooks.after_forward](const MicroBatch& b) {
+          if (user) user(b);
+          if (b.offset + b.size < n_step) return;  // the end of the last micro-batch's forward
+          r.layer_activations = activations_by_module(session.alloc_, *model);
+          r.activations = 0;
+          for (auto& [n, bytes] : r.layer_activations) r.activations += bytes;
+        };
+      train_step(*model, *opt, scaler, Batch{x_step, y_step}, st);
+    };
+
+    session.begin_step();
+    step(false);
+    r.first = session.end_step();
+    session.begin_step();
+    step(!o.detail);
+    r.steady = session.end_step();
+    if (o.detail) {
+      // One more identical step: the event trace and the segment map at the known peak.
+      session.alloc_.enable_trace(size_t(1) << 20);
+      session.capture_segments_at(r.steady.allocated);
+      session.begin_step();
+      step(true);
+      r.segments_at_peak = session.segments_;
+      r.trace = session.alloc_.chrome_trace();
+      session.alloc_.enable_trace(0);
+    }
+    const MemoryStats s = session.alloc_.stats();
+    r.params = s.tag_allocated[(int)MemoryTag::param].current;
+    r.grads = s.tag_allocated[(int)MemoryTag::grad].current;
+    r.optimizer = s.tag_allocated[(int)MemoryTag::optimizer].current;
+    r.data = std::max(r.first.tag_peak[(int)MemoryTag::data], r.steady.tag_peak[(int)MemoryTag::data]);
+  }
+  if (CachingAllocator* host = caching_allocator_for(Device::cpu())) host->empty_cache();
+  global_rng().seed = seed_before;
+  global_rng().offset = offset_before;
+  const StepPeak& hi = r.first.allocated >= r.steady.allocated ? r.first : r.steady;
+  r.peak_allocated = hi.allocated;
+  r.peak_reserved = std::max(r.first.reserved, r.steady.reserved);
+  r.temporaries_at_peak = hi.at_peak[(int)MemoryTag::temporary];
+  r.slack = r.peak_reserved - r.peak_allocated;
+  return r;
+}
+
+MaxBatchResult max_batch_for_budget(const std::function<int64_t(int64_t)>& peak_of, int64_t budget, double margin) {
+  KILN_CHECK(margin >= 0 && margin < 1, "--margin must be in [0, 1), got ", margin);
+  const double limit = (double)budget * (1.0 - margin);
+  MaxBatchResult r;
+  auto fits = [&](int64_t b, int64_t* peak) {
+    *peak = peak_of(b);
+    r.probes.emplace_back(b, *peak);
+    return (double)*peak <= limit;
+  };
+  int64_t peak = 0;
+  if (!fits(1, &peak)) return r;
+  int64_t lo = 1, lo_peak = peak, hi = 2;
+  const int64_t cap = int64_t(1) << 24;
+  while (hi <= cap && fits(hi, &peak)) {
+    lo = hi, lo_peak = peak;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {  // lo fits, hi does not
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits(mid, &peak)) lo = mid, lo_peak = peak;
+    else hi = mid;
+  }
+  r.batch = lo;
+  r.peak_reserved = lo_peak;
+  return r;
+}
+
+int64_t device_budget(Device d) {
+  CachingAllocator* a = caching_allocator_for(d);
+  if (a) return (int64_t)a->stats().capacity;
+  return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGE_SIZE);
+}
+
+}  // namespace kiln::train

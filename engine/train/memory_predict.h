@@ -1,0 +1,91 @@
+// Memory prediction of a training step of any model: builds the model (on the CPU, through the
+// caller's factory), moves it to the meta device (shapes and dtypes, no storage), and runs the
+// trainer's own train::train_step on a meta batch through a fresh CachingAllocator with the
+// target device's policy, twice (the first step creates optimizer state; the second is the steady
+// state). Returns the accounts: per-tag bytes, activations saved per module path, peak allocated
+// and reserved bytes, optionally the event timeline and the segment map at the peak. Because the
+// step is the trainer's own function, on the CPU the prediction is the trainer's allocation
+// sequence. Must not touch real data or the target device's memory, and restores the global RNG.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/memory/caching_allocator.h"
+#include "engine/memory/tag.h"
+#include "engine/nn/module.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/train_step.h"
+
+namespace kiln {
+
+using TagBytes = std::array<int64_t, kNumMemoryTags>;
+
+struct StepPeak {
+  int64_t allocated = 0, reserved = 0;
+  TagBytes tag_peak{};    // each tag's own peak during the step
+  TagBytes at_peak{};     // the tags at the moment the total allocated bytes peaked
+};
+
+// What one prediction found (engine/train's part of tools' MemPrediction).
+struct StepMemory {
+  std::string target;  // the device imitated ("cpu")
+  int num_stages = 0;  // stages the model splits into for recompute segments
+  StepPeak first, steady;
+  int64_t peak_allocated = 0, peak_reserved = 0;  // max over the steps
+  // Steady-state bytes that live across steps, and the end-of-forward picture.
+  int64_t params = 0, grads = 0, optimizer = 0, data = 0;
+  int64_t activations = 0;  // saved for backward at the end of the last forward (+ loss)
+  int64_t temporaries_at_peak = 0;
+  int64_t slack = 0;        // peak reserved - peak allocated
+  std::vector<std::pair<std::string, int64_t>> layer_activations;  // module path -> bytes, forward order
+  // detail only
+  nlohmann::json trace;  // the allocator's Chrome trace of one steady step
+  std::vector<SegmentInfo> segments_at_peak;
+};
+
+namespace train {
+
+using ModelFactory = std::function<nn::ModulePtr()>;  // a fresh model, on the CPU
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(nn::Module& model)>;
+
+struct PredictOptions {
+  int64_t batch = 1;                  // rows of the step's batch
+  std::vector<int64_t> input_shape;   // one sample's shape, e.g. {C, H, W} (f32)
+  std::vector<int64_t> target_shape;  // one sample's target shape ({}: a class index, i64)
+  DType target_dtype = DType::i64;
+  int64_t loss_weight_classes = 0;    // > 0: a (K) class-weight tensor like the trainer's
+  int recompute = 0;                  // recompute segments (0: off)
+  bool amp = false;                   // f16 autocast + loss scaling, as the trainer's --amp
+  optim::LossScalerOptions scaler;    // the scaler's options under amp (its `enabled` is ignored)
+  StepOptions step;                   // accum, clip, lr, channels_last, loss (as the trainer's)
+  Device target = Device::cpu();      // whose allocator policy is imitated
+  bool detail = false;                // also the timeline and the segment map at the peak (one more step)
+};
+
+StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFactory& make_optimizer,
+                               const PredictOptions& options);
+
+// Largest batch whose peak (peak_of(batch), bytes) is <= budget * (1 - margin): doubling from 1,
+// then a binary search. batch 0 when even batch 1 does not fit.
+struct MaxBatchResult {
+  int64_t batch = 0;
+  int64_t peak_reserved = 0;   // at that batch
+  std::vector<std::pair<int64_t, int64_t>> probes;  // (batch, peak reserved) in the order tried
+};
+MaxBatchResult max_batch_for_budget(const std::function<int64_t(int64_t batch)>& peak_of, int64_t budget,
+                                    double margin);
+
+// The memory budget of a device: its allocator's capacity (a device-memory limit if one is set,
+// else the device's memory, host RAM for the CPU).
+int64_t device_budget(Device d);
+
+}  // namespace train
+}  // namespace kiln
