@@ -13,13 +13,18 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   NoGradGuard ng;
   MemoryScope ms(MemoryTag::temporary);
-  double sq = 0;
+  // Sum of squares accumulated on the gradients' device; one read back for the norm (not one
+  // per parameter: each would be a host sync on a GPU).
+  Tensor sq_t;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor g64 = to_dtype(g, DType::f64);
-    sq += sum(mul(g64, g64)).item();
+    Tensor s = sum(mul(g64, g64));
+    sq_t = sq_t.defined() ? add(sq_t, s) : s;
   }
+  if (sq_t.defined() && sq_t.device().is_meta()) return 0.0;  // shapes only: nothing to read
+  const double sq = sq_t.defined() ? to_device(sq_t, Device::cpu()).item() : 0.0;
   double norm = std::sqrt(sq);
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)

@@ -9,8 +9,10 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/core/host_sync.h"
 #include "engine/memory/event_source_cuda.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/handles.h"
 
 namespace kiln::cuda {
@@ -184,9 +186,11 @@ void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
 void synchronize(int dev) {
+  note_host_sync(HostSyncKind::device_sync);
   PerDevice& d = per_device(dev);
   KILN_CUDA_CHECK(cudaStreamSynchronize(d.compute), str_cat("synchronize cuda:", dev, " compute stream"));
   KILN_CUDA_CHECK(cudaStreamSynchronize(d.copy), str_cat("synchronize cuda:", dev, " copy stream"));
+  check_deferred_errors(dev, "synchronize");
 }
 
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) {
@@ -222,7 +226,10 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, dst_dev.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                                   d.copy),
                   what());
+  note_host_sync(HostSyncKind::device_sync);  // the host waits for the device here
   KILN_CUDA_CHECK(cudaStreamSynchronize(d.copy), what());
+  // The compute stream's work before this copy is done: report an input error a kernel found.
+  if (src_dev.is_cuda()) check_deferred_errors(dev, "a copy from the device to the host");
 }
 
 }  // namespace kiln::cuda

@@ -115,7 +115,7 @@ EvalResult evaluate_source(nn::Module& model, DataSource& data, int64_t batch, i
     MemoryScope scope(MemoryTag::temporary);
     Tensor logits = model(b.x);
     Tensor loss = cross_entropy(logits, b.y, class_weights);
-    loss_sum += loss.item() * (double)n;
+    loss_sum += to_device(loss, Device::cpu()).item() * (double)n;
     correct += count_correct(logits, b.y);
     r.n += n;
     if (on_batch) on_batch(contiguous(to_device(logits, Device::cpu())), b);

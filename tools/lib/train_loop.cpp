@@ -188,7 +188,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
           loss = cross_entropy(logits, b.y, class_weights);
         }
         amp.backward(mul(loss, (double)m / (double)n_step));
-        const double lv = loss.item();
+        const double lv = to_device(loss, Device::cpu()).item();  // item() reads host memory only
         KILN_CHECK(std::isfinite(lv), "train: loss became ", lv, " at epoch ", epoch + 1, ", step ", s + 1,
                    " (try a smaller --lr, --clip or --warmup)");
         loss_sum += lv * (double)m;
