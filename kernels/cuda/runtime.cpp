@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -164,9 +165,7 @@ cublasHandle_t cublas_handle(int dev) {
     KILN_CUBLAS_CHECK(cublasCreate(&d.blas), str_cat("cublasCreate on cuda:", dev));
     KILN_CUBLAS_CHECK(cublasSetStream(d.blas, d.compute), "cublasSetStream");
   });
-  // Math mode follows the process-wide TF32 switch on every call (cheap: a field store).
-  KILN_CUBLAS_CHECK(cublasSetMathMode(d.blas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
-                    "cublasSetMathMode");
+  // The math mode is set per GEMM by its caller (matmul.cpp: gemm_math_mode), by dtype.
   return d.blas;
 }
 
@@ -184,6 +183,12 @@ cudnnHandle_t cudnn_handle(int dev) {
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
+
+namespace {
+std::atomic<bool> g_cudnn_benchmark{false};
+}  // namespace
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark = on; }
+bool cudnn_benchmark() { return g_cudnn_benchmark; }
 
 void synchronize(int dev) {
   note_host_sync(HostSyncKind::device_sync);
