@@ -5,7 +5,7 @@
 // once (the loss scaler's found_inf, with --amp) and not at all without it. The step here is the
 // library part of `kiln train`'s step; the training loop's own progress reads are counted
 // separately (see the report of issue 15). Also checks that BatchNorm2d's num_batches_tracked
-// advances with its device-side increment. Fast (tiny images), no GPU.
+// advances with its device-side increment. Tiny images, one step each, no GPU (~4 s CPU).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -27,8 +27,8 @@ struct StepResult {
   int64_t bn_count = -1;  // num_batches_tracked of the first BatchNorm2d after the steps (-1: none / meta)
 };
 
-// Two steps (the first warms up lazily created state), counting the second.
-StepResult two_steps(const std::string& model_name, Device dev, bool amp, int64_t image) {
+// One step (the first: lazily created state such as momentum buffers included), counted.
+StepResult one_step(const std::string& model_name, Device dev, bool amp, int64_t image) {
   auto model = models::make_model(model_name, 10, 3, image);
   model->to(dev);
   model->train();
@@ -55,7 +55,6 @@ StepResult two_steps(const std::string& model_name, Device dev, bool amp, int64_
     scaler.step(opt);
     scaler.update();
   };
-  step();
   HostSyncScope scope;
   step();
   r.syncs = scope.counts();
@@ -87,12 +86,14 @@ TEST_CASE("host syncs: one training step reads back at most once (small_cnn, res
         CAPTURE(dev.str());
         CAPTURE(amp);
         const int64_t image = std::string(name) == "small_cnn" ? 28 : 8;
-        const StepResult r = two_steps(name, dev, amp, image);
+        // resnet18_small's CPU step costs seconds (11M parameters): only with --amp, the case with a read
+        if (std::string(name) == "resnet18_small" && dev.is_cpu() && !amp) continue;
+        const StepResult r = one_step(name, dev, amp, image);
         CHECK(r.syncs.device_syncs == 0);  // no GPU here: nothing may block on one
         CHECK(r.syncs.total() <= 1);
         // exactly the loss scaler's found_inf read with --amp on a device with data; none otherwise
         CHECK(r.syncs.host_reads == (amp && !dev.is_meta() ? 1 : 0));
-        if (std::string(name) == "resnet18_small" && !dev.is_meta()) CHECK(r.bn_count == 2);
+        if (std::string(name) == "resnet18_small" && !dev.is_meta()) CHECK(r.bn_count == 1);
       }
     }
   }
