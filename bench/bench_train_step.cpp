@@ -5,6 +5,10 @@
 // <bytes>" per shape (tools/gpu-check reads the last one).
 //   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
 //                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
+//                    [--cudnn-benchmark]
+// --cudnn-benchmark times cuDNN's algorithms per convolution shape on first use (kiln's
+// cuda::set_cudnn_benchmark, PyTorch's torch.backends.cudnn.benchmark = True; a PyTorch GPU row
+// compared with it must set that too).
 // --amp is kiln train's: f16 autocast around forward + loss, LossScaler around backward and step.
 // --kernels picks cuBLAS/cuDNN or kiln's Tensor Core kernels on CUDA; --channels-last feeds the
 // model an NHWC input. Each step is train::train_step (the trainer's) and ends with a read of the
@@ -26,6 +30,9 @@
 #include "engine/optim/sgd.h"
 #include "kernels/cpu/threads.h"
 #include "models/registry.h"
+#if defined(KILN_WITH_CUDA)
+#include "kernels/cuda/handles.h"
+#endif
 #include "engine/train/train_step.h"
 #include "engine/train/kernel_option.h"
 #include "engine/train/memory_peak.h"
@@ -103,7 +110,7 @@ double time_torch(const std::string& script, Shape2 s, int threads, int steps, i
 int main(int argc, char** argv) {
   cpu::ensure_omp_wait_policy(argv);
   int threads = 1, steps = 3, warmup = 1;
-  bool peer = true;
+  bool peer = true, cudnn_bench = false;
   std::string device = "cpu", kernels = "vendor";
   int64_t batch = 0, size = 0;
   Mode mode;
@@ -125,10 +132,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--amp")) mode.amp = true;
     else if (!std::strcmp(argv[i], "--channels-last")) mode.channels_last = true;
     else if (!std::strcmp(argv[i], "--kernels")) kernels = next();
+    else if (!std::strcmp(argv[i], "--cudnn-benchmark")) cudnn_bench = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer] "
-                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]\n");
+                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last] [--cudnn-benchmark]\n");
       return 2;
     }
   }
@@ -140,6 +148,11 @@ int main(int argc, char** argv) {
     cpu::set_num_threads(threads);
     const Device d = Device::parse(device);
     apply_kernels_option(kernels, std::cout);
+#if defined(KILN_WITH_CUDA)
+    kiln::cuda::set_cudnn_benchmark(cudnn_bench);
+#else
+    if (cudnn_bench) std::printf("--cudnn-benchmark: no effect, kiln was built without CUDA\n");
+#endif
     std::string script = __FILE__;
     script = script.substr(0, script.rfind('/') + 1) + "peers/train_step_torch.py";
     std::printf("ResNet18 training step (SGD momentum%s%s, kernels %s), %d thread(s), kiln on %s, median of %d steps "

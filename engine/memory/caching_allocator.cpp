@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -14,6 +15,25 @@ namespace kiln {
 
 namespace {
 constexpr unsigned char kPoison = detail::kPoisonByte;
+// Runs a provider call of a release path (unmap, decommit, release) and keeps its error from
+// escaping: in ~CachingAllocator an exception would be std::terminate, and a sticky CUDA error
+// (a kernel fault earlier in the run) makes every later cudaFree fail. Reports one line on stderr
+// naming the call, the device and the error, and returns false; the caller continues.
+template <typename F>
+bool release_call(const char* call, const Device& dev, const Provider* provider, F f) noexcept {
+  try {
+    f();
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: %s (%s, %s provider) failed while releasing memory: %s; continuing\n", call,
+                 dev.str().c_str(), provider->name(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kiln: %s (%s, %s provider) failed while releasing memory (unknown error); continuing\n",
+                 call, dev.str().c_str(), provider->name());
+  }
+  return false;
+}
+
 uint64_t now_ns() {
   return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -43,18 +63,19 @@ CachingAllocator::~CachingAllocator() {
       delete b;
       b = n;
     }
+    // Never throws: a failing provider call is reported and the rest is still released.
     if (s->growable()) {
-      if (s->size) provider_->decommit(s->base, s->size);
-      provider_->release(s->base, s->reserved);
+      if (s->size) release_call("decommit", device_, provider_, [&] { provider_->decommit(s->base, s->size); });
+      release_call("release", device_, provider_, [&] { provider_->release(s->base, s->reserved); });
     } else {
-      provider_->unmap(s->base, s->size);
+      release_call("unmap", device_, provider_, [&] { provider_->unmap(s->base, s->size); });
     }
     delete s;
   }
   for (Block* b : arena_blocks_) delete b;
   if (arena_) {
     delete arena_->first;
-    provider_->unmap(arena_->base, arena_->size);
+    release_call("unmap", device_, provider_, [&] { provider_->unmap(arena_->base, arena_->size); });
     delete arena_;
   }
   for (Block* b : spare_blocks_) delete b;
@@ -478,7 +499,9 @@ CachingAllocator::Segment* CachingAllocator::map_segment(size_t bytes, Pool pool
 
 void CachingAllocator::unmap_segment(Segment* s) {
   if (ring_) trace(TraceKind::unmap, s->id, (uintptr_t)s->base, s->size, 0, MemoryTag::other, 0);
-  provider_->unmap(s->base, s->size);
+  // A failed unmap is reported and the segment forgotten (its memory may leak; the allocator stays
+  // consistent and the release path goes on).
+  release_call("unmap", device_, provider_, [&] { provider_->unmap(s->base, s->size); });
   stats_.pool[(int)s->pool].reserved.add(-(int64_t)s->size);
   stats_.total.reserved.add(-(int64_t)s->size);
   ++stats_.num_segment_unmaps;
@@ -543,8 +566,9 @@ void CachingAllocator::shrink_arena(Segment* s) {
   char* from = s->base + ((size_t)(t->ptr - s->base) + g - 1) / g * g;
   size_t n = (size_t)(s->base + s->size - from);
   if (n == 0) return;
+  // A failed decommit is reported and the tail kept as it is (still committed, still free).
+  if (!release_call("decommit", device_, provider_, [&] { provider_->decommit(from, n); })) return;
   if (ring_) trace(TraceKind::unmap, s->id, (uintptr_t)from, n, 0, MemoryTag::other, 0);
-  provider_->decommit(from, n);
   s->size -= n;
   stats_.pool[(int)s->pool].reserved.add(-(int64_t)n);
   stats_.total.reserved.add(-(int64_t)n);
@@ -570,7 +594,7 @@ void CachingAllocator::release_cached() {
     if (s->growable()) {
       shrink_arena(s);
       if (s->size == 0) {  // nothing left: give the address range back too
-        provider_->release(s->base, s->reserved);
+        release_call("release", device_, provider_, [&] { provider_->release(s->base, s->reserved); });
         if (grow_ == s) grow_ = nullptr;
         delete s;
       } else {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/host_sync.h"
 #include "engine/memory/cuda_device_guard.h"
 #include "engine/memory/provider_cuda.h"
 
@@ -180,6 +181,7 @@ void CudaProvider::decommit(void* ptr, size_t bytes) {
   KILN_CHECK(v, "cuda:", device_, ": decommit without virtual memory management");
   CudaDeviceGuard ds(device_);
   // Kernels queued on any stream may still use these bytes: wait for them before unmapping.
+  note_host_sync(HostSyncKind::device_sync);
   cudaError_t e = cudaDeviceSynchronize();
   KILN_CHECK(e == cudaSuccess, "cudaDeviceSynchronize before unmapping on cuda:", device_, ": ", cudaGetErrorString(e));
   std::lock_guard<std::mutex> g(v->mu);

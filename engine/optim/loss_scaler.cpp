@@ -71,7 +71,8 @@ void LossScaler::unscale_(Optimizer& opt) { unscale_(params_of(opt)); }
 bool LossScaler::read_found_inf() {
   if (!found_read_) {
     // The meta device (memory prediction) has shapes but no values: its steps are clean.
-    found_host_ = device_.is_meta() ? false : found_inf_.item() != 0.0;
+    // (item() reads host memory only: a device's found_inf comes back with one copy, the sync.)
+    found_host_ = device_.is_meta() ? false : to_device(found_inf_, Device::cpu()).item() != 0.0;
     found_read_ = true;
     ++syncs_;
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/autograd/node.h"
+#include "engine/core/host_sync.h"
 
 namespace kiln {
 
@@ -53,6 +54,7 @@ double load_as_double(const char* p, DType dt) {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   KILN_CHECK(device().is_cpu(), "to_vector: tensor ", str(), " is not on the cpu");
+  note_host_sync(HostSyncKind::host_read);
   std::vector<T> out((size_t)numel());
   if (out.empty()) return out;
   const char* base = static_cast<const char*>(data_ptr());
@@ -80,6 +82,7 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "item: tensor ", str(), " has ", numel(), " elements, expected 1");
   KILN_CHECK(device().is_cpu(), "item: tensor ", str(), " is not on the cpu (move it with to_device first)");
+  note_host_sync(HostSyncKind::host_read);
   return load_as_double<double>(static_cast<const char*>(data_ptr()), dtype());
 }
 

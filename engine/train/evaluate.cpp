@@ -38,7 +38,7 @@ EvalResult evaluate(nn::Module& model, const ArrayDataset& data, int64_t batch, 
     MemoryScope scope(MemoryTag::temporary);
     Tensor logits = model(bt.x);
     Tensor loss = cross_entropy(logits, bt.y, class_weights);
-    loss_sum += loss.item() * (double)(e - b);
+    loss_sum += to_device(loss, Device::cpu()).item() * (double)(e - b);
     correct += count_correct(logits, bt.y);
     if (on_batch) on_batch(contiguous(to_device(logits, Device::cpu())), b);
   }
@@ -63,7 +63,7 @@ EvalResult evaluate_source(nn::Module& model, DataSource& data, int64_t batch, i
     MemoryScope scope(MemoryTag::temporary);
     Tensor logits = model(b.x);
     Tensor loss = cross_entropy(logits, b.y, class_weights);
-    loss_sum += loss.item() * (double)n;
+    loss_sum += to_device(loss, Device::cpu()).item() * (double)n;  // item() reads host memory only
     correct += count_correct(logits, b.y);
     r.n += n;
     if (on_batch) on_batch(contiguous(to_device(logits, Device::cpu())), b);

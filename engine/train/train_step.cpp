@@ -49,7 +49,7 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     }
     if (o.hooks.after_forward) o.hooks.after_forward(b);
     scaler.scale(mul(b.loss, (double)b.size / (double)n)).backward();
-    b.loss_value = meta ? nan : b.loss.item();
+    b.loss_value = meta ? nan : to_device(b.loss, Device::cpu()).item();  // item() reads host memory only
     if (!meta && !std::isfinite(b.loss_value)) {
       if (o.hooks.on_non_finite) o.hooks.on_non_finite(b);
       else

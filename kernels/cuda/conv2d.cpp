@@ -1,15 +1,22 @@
 // 2-D convolution on the GPU through cuDNN 9's convolution API, as kernels/cpu/conv2d.h:
 // forward (+ bias via cudnnAddTensor), input gradient, weight gradient (+ bias gradient). The
-// algorithm of each (shape, dtype, layout, direction, device) is chosen once by cuDNN's heuristics
-// and cached; f32 uses FMA math (no TF32) unless allow_tf32(). Workspace comes from kiln's allocator
-// under the `temporary` tag, on the compute stream, and is released right after the call.
+// candidate algorithms of each (shape, dtype, layout, direction, device, benchmark mode) come once
+// from cuDNN's heuristics, or with cudnn_benchmark() from cudnnFind*AlgorithmEx timings, and are
+// cached; each call sets the candidate's math type on the descriptor and falls back to the next
+// candidate on CUDNN_STATUS_NOT_SUPPORTED. f32 uses FMA math (no TF32) unless allow_tf32().
+// Workspace comes from kiln's allocator under the `temporary` tag, on the compute stream, and is
+// released right after the call.
 // The 16-bit entry points of conv2d_16.h (f16/bf16 data, f32 accumulation, Tensor Core math, NCHW
 // or NHWC) live here too: cuDNN by default, kiln's implicit-GEMM kernels (igemm_conv.h) for f16
 // when kernel_source() is kiln.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
+
+#include "engine/core/host_sync.h"
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv2d_16.h"
@@ -95,37 +102,42 @@ struct Descs {
   }
 };
 
-struct Choice {
+// One algorithm cuDNN offers for a convolution: its id, workspace and the math type it was
+// measured / proposed with (set on the descriptor before every call that uses it).
+struct Candidate {
   int algo = 0;
   size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 
-using Key = std::tuple<int, int, int, bool, bool, std::string>;  // device, dir, dtype, tf32, nhwc, shape bytes
+// The usable candidates of one key, best first, and the one in use (advanced past candidates
+// that returned CUDNN_STATUS_NOT_SUPPORTED at run time).
+struct Choice {
+  std::vector<Candidate> cands;
+  size_t current = 0;
+};
+
+// device, dir, dtype, tf32, nhwc, benchmark, shape bytes
+using Key = std::tuple<int, int, int, bool, bool, bool, std::string>;
 
 Key key_of(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev) {
   std::string bytes(reinterpret_cast<const char*>(&d), sizeof(d));
-  return Key(dev, (int)dir, (int)dt, allow_tf32(), nhwc, bytes);
+  return Key(dev, (int)dir, (int)dt, allow_tf32(), nhwc, cudnn_benchmark(), bytes);
 }
 
-// Picks (once per key) the first heuristic algorithm that cuDNN supports for these descriptors,
-// skipping Tensor Core math for f32 when TF32 is off. f32 without TF32 also keeps to the GEMM-
+std::mutex g_mu;
+std::map<Key, Choice> g_cache;
+
+// Tensor Core math for f32 only when TF32 is allowed. f32 without TF32 also keeps to the GEMM-
 // and direct-family algorithms: FFT and Winograd transform the data and lose accuracy (errors
 // near 1e-4 relative), which would break "f32 on the GPU equals f32 on the CPU to 1e-5/1e-4".
-Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev, cudnnHandle_t h,
-              const Descs& ds) {
-  static std::mutex mu;
-  static std::map<Key, Choice> cache;
-  Key k = key_of(d, dir, dt, nhwc, dev);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
-  }
-  const bool no_tensor_ops = dt == CUDNN_DATA_FLOAT && !allow_tf32();
-  auto usable = [&](cudnnStatus_t s, cudnnMathType_t m) {
+struct Filter {
+  Dir dir;
+  bool no_tensor_ops;
+  bool usable(cudnnStatus_t s, cudnnMathType_t m) const {
     return s == CUDNN_STATUS_SUCCESS && !(no_tensor_ops && m != CUDNN_DEFAULT_MATH && m != CUDNN_FMA_MATH);
-  };
-  auto precise = [&](int algo) {
+  }
+  bool precise(int algo) const {
     if (!no_tensor_ops) return true;
     switch (dir) {
       case Dir::fwd:
@@ -137,34 +149,120 @@ Choice choose(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int d
         return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
                algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
     }
-  };
-  Choice c;
-  bool found = false;
+  }
+  // f32 without TF32 runs with FMA math whatever the candidate reports (DEFAULT could pick TF32
+  // on some cuDNN versions); 16-bit keeps the reported math (TENSOR_OP or DEFAULT).
+  cudnnMathType_t math_for(cudnnMathType_t m) const { return no_tensor_ops ? CUDNN_FMA_MATH : m; }
+};
+
+// The buffers of a call, for cudnnFind*AlgorithmEx (it runs every algorithm on them; the
+// output buffer is overwritten, which the call itself does right after anyway).
+struct Buffers {
+  const void* a;  // fwd: x, bwd_data: w, bwd_filter: x
+  const void* b;  // fwd: w, bwd_data: dy, bwd_filter: dy
+  void* out;      // fwd: y, bwd_data: dx, bwd_filter: dw
+};
+
+template <typename Perf>
+void take(const Perf* p, int n, const Filter& f, std::vector<Candidate>* out) {
+  for (int i = 0; i < n; ++i)
+    if (f.usable(p[i].status, p[i].mathType) && f.precise((int)p[i].algo))
+      out->push_back(Candidate{(int)p[i].algo, p[i].memory, f.math_for(p[i].mathType)});
+}
+
+// Candidates from cuDNN's heuristics (default), or measured with cudnnFind*AlgorithmEx on the
+// call's own buffers (benchmark mode, like torch.backends.cudnn.benchmark), with a workspace as
+// large as the largest heuristic candidate's, from kiln's allocator. Find times the algorithms
+// and so waits for the device: counted as a host sync, once per key.
+std::vector<Candidate> candidates(Dir dir, cudnnDataType_t dt, int dev, cudnnHandle_t h, const Descs& ds,
+                                  const Buffers& buf) {
+  const Filter f{dir, dt == CUDNN_DATA_FLOAT && !allow_tf32()};
   constexpr int kMax = 16;
   int n = 0;
+  std::vector<Candidate> heur;
   if (dir == Dir::fwd) {
     cudnnConvolutionFwdAlgoPerf_t p[kMax];
     KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, ds.x, ds.w, ds.conv, ds.y, kMax, &n, p), ds.what);
-    for (int i = 0; i < n && !found; ++i)
-      if (usable(p[i].status, p[i].mathType) && precise((int)p[i].algo))
-        c = Choice{(int)p[i].algo, p[i].memory}, found = true;
+    take(p, n, f, &heur);
   } else if (dir == Dir::bwd_data) {
     cudnnConvolutionBwdDataAlgoPerf_t p[kMax];
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, ds.w, ds.y, ds.conv, ds.x, kMax, &n, p), ds.what);
-    for (int i = 0; i < n && !found; ++i)
-      if (usable(p[i].status, p[i].mathType) && precise((int)p[i].algo))
-        c = Choice{(int)p[i].algo, p[i].memory}, found = true;
+    take(p, n, f, &heur);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[kMax];
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, ds.x, ds.y, ds.conv, ds.w, kMax, &n, p), ds.what);
-    for (int i = 0; i < n && !found; ++i)
-      if (usable(p[i].status, p[i].mathType) && precise((int)p[i].algo))
-        c = Choice{(int)p[i].algo, p[i].memory}, found = true;
+    take(p, n, f, &heur);
   }
-  KILN_CHECK(found, ds.what, ": cuDNN offers no algorithm for this convolution (", n, " candidates rejected)");
-  std::lock_guard<std::mutex> lock(mu);
-  cache[k] = c;
-  return c;
+  KILN_CHECK(!heur.empty(), ds.what, ": cuDNN offers no algorithm for this convolution (", n, " candidates rejected)");
+  if (!cudnn_benchmark()) return heur;
+
+  size_t ws_bytes = 0;
+  for (const Candidate& c : heur) ws_bytes = std::max(ws_bytes, c.workspace);
+  Workspace ws(dev, ws_bytes);
+  std::vector<Candidate> found;
+  note_host_sync(HostSyncKind::device_sync);
+  if (dir == Dir::fwd) {
+    cudnnConvolutionFwdAlgoPerf_t p[kMax];
+    KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, ds.x, buf.a, ds.w, buf.b, ds.conv, ds.y, buf.out, kMax,
+                                                            &n, p, ws.get(), ws_bytes),
+                     ds.what + " (benchmark)");
+    take(p, n, f, &found);
+  } else if (dir == Dir::bwd_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t p[kMax];
+    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, ds.w, buf.a, ds.y, buf.b, ds.conv, ds.x, buf.out,
+                                                                 kMax, &n, p, ws.get(), ws_bytes),
+                     ds.what + " (benchmark)");
+    take(p, n, f, &found);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t p[kMax];
+    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, ds.x, buf.a, ds.y, buf.b, ds.conv, ds.w, buf.out,
+                                                                   kMax, &n, p, ws.get(), ws_bytes),
+                     ds.what + " (benchmark)");
+    take(p, n, f, &found);
+  }
+  // Measured order first; heuristic candidates Find could not run (workspace) stay as fallbacks.
+  for (const Candidate& c : heur) {
+    bool seen = false;
+    for (const Candidate& d : found) seen = seen || (d.algo == c.algo && d.math == c.math);
+    if (!seen) found.push_back(c);
+  }
+  return found;
+}
+
+// Runs `call(candidate, workspace)` with the cached candidate of this key, trying the next one
+// whenever cuDNN answers CUDNN_STATUS_NOT_SUPPORTED (as PyTorch's try-all), and remembers the
+// one that ran. The candidate's math type is set on the descriptor before each attempt.
+template <typename Call>
+void run_with_fallback(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev, cudnnHandle_t h,
+                       const Descs& ds, const Buffers& buf, Call call) {
+  const Key k = key_of(d, dir, dt, nhwc, dev);
+  Choice c;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_cache.find(k);
+    if (it != g_cache.end()) c = it->second, cached = true;
+  }
+  if (!cached) c.cands = candidates(dir, dt, dev, h, ds, buf);
+  std::string tried;
+  for (size_t i = c.current; i < c.cands.size(); ++i) {
+    const Candidate& cand = c.cands[i];
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(ds.conv, cand.math), ds.what);
+    Workspace ws(dev, cand.workspace);
+    const cudnnStatus_t st = call(cand, ws.get());
+    if (st == CUDNN_STATUS_NOT_SUPPORTED) {
+      tried += str_cat(tried.empty() ? "" : ", ", "algo ", cand.algo, " math ", (int)cand.math);
+      continue;
+    }
+    KILN_CUDNN_CHECK(st, ds.what);
+    if (!cached || i != c.current) {
+      c.current = i;
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_cache[k] = c;
+    }
+    return;
+  }
+  throw Error(str_cat(ds.what, ": every cuDNN algorithm returned CUDNN_STATUS_NOT_SUPPORTED (", tried, ")"));
 }
 
 template <typename T>
@@ -181,12 +279,11 @@ void forward_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, const voi
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
   Descs ds(d, cdt, nhwc, "conv2d_forward");
-  Choice c = choose(d, Dir::fwd, cdt, nhwc, dev, h, ds);
-  Workspace ws(dev, c.workspace);
   Scalars<S> s;
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, &s.one, ds.x, x, ds.w, w, ds.conv, (cudnnConvolutionFwdAlgo_t)c.algo,
-                                           ws.get(), c.workspace, &s.zero, ds.y, y),
-                   ds.what);
+  run_with_fallback(d, Dir::fwd, cdt, nhwc, dev, h, ds, Buffers{x, w, y}, [&](const Candidate& c, void* ws) {
+    return cudnnConvolutionForward(h, &s.one, ds.x, x, ds.w, w, ds.conv, (cudnnConvolutionFwdAlgo_t)c.algo, ws,
+                                   c.workspace, &s.zero, ds.y, y);
+  });
   if (bias) KILN_CUDNN_CHECK(cudnnAddTensor(h, &s.one, ds.bias, bias, &s.one, ds.y, y), ds.what + " (bias)");
 }
 
@@ -196,13 +293,11 @@ void backward_input_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, co
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
   Descs ds(d, cdt, nhwc, "conv2d_backward_input");
-  Choice c = choose(d, Dir::bwd_data, cdt, nhwc, dev, h, ds);
-  Workspace ws(dev, c.workspace);
   Scalars<S> s;
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &s.one, ds.w, w, ds.y, dy, ds.conv,
-                                                (cudnnConvolutionBwdDataAlgo_t)c.algo, ws.get(), c.workspace, &s.zero,
-                                                ds.x, dx),
-                   ds.what);
+  run_with_fallback(d, Dir::bwd_data, cdt, nhwc, dev, h, ds, Buffers{w, dy, dx}, [&](const Candidate& c, void* ws) {
+    return cudnnConvolutionBackwardData(h, &s.one, ds.w, w, ds.y, dy, ds.conv, (cudnnConvolutionBwdDataAlgo_t)c.algo,
+                                        ws, c.workspace, &s.zero, ds.x, dx);
+  });
 }
 
 template <typename S>
@@ -211,13 +306,11 @@ void backward_weight_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, c
   const int dev = current_device();
   cudnnHandle_t h = cudnn_handle(dev);
   Descs ds(d, cdt, nhwc, "conv2d_backward_weight");
-  Choice c = choose(d, Dir::bwd_filter, cdt, nhwc, dev, h, ds);
-  Workspace ws(dev, c.workspace);
   Scalars<S> s;
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &s.one, ds.x, x, ds.y, dy, ds.conv,
-                                                  (cudnnConvolutionBwdFilterAlgo_t)c.algo, ws.get(), c.workspace,
-                                                  &s.zero, ds.w, dw),
-                   ds.what);
+  run_with_fallback(d, Dir::bwd_filter, cdt, nhwc, dev, h, ds, Buffers{x, dy, dw}, [&](const Candidate& c, void* ws) {
+    return cudnnConvolutionBackwardFilter(h, &s.one, ds.x, x, ds.y, dy, ds.conv,
+                                          (cudnnConvolutionBwdFilterAlgo_t)c.algo, ws, c.workspace, &s.zero, ds.w, dw);
+  });
   if (dbias)
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &s.one, ds.y, dy, &s.zero, ds.bias, dbias), ds.what + " (bias)");
 }

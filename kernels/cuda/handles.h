@@ -1,5 +1,5 @@
 // Per-device library handles of the CUDA backend, created on first use and bound to the device's
-// compute stream: cuBLAS (TF32 off unless enabled: f32 GEMMs are true f32) and cuDNN. Kernels act
+// compute stream: cuBLAS (its math mode is set per GEMM by dtype, matmul.cpp) and cuDNN. Kernels act
 // on the current device (cudaGetDevice); the op layer keeps cuda:0 current in single-GPU runs.
 #pragma once
 #include <cublas_v2.h>
@@ -21,5 +21,12 @@ cudnnHandle_t cudnn_handle(int dev);
 // CPU). Process-wide; takes effect on the next call.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// cuDNN benchmark mode (torch.backends.cudnn.benchmark): when on, the first convolution of each
+// (shape, dtype, layout, direction) times cuDNN's algorithms with cudnnFind*AlgorithmEx on its own
+// buffers (one host sync) and keeps the fastest usable one; when off (default) cuDNN's heuristics
+// choose. Process-wide; shapes seen in one mode are cached separately from the other.
+void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
 
 }  // namespace kiln::cuda

@@ -1,5 +1,5 @@
 // Launch geometry and device-side helpers shared by kiln's .cu files: grid sizes for grid-stride
-// loops, dtype loads/stores in the compute type, block/warp reductions. Device code only.
+// loops, dtype loads/stores in the compute type, block/warp sums. Device code only.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -48,14 +48,6 @@ __device__ __forceinline__ A warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-template <typename A>
-__device__ __forceinline__ A warp_max(A v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    A u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = u > v ? u : v;
-  }
-  return v;
-}
 
 // Sum over a block of blockDim.x threads (multiple of 32, <= 1024); every thread gets the result.
 // `scratch` holds 32 values; the call synchronizes, so scratch may be reused right after.
@@ -68,16 +60,6 @@ __device__ __forceinline__ A block_sum(A v, A* scratch) {
   __syncthreads();
   v = lane < nwarps ? scratch[lane] : A(0);
   return warp_sum(v);
-}
-template <typename A>
-__device__ __forceinline__ A block_max(A v, A* scratch, A lowest) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? scratch[lane] : lowest;
-  return warp_max(v);
 }
 
 }  // namespace kiln::cuda

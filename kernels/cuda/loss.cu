@@ -2,13 +2,18 @@
 // targets (class weights, label smoothing, ignore_index, none/mean/sum), nll_loss, mse_loss.
 // Sums run in f64 and are deterministic (per-sample values, then one block sums them in a fixed
 // order; no floating-point atomics).
-// Targets are validated on the device: a one-block kernel computes D = sum of w_t over
-// non-ignored samples (and the label-smoothing mass) and records the first out-of-range position
-// with an integer atomicMin in a device flag. The host reads the flag after the call's kernels
-// (one stream sync) and throws kiln::Error naming the position, the target and K like the CPU.
+// Targets are validated on the device without a host sync: a one-block kernel computes D = sum of
+// w_t over non-ignored samples (and the label-smoothing mass), finds the first out-of-range position
+// with an integer atomicMin and records it in the device's deferred-error slot (deferred_error.h);
+// the next synchronizing call (to_device to the host, synchronize) throws kiln::Error naming the
+// op, the position, the target and K like the CPU. Bad samples get NaN losses and NaN gradients, so
+// nothing computed from them looks valid.
 // Scratch (stats, per-sample sums) comes from kiln's allocator (workspace.h).
+#include <math_constants.h>
+
 #include <climits>
 
+#include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/workspace.h"
@@ -33,7 +38,7 @@ __device__ __forceinline__ double wt(const T* weight, int64_t c) {
 template <typename T>
 __global__ void target_stats_kernel(int64_t N, int64_t K, const int64_t* __restrict__ targets,
                                     const T* __restrict__ weight, int64_t ignore_index, double ls,
-                                    TargetStats* st) {
+                                    TargetStats* st, DeferredTargetError* slot, int32_t op) {
   __shared__ double scratch[32];
   double d = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
@@ -50,16 +55,29 @@ __global__ void target_stats_kernel(int64_t N, int64_t K, const int64_t* __restr
   if (ls > 0)
     for (int64_t c = threadIdx.x; c < K; c += blockDim.x) sm += ls / (double)K * wt(weight, c);
   sm = block_sum(sm, scratch);
+  // block_sum's __syncthreads orders every thread's atomicMin before thread 0's read below.
   if (threadIdx.x == 0) {
     st->D = d;
     st->smooth_mass = sm;
+    const unsigned long long bad = atomicAdd(&st->bad_pos, 0ull);
+    if (bad != ULLONG_MAX && slot->pos < 0) {  // keep the first error until the host reports it
+      slot->target = targets[bad];
+      slot->K = K;
+      slot->ignore_index = ignore_index;
+      slot->op = op;
+      __threadfence_system();
+      slot->pos = (int64_t)bad;
+    }
   }
 }
 
-// Is target t a real class of sample i? (ignored and out-of-range targets contribute nothing; the
-// latter throw on the host after the call.)
+// Is target t a real class of sample i? (ignored targets contribute nothing; out-of-range ones
+// give NaN and are reported at the next sync.)
 __device__ __forceinline__ bool live(int64_t t, int64_t K, int64_t ignore_index) {
   return t != ignore_index && t >= 0 && t < K;
+}
+__device__ __forceinline__ bool out_of_range(int64_t t, int64_t K, int64_t ignore_index) {
+  return t != ignore_index && (t < 0 || t >= K);
 }
 
 // Cross-entropy per sample, one warp per row: loss_i = -(1 - ls) w_t logp[t] - ls/K sum_c w_c logp[c].
@@ -70,7 +88,7 @@ __global__ void ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ log
   const int wpb = blockDim.x >> 5, lane = threadIdx.x & 31;
   for (int64_t i = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); i < N; i += (int64_t)gridDim.x * wpb) {
     const int64_t t = targets[i];
-    double li = 0;
+    double li = out_of_range(t, K, ignore_index) ? CUDART_NAN : 0.0;
     if (live(t, K, ignore_index)) {
       const T* lp = logp + i * K;
       li = -(1.0 - ls) * wt(weight, t) * (double)lp[t];
@@ -93,7 +111,9 @@ __global__ void nll_sample_kernel(int64_t N, int64_t K, const T* __restrict__ lo
                                   double* __restrict__ per) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = targets[i];
-    const double li = live(t, K, ignore_index) ? -wt(weight, t) * (double)logp[i * K + t] : 0.0;
+    const double li = live(t, K, ignore_index)           ? -wt(weight, t) * (double)logp[i * K + t]
+                      : out_of_range(t, K, ignore_index) ? CUDART_NAN
+                                                         : 0.0;
     if (r == Reduction::none) out[i] = (T)li;
     else per[i] = li;
   }
@@ -129,7 +149,7 @@ __global__ void ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_o
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e / K, c = e % K, t = targets[i];
     if (!live(t, K, ignore_index)) {
-      dlogits[e] = T(0);
+      dlogits[e] = out_of_range(t, K, ignore_index) ? T(CUDART_NAN) : T(0);
       continue;
     }
     const double g = grad_scale(r, grad_out, i, st->D);
@@ -148,7 +168,9 @@ __global__ void nll_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_
   const int64_t total = N * K;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e / K, c = e % K, t = targets[i];
-    dlogp[e] = live(t, K, ignore_index) && c == t ? (T)(-grad_scale(r, grad_out, i, st->D) * wt(weight, t)) : T(0);
+    dlogp[e] = out_of_range(t, K, ignore_index)  ? T(CUDART_NAN)
+               : live(t, K, ignore_index) && c == t ? (T)(-grad_scale(r, grad_out, i, st->D) * wt(weight, t))
+                                                    : T(0);
   }
 }
 
@@ -194,29 +216,15 @@ struct ClassScratch {
   }
 };
 
-// Queues target validation and D on the stream.
+// Queues target validation and D on the stream; a bad target lands in the deferred-error slot.
 template <typename T>
 void launch_target_stats(int64_t N, int64_t K, const int64_t* targets, const T* weight, int64_t ignore_index,
-                         double ls, TargetStats* st, const char* op) {
+                         double ls, TargetStats* st, DeferredOp dop, const char* op) {
   cudaStream_t s = stream();
   KILN_CUDA_CHECK(cudaMemsetAsync(st, 0xff, sizeof(TargetStats), s), op);
-  target_stats_kernel<T><<<1, kStatThreads, 0, s>>>(N, K, targets, weight, ignore_index, ls, st);
+  target_stats_kernel<T><<<1, kStatThreads, 0, s>>>(N, K, targets, weight, ignore_index, ls, st,
+                                                    deferred_error_slot(current_device()), (int32_t)dop);
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) target check, N ", N, ", K ", K));
-}
-
-// Waits for the call's kernels and throws when a target was out of range (the CPU's message).
-void throw_if_bad_target(const TargetStats* st, const int64_t* targets, int64_t K, int64_t ignore_index,
-                         const char* op) {
-  cudaStream_t s = stream();
-  unsigned long long bad = ULLONG_MAX;
-  KILN_CUDA_CHECK(cudaMemcpyAsync(&bad, &st->bad_pos, sizeof(bad), cudaMemcpyDeviceToHost, s), op);
-  KILN_CUDA_CHECK(cudaStreamSynchronize(s), op);
-  if (bad == ULLONG_MAX) return;
-  int64_t t = 0;
-  KILN_CUDA_CHECK(cudaMemcpyAsync(&t, targets + bad, sizeof(t), cudaMemcpyDeviceToHost, s), op);
-  KILN_CUDA_CHECK(cudaStreamSynchronize(s), op);
-  throw Error(str_cat(op, ": target ", t, " at position ", (int64_t)bad, " is out of range for K=", K,
-                      " classes (ignore_index ", ignore_index, ")"));
 }
 
 template <typename T>
@@ -236,7 +244,8 @@ void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t*
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
              label_smoothing);
   ClassScratch sc(N);
-  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st, op);
+  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st,
+                      DeferredOp::cross_entropy_forward, op);
   log_softmax_forward<T>(N, K, logits, logp);
   if (N > 0) {
     ce_sample_kernel<T><<<grid_for(N * 32), kThreads, 0, stream()>>>(N, K, logp, targets, weight, label_smoothing,
@@ -244,7 +253,6 @@ void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t*
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
   if (reduction != Reduction::none) launch_finish(sc.per, N, reduction, sc.st, 0.0, out, op);
-  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
 }
 
 template <typename T>
@@ -254,14 +262,14 @@ void cross_entropy_backward(int64_t N, int64_t K, const T* grad_out, const T* lo
   const char* op = "cross_entropy_backward";
   check_sizes(N, K, op);
   ClassScratch sc(0);
-  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st, op);
+  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st,
+                      DeferredOp::cross_entropy_backward, op);
   if (N > 0) {
     ce_bwd_kernel<T><<<grid_for(N * K), kThreads, 0, stream()>>>(N, K, grad_out, logp, targets, weight,
                                                                  label_smoothing, ignore_index, reduction, sc.st,
                                                                  dlogits);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
-  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
 }
 
 template <typename T>
@@ -270,14 +278,13 @@ void nll_loss_forward(int64_t N, int64_t K, const T* logp, const int64_t* target
   const char* op = "nll_loss_forward";
   check_sizes(N, K, op);
   ClassScratch sc(N);
-  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, op);
+  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_forward, op);
   if (N > 0) {
     nll_sample_kernel<T><<<grid_for(N), kThreads, 0, stream()>>>(N, K, logp, targets, weight, ignore_index,
                                                                  reduction, out, sc.per);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
   if (reduction != Reduction::none) launch_finish(sc.per, N, reduction, sc.st, 0.0, out, op);
-  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
 }
 
 template <typename T>
@@ -286,13 +293,12 @@ void nll_loss_backward(int64_t N, int64_t K, const T* grad_out, const int64_t* t
   const char* op = "nll_loss_backward";
   check_sizes(N, K, op);
   ClassScratch sc(0);
-  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, op);
+  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_backward, op);
   if (N > 0) {
     nll_bwd_kernel<T><<<grid_for(N * K), kThreads, 0, stream()>>>(N, K, grad_out, targets, weight, ignore_index,
                                                                   reduction, sc.st, dlogp);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
-  throw_if_bad_target(sc.st, targets, K, ignore_index, op);
 }
 
 template <typename T>

@@ -1,7 +1,8 @@
 // Batched GEMM on the GPU through cuBLAS (cublasGemmStridedBatchedEx), as kernels/cpu/matmul.h.
 // kiln is row-major and cuBLAS column-major: a row-major C (M x N) is a column-major C^T, and
-// C^T = op(B)^T op(A)^T, so the call swaps A and B and M and N. f32 computes in true f32 unless
-// TF32 is allowed (handles.h); f16/bf16 compute in f32 (Tensor Cores); f64 in f64.
+// C^T = op(B)^T op(A)^T, so the call swaps A and B and M and N. f32 computes in true f32
+// (pedantic math) unless TF32 is allowed (handles.h); f16/bf16 compute in f32 on Tensor Cores with
+// cuBLAS's default math; f64 in f64. The math mode is set on the handle before every GEMM.
 // With `--kernels kiln`, f16 GEMMs run on kiln's own Tensor Core GEMM (hgemm.h), one launch per
 // batch entry, same row-major convention, f32 accumulation, f16 C.
 #include <climits>
@@ -14,6 +15,15 @@
 #include "kernels/cuda/runtime.h"
 
 namespace kiln::cuda {
+
+// cuBLAS math mode of a GEMM: pedantic only for f32 without TF32, where f32 parity with the CPU
+// needs true f32 and no reduced-precision Tensor Core path; TF32 Tensor Core math for f32 when
+// allowed; the default mode (Tensor Cores, cuBLAS's own reductions) for f16/bf16 and f64, whose
+// precision is set by the compute type.
+cublasMath_t gemm_math_mode(DType dt, bool tf32) {
+  if (dt == DType::f32) return tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH;
+  return CUBLAS_DEFAULT_MATH;
+}
 
 void gemm_strided(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void* A,
                   int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb, double beta, void* C, int64_t ldc,
@@ -57,6 +67,7 @@ void gemm_strided(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, d
     default: throw Error(str_cat("matmul: dtype ", dtype_name(dt), " not supported on cuda"));
   }
   cublasHandle_t h = cublas_handle(current_device());
+  KILN_CUBLAS_CHECK(cublasSetMathMode(h, gemm_math_mode(dt, allow_tf32())), what());
   KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                (int)N, (int)M, (int)K, pa, B, type, (int)ldb, (long long)sb, A, type,
                                                (int)lda, (long long)sa, pb, C, type, (int)ldc, (long long)sc,

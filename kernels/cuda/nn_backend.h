@@ -63,8 +63,9 @@ void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx
 template <typename T>
 void log_softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx);
 
-// Targets are validated on the device; an out-of-range target throws kiln::Error (naming the
-// position, target and K) at the end of the call, which therefore synchronizes the stream.
+// Targets are validated on the device without a host sync: an out-of-range target gives NaN for
+// that sample and throws kiln::Error (naming the op, position, target and K) at the next
+// synchronizing call (to_device to the host, synchronize): kernels/cuda/deferred_error.h.
 template <typename T>
 void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t* targets, const T* weight,
                            double label_smoothing, int64_t ignore_index, Reduction reduction, T* out, T* logp);

@@ -2,71 +2,80 @@
 // as kernels/cpu/reduce.h: sums accumulate in f64 like the CPU; max/min return the first extreme
 // and propagate NaN (the first NaN wins). A warp reduces a row when rows are short, a block when
 // they are long. Limitation: one very long row (rows == 1) is reduced by a single block.
+// The combine rule and the tree (which lane folds which column, the butterfly, the block's second
+// level, the empty value) come from kernels/common/reduce_tree.h and are tested on the CPU there;
+// this file holds only the shuffles, shared memory and launch geometry.
 #include <math_constants.h>
 
-#include <cfloat>
-
+#include "kernels/common/reduce_tree.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 namespace {
 
-struct Best {  // running max/min: value (as double) and its column
-  double v;
-  int64_t i;
-};
+namespace rt = kiln::reduce_tree;
+using rt::ArgBest;
 
-// Is (v, i) a better max/min candidate than b? NaN beats numbers; ties go to the lower column.
-__device__ __forceinline__ bool better(double v, int64_t i, const Best& b, bool is_max) {
-  const bool vn = v != v, bn = b.v != b.v;
-  if (vn || bn) return vn && (!bn || i < b.i);
-  if (v != b.v) return is_max ? v > b.v : v < b.v;
-  return i < b.i;
+__device__ __forceinline__ ArgBest shfl_best(const ArgBest& b, int o) {
+  return ArgBest{__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)};
 }
 
-__device__ __forceinline__ Best shfl_best(const Best& b, int o) {
-  return Best{__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)};
-}
-
-__device__ __forceinline__ Best warp_best(Best b, bool is_max) {
-  for (int o = 16; o > 0; o >>= 1) {
-    Best u = shfl_best(b, o);
-    if (better(u.v, u.i, b, is_max)) b = u;
-  }
+__device__ __forceinline__ ArgBest warp_best(ArgBest b, bool is_max) {
+  for (int o = rt::butterfly_first_offset(); o > 0; o = rt::butterfly_next_offset(o))
+    b = rt::arg_combine(b, shfl_best(b, o), is_max);  // the partner is lane ^ o (rt::butterfly_partner)
   return b;
+}
+
+__device__ __forceinline__ double warp_sum_tree(double v) {
+  for (int o = rt::butterfly_first_offset(); o > 0; o = rt::butterfly_next_offset(o))
+    v = rt::sum_combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The block's second level (blockDim.x a multiple of 32, <= 1024): warp w's lane 0 writes slot w,
+// then every warp reduces the slots again (lanes past the warp count take the empty value).
+__device__ __forceinline__ double block_sum_tree(double v, double* scratch) {
+  const int lane = rt::lane_of(threadIdx.x), w = rt::warp_of(threadIdx.x), nw = rt::warps_in_block(blockDim.x);
+  v = warp_sum_tree(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[w] = v;
+  __syncthreads();
+  v = rt::block_slot_read(lane, nw) ? scratch[lane] : 0.0;
+  return warp_sum_tree(v);
+}
+
+__device__ __forceinline__ ArgBest block_best(ArgBest b, bool is_max, ArgBest* scratch) {
+  const int lane = rt::lane_of(threadIdx.x), w = rt::warp_of(threadIdx.x), nw = rt::warps_in_block(blockDim.x);
+  b = warp_best(b, is_max);
+  __syncthreads();
+  if (lane == 0) scratch[w] = b;
+  __syncthreads();
+  b = rt::block_slot_read(lane, nw) ? scratch[lane] : rt::arg_empty();
+  return warp_best(b, is_max);
 }
 
 // One row reduced by a group of G threads (G = 32: a warp; G = blockDim.x: the block). `lane` is
 // the thread's index in the group. Results are written by lane 0.
 template <typename T, bool BLOCK>
 __device__ void reduce_row(ReduceOp op, const T* p, int64_t cols, int lane, int G, T* out, int64_t* idx,
-                           double* scratch, Best* bscratch) {
-  auto sum = [&](double v) { return BLOCK ? block_sum(v, scratch) : warp_sum(v); };
+                           double* scratch, ArgBest* bscratch) {
+  auto sum = [&](double v) { return BLOCK ? block_sum_tree(v, scratch) : warp_sum_tree(v); };
+  const int64_t c0 = rt::thread_first_col(lane), step = rt::thread_col_step(G);
   if (op == ReduceOp::max || op == ReduceOp::min) {
     const bool is_max = op == ReduceOp::max;
-    Best b{0.0, INT64_MAX};
-    for (int64_t c = lane; c < cols; c += G) {
-      double v = (double)(typename Compute<T>::type)p[c];
-      if (better(v, c, b, is_max)) b = Best{v, c};
-    }
-    b = warp_best(b, is_max);
-    if (BLOCK) {
-      const int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-      __syncthreads();
-      if ((threadIdx.x & 31) == 0) bscratch[w] = b;
-      __syncthreads();
-      b = (threadIdx.x & 31) < nw ? bscratch[threadIdx.x & 31] : Best{0.0, INT64_MAX};
-      b = warp_best(b, is_max);
-    }
-    if (lane == 0 && cols > 0) {
-      *out = p[b.i];
-      if (idx) *idx = b.i;
+    ArgBest b = rt::arg_empty();
+    for (int64_t c = c0; c < cols; c += step) b = rt::arg_fold(b, (double)(typename Compute<T>::type)p[c], c, is_max);
+    b = BLOCK ? block_best(b, is_max, bscratch) : warp_best(b, is_max);
+    const int64_t rc = rt::result_col(b, cols);
+    if (lane == 0 && rc >= 0) {  // an empty result (cols == 0) is never read
+      *out = p[rc];
+      if (idx) *idx = rc;
     }
     return;
   }
   double acc = 0;
-  for (int64_t c = lane; c < cols; c += G) acc += (double)(typename Compute<T>::type)p[c];
+  for (int64_t c = c0; c < cols; c += step) acc += (double)(typename Compute<T>::type)p[c];
   acc = sum(acc);
   if (op == ReduceOp::sum || op == ReduceOp::mean) {
     if (lane == 0) *out = T((typename Compute<T>::type)(op == ReduceOp::mean ? acc / (double)cols : acc));
@@ -74,7 +83,7 @@ __device__ void reduce_row(ReduceOp op, const T* p, int64_t cols, int lane, int 
   }
   const double m = acc / (double)cols;
   double s = 0;
-  for (int64_t c = lane; c < cols; c += G) {
+  for (int64_t c = c0; c < cols; c += step) {
     double d = (double)(typename Compute<T>::type)p[c] - m;
     s += d * d;
   }
@@ -94,7 +103,7 @@ __global__ void reduce_warp_rows(ReduceOp op, const T* x, int64_t rows, int64_t 
 template <typename T>
 __global__ void reduce_block_rows(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
   __shared__ double scratch[32];
-  __shared__ Best bscratch[32];
+  __shared__ ArgBest bscratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
     reduce_row<T, true>(op, x + r * cols, cols, threadIdx.x, blockDim.x, out + r, idx ? idx + r : nullptr, scratch,
                         bscratch);
@@ -102,12 +111,12 @@ __global__ void reduce_block_rows(ReduceOp op, const T* x, int64_t rows, int64_t
 
 template <typename T>
 void reduce_t(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
-  if (cols <= 4096) {
-    const int warps = kThreads / 32;
+  if (!rt::use_block_rows(cols)) {
+    const int warps = kThreads / rt::kWarp;
     reduce_warp_rows<T><<<(unsigned)((rows + warps - 1) / warps), kThreads, 0, stream()>>>(op, x, rows, cols, out, idx);
   } else {
     unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
-    reduce_block_rows<T><<<blocks, 1024, 0, stream()>>>(op, x, rows, cols, out, idx);
+    reduce_block_rows<T><<<blocks, rt::kBlockRowThreads, 0, stream()>>>(op, x, rows, cols, out, idx);
   }
 }
 

@@ -4,13 +4,16 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "engine/core/host_sync.h"
 #include "engine/memory/event_source_cuda.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/handles.h"
 
 namespace kiln::cuda {
@@ -162,9 +165,7 @@ cublasHandle_t cublas_handle(int dev) {
     KILN_CUBLAS_CHECK(cublasCreate(&d.blas), str_cat("cublasCreate on cuda:", dev));
     KILN_CUBLAS_CHECK(cublasSetStream(d.blas, d.compute), "cublasSetStream");
   });
-  // Math mode follows the process-wide TF32 switch on every call (cheap: a field store).
-  KILN_CUBLAS_CHECK(cublasSetMathMode(d.blas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
-                    "cublasSetMathMode");
+  // The math mode is set per GEMM by its caller (matmul.cpp: gemm_math_mode), by dtype.
   return d.blas;
 }
 
@@ -183,10 +184,18 @@ cudnnHandle_t cudnn_handle(int dev) {
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
+namespace {
+std::atomic<bool> g_cudnn_benchmark{false};
+}  // namespace
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark = on; }
+bool cudnn_benchmark() { return g_cudnn_benchmark; }
+
 void synchronize(int dev) {
+  note_host_sync(HostSyncKind::device_sync);
   PerDevice& d = per_device(dev);
   KILN_CUDA_CHECK(cudaStreamSynchronize(d.compute), str_cat("synchronize cuda:", dev, " compute stream"));
   KILN_CUDA_CHECK(cudaStreamSynchronize(d.copy), str_cat("synchronize cuda:", dev, " copy stream"));
+  check_deferred_errors(dev, "synchronize");
 }
 
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) {
@@ -222,7 +231,10 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, dst_dev.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                                   d.copy),
                   what());
+  note_host_sync(HostSyncKind::device_sync);  // the host waits for the device here
   KILN_CUDA_CHECK(cudaStreamSynchronize(d.copy), what());
+  // The compute stream's work before this copy is done: report an input error a kernel found.
+  if (src_dev.is_cuda()) check_deferred_errors(dev, "a copy from the device to the host");
 }
 
 }  // namespace kiln::cuda

@@ -43,7 +43,7 @@ TrainData open_train_data(const TrainConfig& c, Device device) {
     return open_image_train_data(o, device);
   }
   TrainData t;
-  DataSplits s = load_training_data(c.data, c.val, c.limit);
+  DataSplits s = load_training_data(c.data, c.val, c.limit, c.num_classes);  // labels checked against --num-classes
   t.format = s.format;
   t.ledger = {{"format", s.format}, {"train", s.train.source}, {"train_samples", s.train.n},
               {"mean", s.mean},     {"std", s.std}};
