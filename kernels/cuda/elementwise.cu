@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/core/philox.h"
+#include "kernels/common/dropout_math.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/launch.cuh"
@@ -283,7 +284,7 @@ __global__ void dropout_fwd_kernel(int64_t n, const T* x, float pf, T scale, uin
       if (i >= n) break;
       const float u = (float)(r.v[k] >> 8) * (1.0f / 16777216.0f);
       const bool keep = u >= pf;
-      y[i] = keep ? x[i] * scale : T(0);
+      y[i] = dropout_apply(x[i], keep, scale);  // a dropped NaN stays NaN (torch: input * noise)
       if (mask) mask[i] = keep ? 1 : 0;
     }
   }
@@ -292,7 +293,7 @@ __global__ void dropout_fwd_kernel(int64_t n, const T* x, float pf, T scale, uin
 template <typename T>
 __global__ void dropout_bwd_kernel(int64_t n, const T* dy, const uint8_t* mask, T scale, T* dx) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dx[i] = mask[i] ? dy[i] * scale : T(0);
+    dx[i] = dropout_apply(dy[i], mask[i] != 0, scale);
 }
 
 #define KILN_FLOAT_SWITCH(dt, what, CALL)                                                     \
