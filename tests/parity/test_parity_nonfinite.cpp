@@ -121,7 +121,7 @@ TEST_CASE("parity with PyTorch: NaN and inf through binary ops, every pair of sp
   MESSAGE("non-finite binary parity: ", cs.size(), " cases, ", n, " tensors compared with PyTorch");
 }
 
-TEST_CASE("parity with PyTorch: reductions with NaN, inf and ties; whole-tensor max/min split ties evenly") {
+TEST_CASE("parity with PyTorch: reductions with NaN, inf and ties, whole-tensor max/min split ties evenly") {
   std::vector<ExactCase> cs;
   // rows: a NaN; +inf and -inf (sum NaN); ties at the max and min; all -inf; ordinary
   const std::vector<float> rows = {1.f,   kNan, 2.f,  kNan, 0.f,    //

@@ -78,7 +78,7 @@ TEST_CASE("host syncs: the counter sees item() and to_vector()") {
   CHECK(s.counts().device_syncs == 0);
 }
 
-TEST_CASE("host syncs: one training step reads back at most once (small_cnn, resnet18_small; cpu and meta)") {
+TEST_CASE("host syncs: one training step reads back at most once (small_cnn, resnet18_small, on cpu and meta)") {
   for (const char* name : {"small_cnn", "resnet18_small"}) {
     for (Device dev : {Device::cpu(), Device::meta()}) {
       for (bool amp : {false, true}) {
