@@ -36,6 +36,9 @@ void add_train_memory_options(CLI::App* t, TrainConfig& c) {
                 "recompute-on-backward segments N (0: off) or auto (the fewest recomputed stages that fit "
                 "--device-memory or the device); --checkpoint is the old name (training state: --checkpoint-every)")
       ->capture_default_str();
+  t->add_flag("--force", c.force,
+              "train even when the predicted peak memory exceeds --device-memory or the device (default: stop "
+              "before the first step, listing remedies with their predicted peaks)");
   t->add_option("--memory-report", c.memory_report,
                 "write an HTML memory report (timeline, per-layer activations, segments, predicted vs measured)");
 }

@@ -84,7 +84,7 @@ TEST_CASE("cli alloc: snapshot, Chrome trace, bench trace and per-tag peaks of t
 TEST_CASE("cli alloc: ResNet18 at batch 64 x 64 px on a simulated 64 MiB device: the full OOM account") {
   const std::string out = kiln_test::cli_temp_dir("alloc_oom");
   auto r = run_kiln("train --model resnet18 --data " + rgb64_dir() + " --batch 64 --image-size 64 --epochs 1 "
-                    "--threads 2 --device cpu --device-memory 64M --out " + out);
+                    "--threads 2 --device cpu --device-memory 64M --force --out " + out);
   CHECK(r.status == 1);  // an error exit, not a crash (-1) or a signal
   CHECK_MESSAGE(contains(r.output, "kiln: error: out of memory on cpu"), r.output);
   CHECK(contains(r.output, "asked for "));
@@ -106,7 +106,7 @@ TEST_CASE("cli alloc: an out-of-memory run leaves the last checkpoint intact") {
   const std::string before = slurp(ckpt);
   const auto mtime = std::filesystem::last_write_time(ckpt);
   auto oom = run_kiln("train --model resnet18 --data " + rgb64_dir() + " --batch 64 --epochs 2 --resume " + ckpt +
-                      " --checkpoint-every 1 --threads 2 --device cpu --device-memory 64M --out " + out);
+                      " --checkpoint-every 1 --threads 2 --device cpu --device-memory 64M --force --out " + out);
   CHECK(oom.status == 1);
   CHECK_MESSAGE(contains(oom.output, "out of memory"), oom.output);
   CHECK(slurp(ckpt) == before);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "tools/lib/mem_command.h"
+#include "tools/lib/mem_remedies.h"
 #include "engine/train/memory_peak.h"
 
 namespace kiln {
@@ -21,7 +22,7 @@ nlohmann::json tags_json(const TagBytes& b) {
 }  // namespace
 
 TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes, int64_t channels, int64_t height,
-                                       int64_t width, Device device, std::ostream& log)
+                                       int64_t width, Device device, bool image_size_applies, std::ostream& log)
     : config_(c), device_(device) {
   MemConfig mc;
   mc.train = c;
@@ -49,6 +50,20 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
   log << "memory predicted (meta run): peak allocated " << human(prediction_.peak_allocated) << " (first step "
       << human(prediction_.first.allocated) << "), reserved " << human(prediction_.peak_reserved)
       << "; params " << human(prediction_.params) << ", activations " << human(prediction_.activations) << "\n";
+  // Stop before the real model is built when the step cannot fit (--force runs anyway).
+  const int64_t budget = device_budget(device);
+  if (prediction_.peak_reserved > budget) {
+    const std::string what =
+        c.alloc.device_memory.empty() ? "the device's memory" : "--device-memory " + c.alloc.device_memory;
+    if (c.force) {
+      log << "memory: predicted peak reserved " << human(prediction_.peak_reserved) << " exceeds the budget of "
+          << human(budget) << " (" << what << "); running anyway (--force)\n";
+    } else {
+      mc.detail = false;
+      throw Error(format_memory_stop(mc, prediction_, budget, what,
+                                     find_memory_remedies(mc, budget, image_size_applies)));
+    }
+  }
 }
 
 void TrainMemoryMonitor::apply(nn::Module& model) const {

@@ -17,9 +17,12 @@ namespace kiln {
 class TrainMemoryMonitor {
  public:
   // Predicts for images of channels x size x size (no prediction, with a note, for non-square
-  // images). Throws kiln::Error for a bad --checkpoint or when auto finds nothing that fits.
+  // images). Throws kiln::Error for a bad --checkpoint or when auto finds nothing that fits, and,
+  // unless c.force, when the predicted peak reserved bytes exceed the device's budget: the message
+  // lists the remedies with their predicted peaks (tools/lib/mem_remedies.h; image_size_applies:
+  // --image-size is among them).
   TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes, int64_t channels, int64_t height, int64_t width,
-                     Device device, std::ostream& log);
+                     Device device, bool image_size_applies, std::ostream& log);
   // Sets the model's recompute segments (--checkpoint).
   void apply(nn::Module& model) const;
   void before_step();

@@ -54,6 +54,7 @@ struct TrainConfig {
   int64_t limit = -1;  // >= 0: use only the first N training samples
   std::string checkpoint = "0";  // recompute segments: "N" or "auto" (tools/lib/mem_train.h)
   std::string memory_report;     // HTML memory report path (empty: none)
+  bool force = false;            // train even when the predicted peak exceeds the memory budget
   ImageOptions image;  // image folders / CSV lists: --image-size, --augment, --normalize, ...
   AllocOptions alloc;  // --device-memory, --memory-snapshot, --trace, --alloc-trace
   // Mixed precision (tools/lib/amp_training.h): autocast f16 + dynamic loss scaling.

@@ -114,7 +114,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   // The memory prediction runs first (it builds a throwaway model and restores the RNG), so on a
   // small simulated device it never competes with the real model for memory. It is for the first
   // epoch's image size (progressive resizing changes it later).
-  TrainMemoryMonitor memory(c, num_classes, train.channels(), train.image_size(0), train.image_size(0), device, log);
+  TrainMemoryMonitor memory(c, num_classes, train.channels(), train.image_size(0), train.image_size(0), device,
+                            data.format == "images", log);
   manual_seed(c.seed);
   nn::ModulePtr model = build_model(c.model, num_classes, train_channels, train_size);
   model->to(device);
