@@ -29,7 +29,9 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
   // The largest batch (same --accum, capped at the batch).
   const MaxBatchResult mb = find_max_batch(c, budget, 0.0);
   if (mb.batch >= 1) {
-    MemRemedy r{"--batch " + std::to_string(mb.batch), "", mb.peak_reserved, true};
+    std::string opt = "--batch " + std::to_string(mb.batch);
+    if (accum > mb.batch) opt += " --accum " + std::to_string(mb.batch);  // accum <= batch
+    MemRemedy r{opt, "", mb.peak_reserved, true};
     for (const auto& [b, p] : mb.probes)
       if (b == mb.batch + 1) r.note = "--batch " + std::to_string(b) + " would need " + format_bytes((double)p);
     out.push_back(r);
