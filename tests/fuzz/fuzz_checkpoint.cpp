@@ -29,7 +29,7 @@ constexpr int64_t kClasses = 2;
 struct Run {
   TrainConfig config;
   std::shared_ptr<nn::Sequential> model;
-  std::unique_ptr<TrainOptimizer> opt;
+  std::unique_ptr<optim::Optimizer> opt;
   Run() {
     config.model = kModelName;
     config.optimizer = "adamw";

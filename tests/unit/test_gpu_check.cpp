@@ -76,7 +76,9 @@ Run gpu_check(const std::string& name, const std::string& env, const std::string
 }
 
 void check_nothing_ok(const std::map<std::string, Row>& rows) {
-  for (const auto& [name, row] : rows) {
+  for (const auto& kv : rows) {  // no structured binding: clang's C++17 cannot capture one in INFO
+    const std::string& name = kv.first;
+    const Row& row = kv.second;
     INFO("row '" << name << "': " << row.result << " " << row.detail);
     CHECK(row.result != "ok");
     CHECK(row.result.find("PASS") == std::string::npos);
