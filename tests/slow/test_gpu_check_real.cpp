@@ -12,24 +12,13 @@
 #include <sstream>
 #include <string>
 
+#include "support/shell.h"
+
 namespace {
 
-struct Run {
-  std::string out;
-  int status = -1;
-};
-
-Run run_shell(const std::string& cmd) {
-  Run r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int w = ::pclose(p);
-  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
-  return r;
-}
+using Run = kiln_test::ShellRun;
+using kiln_test::read_text;
+using kiln_test::run_shell;
 
 }  // namespace
 
