@@ -4,9 +4,9 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "tools/lib/alloc_flags.h"
-#include "tools/lib/data_report.h"
-#include "tools/lib/export_images.h"
+#include "tools/alloc_flags.h"
+#include "data/data_report.h"
+#include "data/export_images.h"
 #include "data/image_options.h"
 
 namespace kiln_cli {

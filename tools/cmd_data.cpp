@@ -1,4 +1,4 @@
-// `kiln data PATH [--out DIR]`: the data set report of tools/lib/data_report.h on the command line.
+// `kiln data PATH [--out DIR]`: the data set report of data/data_report.h on the command line.
 #include <iostream>
 
 #include "tools/cli_commands.h"

@@ -1,5 +1,5 @@
 // `kiln export-images --data DIR --out DIR`: an IDX / npy data set written once as a JPEG image
-// folder (tools/lib/export_images.h).
+// folder (data/export_images.h).
 #include <cstdio>
 
 #include "tools/cli_commands.h"

@@ -3,8 +3,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "tools/lib/mem_command.h"
-#include "tools/lib/train_config.h"
+#include "tools/mem_command.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 

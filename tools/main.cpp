@@ -11,10 +11,10 @@
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
 #include "tools/cli_commands.h"
-#include "tools/lib/devices.h"
-#include "tools/lib/predict.h"
-#include "tools/lib/train_config.h"
-#include "tools/lib/train_loop.h"
+#include "engine/core/devices.h"
+#include "tools/predict.h"
+#include "tools/train_config.h"
+#include "tools/train_loop.h"
 
 namespace {
 

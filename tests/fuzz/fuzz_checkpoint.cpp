@@ -1,4 +1,4 @@
-// libFuzzer target: training-state files (--resume) through load_checkpoint (tools/lib/checkpoint.h),
+// libFuzzer target: training-state files (--resume) through load_checkpoint (tools/train_state.h),
 // which reads the safetensors file, checks its metadata and loads the model's and the AdamW
 // optimizer's state. The model is a tiny conv + batch norm (its file is ~1 KiB, so the fuzzer's
 // mutations reach the header and the metadata); the bytes go to an in-memory file since the loader
@@ -17,7 +17,7 @@
 #include "engine/ops/ops.h"
 #include "fuzz/fuzz_support.h"
 // The only include of the loader (its path may move with tools/lib).
-#include "tools/lib/checkpoint.h"
+#include "tools/train_state.h"
 
 using namespace kiln;
 

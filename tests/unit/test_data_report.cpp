@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "data/decode.h"
-#include "tools/lib/data_report.h"
+#include "data/data_report.h"
 #include "test_data_support.h"
 
 using namespace kiln;

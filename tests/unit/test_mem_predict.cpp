@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cli/run_kiln.h"
-#include "tools/lib/mem_command.h"
-#include "tools/lib/mem_predict.h"
+#include "tools/mem_command.h"
+#include "tools/mem_predict.h"
 
 using kiln_test::contains;
 using kiln_test::last_ledger_line;

@@ -1,6 +1,6 @@
 // HTML memory report (see memory_report.h). Everything is drawn here as SVG from numbers; the
 // page's only script shows the bytes under the mouse on the timeline.
-#include "tools/lib/memory_report.h"
+#include "tools/report/memory_report.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // Allocator options of `kiln train` (see alloc_flags.h).
-#include "tools/lib/alloc_flags.h"
+#include "tools/alloc_flags.h"
 
 #include <nlohmann/json.hpp>
 

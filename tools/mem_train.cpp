@@ -1,10 +1,10 @@
 // Prediction vs measurement for `kiln train` (see mem_train.h).
-#include "tools/lib/mem_train.h"
+#include "tools/mem_train.h"
 
 #include <cstdio>
 
-#include "tools/lib/mem_command.h"
-#include "tools/lib/mem_remedies.h"
+#include "tools/mem_command.h"
+#include "tools/mem_remedies.h"
 #include "engine/train/memory_peak.h"
 
 namespace kiln {

@@ -18,7 +18,7 @@
 #include "engine/tensor/tensor.h"
 #include "engine/train/evaluate.h"
 #include "data/image_options.h"
-#include "tools/lib/train_config.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tools/lib/alloc_flags.h"
+#include "tools/alloc_flags.h"
 #include "data/image_options.h"
 
 namespace kiln {

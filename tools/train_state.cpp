@@ -1,5 +1,5 @@
 // Checkpoint and weight files (see checkpoint.h).
-#include "tools/lib/checkpoint.h"
+#include "tools/train_state.h"
 
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // `kiln train --amp` helpers (see amp_training.h).
-#include "tools/lib/amp_training.h"
+#include "tools/train_amp.h"
 
 #include <cstdio>
 

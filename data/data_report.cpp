@@ -1,6 +1,6 @@
 // `kiln data` report (see data_report.h): lists the data set, decodes every image on worker
 // threads, aggregates per split, writes one contact sheet per class.
-#include "tools/lib/data_report.h"
+#include "data/data_report.h"
 
 #include <algorithm>
 #include <atomic>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/lib/mem_predict.h"
+#include "tools/mem_predict.h"
 
 namespace kiln {
 

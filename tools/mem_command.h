@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include "tools/lib/mem_predict.h"
+#include "tools/mem_predict.h"
 
 namespace kiln {
 

@@ -1,5 +1,5 @@
 // Device discovery for `kiln devices` and --device (see devices.h).
-#include "tools/lib/devices.h"
+#include "engine/core/devices.h"
 
 #include <cstdlib>
 #include <sstream>

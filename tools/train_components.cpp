@@ -1,5 +1,5 @@
 // Model factory and optimizer adapter for the command layer (see train_components.h).
-#include "tools/lib/train_components.h"
+#include "tools/train_components.h"
 
 #include <algorithm>
 

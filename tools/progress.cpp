@@ -1,5 +1,5 @@
 // Live progress line (see progress.h).
-#include "tools/lib/progress.h"
+#include "tools/progress.h"
 
 #include <cstdio>
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/optim/loss_scaler.h"
-#include "tools/lib/train_config.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 

@@ -1,14 +1,14 @@
 // `kiln mem` (see mem_command.h).
-#include "tools/lib/mem_command.h"
+#include "tools/mem_command.h"
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
-#include "tools/lib/devices.h"
+#include "engine/core/devices.h"
 #include "engine/train/memory_peak.h"
-#include "tools/lib/memory_report.h"
+#include "tools/report/memory_report.h"
 
 namespace kiln {
 

@@ -11,8 +11,8 @@
 
 #include "engine/core/generator.h"
 #include "engine/nn/module.h"
-#include "tools/lib/train_components.h"
-#include "tools/lib/train_config.h"
+#include "tools/train_components.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 

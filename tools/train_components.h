@@ -8,7 +8,7 @@
 #include "engine/io/tensor_io.h"
 #include "engine/nn/module.h"
 #include "engine/optim/optimizer.h"
-#include "tools/lib/train_config.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 

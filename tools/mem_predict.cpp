@@ -1,13 +1,13 @@
 // `kiln mem` / `kiln train` configurations as engine/train memory predictions (see mem_predict.h).
-#include "tools/lib/mem_predict.h"
+#include "tools/mem_predict.h"
 
 #include <algorithm>
 
 #include "engine/nn/checkpoint.h"
 #include "engine/ops/ops.h"
 #include "engine/train/memory_peak.h"
-#include "tools/lib/devices.h"
-#include "tools/lib/train_components.h"
+#include "engine/core/devices.h"
+#include "tools/train_components.h"
 
 namespace kiln {
 

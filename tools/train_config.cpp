@@ -1,5 +1,5 @@
 // LR schedules and the JSON form of a training configuration (see train_config.h).
-#include "tools/lib/train_config.h"
+#include "tools/train_config.h"
 
 #include <cmath>
 #include <cstdlib>

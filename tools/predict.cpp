@@ -1,5 +1,5 @@
 // `kiln predict` (see predict.h).
-#include "tools/lib/predict.h"
+#include "tools/predict.h"
 
 #include <cstdio>
 #include <fstream>
@@ -9,10 +9,10 @@
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/tensor_io.h"
-#include "tools/lib/devices.h"
+#include "engine/core/devices.h"
 #include "engine/train/evaluate.h"
-#include "tools/lib/train_components.h"
-#include "tools/lib/train_data.h"
+#include "tools/train_components.h"
+#include "tools/train_data.h"
 
 namespace kiln {
 

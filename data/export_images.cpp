@@ -1,5 +1,5 @@
 // Array data set -> JPEG image folder (see export_images.h).
-#include "tools/lib/export_images.h"
+#include "data/export_images.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Remedies for a step that does not fit its memory budget (see mem_remedies.h).
-#include "tools/lib/mem_remedies.h"
+#include "tools/mem_remedies.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,5 +1,5 @@
 // The --data dispatch to data/'s sources and evaluation over any source (see train_data.h).
-#include "tools/lib/train_data.h"
+#include "tools/train_data.h"
 
 #include <filesystem>
 

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/nn/module.h"
-#include "tools/lib/mem_predict.h"
-#include "tools/lib/memory_report.h"
+#include "tools/mem_predict.h"
+#include "tools/report/memory_report.h"
 
 namespace kiln {
 
@@ -19,7 +19,7 @@ class TrainMemoryMonitor {
   // Predicts for images of channels x size x size (no prediction, with a note, for non-square
   // images). Throws kiln::Error for a bad --checkpoint or when auto finds nothing that fits, and,
   // unless c.force, when the predicted peak reserved bytes exceed the device's budget: the message
-  // lists the remedies with their predicted peaks (tools/lib/mem_remedies.h; image_size_applies:
+  // lists the remedies with their predicted peaks (tools/mem_remedies.h; image_size_applies:
   // --image-size is among them).
   TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes, int64_t channels, int64_t height, int64_t width,
                      Device device, bool image_size_applies, std::ostream& log);

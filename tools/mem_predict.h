@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/train/memory_predict.h"
-#include "tools/lib/train_config.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 

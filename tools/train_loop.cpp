@@ -4,7 +4,7 @@
 // loss scaler's update), the same function the memory predictor runs on the meta device.
 // An epoch covers every sample once in a (seed, epoch)-determined order, ceil(N / batch) steps,
 // the last one smaller (no sample dropped): --batch N on N samples is exactly one step.
-#include "tools/lib/train_loop.h"
+#include "tools/train_loop.h"
 
 #include <unistd.h>
 
@@ -23,17 +23,17 @@
 #include "engine/ops/ops.h"
 #include "engine/train/fit.h"
 #include "kernels/cpu/threads.h"
-#include "tools/lib/alloc_flags.h"
-#include "tools/lib/amp_training.h"
+#include "tools/alloc_flags.h"
+#include "tools/train_amp.h"
 #include "engine/train/kernel_option.h"
-#include "tools/lib/checkpoint.h"
-#include "tools/lib/devices.h"
+#include "tools/train_state.h"
+#include "engine/core/devices.h"
 #include "engine/train/evaluate.h"
-#include "tools/lib/mem_train.h"
+#include "tools/mem_train.h"
 #include "engine/train/memory_peak.h"
-#include "tools/lib/progress.h"
-#include "tools/lib/train_components.h"
-#include "tools/lib/train_data.h"
+#include "tools/progress.h"
+#include "tools/train_components.h"
+#include "tools/train_data.h"
 
 namespace kiln {
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/train/fit.h"
-#include "tools/lib/train_config.h"
+#include "tools/train_config.h"
 
 namespace kiln {
 
