@@ -1,12 +1,14 @@
 // `kiln mem` (see mem_command.h).
 #include "tools/mem_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
 #include "engine/core/devices.h"
+#include "kernels/common/workspace_limit.h"
 #include "engine/train/memory_peak.h"
 #include "tools/report/memory_report.h"
 
@@ -56,6 +58,95 @@ void print_text(const MemPrediction& p, std::ostream& out) {
   }
 }
 
+// What a prediction for a cuda target adds to the meta run, and how sure each part is.
+struct CudaExtras {
+  int64_t f16_copies = 0;         // exact: the autocast weight copies inside the meta peak (--amp)
+  int64_t cudnn_limit = 0;        // kiln's per-call cuDNN workspace limit
+  int64_t scratch_bound = 0;      // bound: kernel scratch (cuDNN workspace, loss partials) as reserved
+  int64_t allocator_bound = 0;    // bound: kiln's allocator's peak reserved with the scratch
+  int64_t cublas_bound = 0;       // bound: cuBLAS's own workspace pool (outside kiln's allocator)
+  int64_t context_estimate = 0;   // estimate: the CUDA context and the libraries' modules
+  int64_t card_bound = 0;         // allocator bound + cuBLAS + context
+};
+
+// The CUDA context's own memory (context, cuBLAS/cuDNN kernel modules with lazy loading): not
+// measured here, an estimate of what current drivers take on a data-centre or laptop card.
+constexpr int64_t kCudaContextEstimate = int64_t(512) << 20;
+
+int64_t round_up(int64_t v, int64_t m) { return m > 0 ? (v + m - 1) / m * m : v; }
+
+CudaExtras cuda_extras(const MemPrediction& p) {
+  CudaExtras e;
+  const int t16 = (int)MemoryTag::param_f16;
+  e.f16_copies = std::max(p.first.tag_peak[t16], p.steady.tag_peak[t16]);
+  e.cudnn_limit = (int64_t)cudnn_workspace_limit();
+  // One kernel call runs at a time on the compute stream and frees its scratch when it returns:
+  // the largest is a cuDNN workspace (<= the limit) or a loss kernel's partial sums (a header and
+  // one double per row of the micro-batch).
+  const int64_t micro = (p.config.train.batch + p.config.train.accum - 1) / p.config.train.accum;
+  const int64_t scratch = std::max<int64_t>(e.cudnn_limit, 1024 + 8 * micro);
+  // As reserved memory: the arena grows its free tail by whole granules; segments round a large
+  // request to large_round, or map one shared large segment (20 MiB) for a smaller one.
+  const AllocatorConfig cfg = alloc_config_from_env();
+  e.scratch_bound = p.expandable ? round_up(scratch, p.granule)
+                                 : std::max(round_up(scratch, (int64_t)cfg.large_round), (int64_t)cfg.large_segment);
+  e.allocator_bound = p.peak_reserved + e.scratch_bound;
+  e.cublas_bound = (int64_t)cublas_workspace_bytes(0);
+  e.context_estimate = kCudaContextEstimate;
+  e.card_bound = e.allocator_bound + e.cublas_bound + e.context_estimate;
+  return e;
+}
+
+// f32: the meta replay runs the GPU's op-level allocations. --amp: the 16-bit convolutions replay
+// the CPU path, which stages f32 copies of x, w and y that cuDNN's 16-bit path does not make, so the
+// peak is an upper bound there.
+const char* peak_kind(const MemPrediction& p) { return p.config.train.amp ? "bound" : "exact"; }
+
+nlohmann::json cuda_json(const MemPrediction& p, const CudaExtras& e, int64_t budget) {
+  return {{"policy", p.policy},
+          {"policy_assumed", p.policy_assumed},
+          {"expandable", p.expandable},
+          {"granule", p.granule},
+          {"peak_reserved", {{"bytes", p.peak_reserved}, {"kind", peak_kind(p)}}},
+          {"f16_copies", {{"bytes", e.f16_copies}, {"kind", "exact"}, {"in_peak", true}}},
+          {"cudnn_workspace_limit", e.cudnn_limit},
+          {"kernel_scratch", {{"bytes", e.scratch_bound}, {"kind", "bound"}}},
+          {"allocator_peak_reserved", {{"bytes", e.allocator_bound}, {"kind", "bound"}}},
+          {"cublas_workspace", {{"bytes", e.cublas_bound}, {"kind", "bound"}, {"outside_allocator", true}}},
+          {"cuda_context", {{"bytes", e.context_estimate}, {"kind", "estimate"}, {"outside_allocator", true}}},
+          {"card_total", {{"bytes", e.card_bound}, {"kind", "bound"}}},
+          {"fits_with_bounds", e.card_bound <= budget}};
+}
+
+void print_cuda(const MemPrediction& p, const CudaExtras& e, int64_t budget, std::ostream& out) {
+  char line[320];
+  auto row = [&](const char* what, int64_t b, const char* kind) {
+    std::snprintf(line, sizeof line, "  %-48s %12s  %-8s\n", what, human(b).c_str(), kind);
+    out << line;
+  };
+  out << "cuda allocator policy: " << p.policy
+      << (p.policy_assumed ? " (assumed: kiln's CUDA default; no such device here to ask)" : " (the device's)") << "\n";
+  out << "on " << p.target << " (exact: the meta replay of kiln's own allocations with this policy; bound: an upper "
+      << "limit; estimate: not measured"
+      << (p.config.train.amp ? "; under --amp the replay stages the 16-bit convolutions in f32 as the CPU does, "
+                               "so its peak is a bound"
+                             : "")
+      << "):\n";
+  row("kiln's allocations, peak reserved", p.peak_reserved, peak_kind(p));
+  if (p.config.train.amp) row("  of which f16 weight copies (--amp)", e.f16_copies, "exact");
+  char what[96];
+  std::snprintf(what, sizeof what, "+ kernel scratch (cuDNN workspace <= %s)", human(e.cudnn_limit).c_str());
+  row(what, e.scratch_bound, "bound");
+  row("= kiln's allocator, peak reserved", e.allocator_bound, "bound");
+  row("+ cuBLAS workspace (cuBLAS's own pool)", e.cublas_bound, "bound");
+  row("+ CUDA context and library modules", e.context_estimate, "estimate");
+  row("= card memory needed", e.card_bound, "bound");
+  out << "  (--device-memory limits kiln's allocator on a GPU; cuBLAS's pool and the context come on top; the cuDNN "
+         "limit is KILN_CUDNN_WORKSPACE_LIMIT, cuBLAS's pool CUBLAS_WORKSPACE_CONFIG)\n";
+  out << "budget " << human(budget) << " with the bounds and the estimate: "
+      << (e.card_bound <= budget ? "fits" : "does NOT fit") << "\n";
+}
+
 }  // namespace
 
 int parse_checkpoint_option(const std::string& text) {
@@ -92,6 +183,13 @@ void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
   j["budget"] = budget;
   j["fits"] = p.peak_reserved <= budget;
   if (!extra.is_null()) j.update(extra);
+  j["policy"] = p.policy;
+  const bool cuda = target.is_cuda();
+  CudaExtras ce;
+  if (cuda) {
+    ce = cuda_extras(p);
+    j["cuda"] = cuda_json(p, ce, budget);
+  }
   if (o.max_batch) {
     MaxBatchResult mb = find_max_batch(c, budget, o.margin);
     j["max_batch"] = {{"batch", mb.batch}, {"peak_reserved", mb.peak_reserved}, {"margin", o.margin},
@@ -110,6 +208,7 @@ void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
   }
   print_text(p, out);
   out << "budget " << human(budget) << ": " << (p.peak_reserved <= budget ? "fits" : "does NOT fit") << "\n";
+  if (cuda) print_cuda(p, ce, budget, out);
   if (!o.report.empty()) out << "report: " << o.report << "\n";
 }
 

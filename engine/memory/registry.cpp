@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/allocator.h"
 #include "engine/memory/caching_allocator.h"
+#include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #ifdef KILN_WITH_CUDA
 #include "engine/memory/event_source_cuda.h"
@@ -91,6 +92,28 @@ CachingAllocator* caching_allocator_for(Device d) {
   auto it = registry().slots.find({(int)d.type, d.index});
   if (it != registry().slots.end() && it->second.override_) return nullptr;
   return slot_for(d).caching.get();
+}
+
+bool device_present(Device d, std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  switch (d.type) {
+    case DeviceType::cpu:
+      return d.index == 0 || no("device " + d.str() + " does not exist (only cpu:0)");
+    case DeviceType::meta:
+      return true;
+    case DeviceType::cuda:
+#ifdef KILN_WITH_CUDA
+      if (d.index >= 0 && d.index < cuda_device_count()) return true;
+      return no("device " + d.str() + " is not available (" + std::to_string(cuda_device_count()) +
+                " CUDA devices visible)");
+#else
+      return no("device " + d.str() + " is not available in this build (built without CUDA)");
+#endif
+  }
+  return no("device " + d.str() + ": unknown device type");
 }
 
 void set_device_memory_limit(Device d, size_t bytes) {

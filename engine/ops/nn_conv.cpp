@@ -3,6 +3,10 @@
 // store). 16-bit on cuda: conv2d_16.h (cuDNN or kiln's implicit GEMM, f32 accumulation), NCHW or
 // channels-last; a channels-last input gives a channels-last output on cuda. Other devices take
 // any layout through contiguous() and give NCHW.
+// Workspace: the CPU kernels' im2col buffer. None on cuda (cuDNN takes its own per call from
+// kiln's allocator, bounded by kernels/common/workspace_limit.h), and none in a meta run that
+// imitates cuda (kiln mem --device cuda:N).
+#include "engine/core/meta_target.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/conv2d.h"
@@ -11,6 +15,15 @@
 #endif
 
 namespace kiln {
+
+namespace {
+
+size_t conv_workspace_bytes(const Conv2dDesc& d, DType dt, Device dev) {
+  if (dev.is_cuda() || (dev.is_meta() && meta_target().is_cuda())) return 0;
+  return cpu::conv2d_workspace_bytes(d, dtype_size(dt));
+}
+
+}  // namespace
 
 #if defined(KILN_WITH_CUDA)
 namespace {
@@ -120,7 +133,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
   {
     Tensor xk = compute(xc), wk = compute(wc), bk = compute(bc);
     Tensor yk = empty({d.N, d.K, d.out_h(), d.out_w()}, xk.dtype(), x.device());
-    Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(xk.dtype())), x.device());
+    Tensor ws = workspace(conv_workspace_bytes(d, xk.dtype(), x.device()), x.device());
     KILN_NN_TYPED(xk.dtype(), "conv2d",
                   KILN_DISPATCH(x.device(), conv2d_forward<T>, d, ptr<T>(xk), ptr<T>(wk), ptr<T>(bk), ptr<T>(yk),
                                 ws.data_ptr()));
@@ -133,7 +146,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
     Tensor dy = contiguous(compute(g[0]));
     auto back = [half](const Tensor& t, DType dt) { return half && t.defined() ? to_dtype(t, dt) : t; };
     std::vector<Tensor> r(3);
-    Tensor ws = workspace(cpu::conv2d_workspace_bytes(d, dtype_size(x.dtype())), x.device());
+    Tensor ws = workspace(conv_workspace_bytes(d, x.dtype(), x.device()), x.device());
     if (n.needs_input_grad(0)) {
       Tensor dx = empty(x.sizes(), x.dtype(), x.device());
       KILN_NN_TYPED(x.dtype(), "conv2d backward",

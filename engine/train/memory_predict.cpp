@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "engine/core/generator.h"
 #include "engine/core/meta_target.h"
+#include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #include "engine/ops/ops.h"
 
@@ -113,14 +115,34 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
   StepMemory r;
   const Device target = o.target;
   r.target = target.str();
-  CachingAllocator* target_alloc = caching_allocator_for(target.is_meta() ? Device::cpu() : target);
+  const Device policy_of = target.is_meta() ? Device::cpu() : target;
+  CachingAllocator* target_alloc = device_present(policy_of) ? caching_allocator_for(policy_of) : nullptr;
   AllocatorConfig cfg = target_alloc ? target_alloc->config() : alloc_config_from_env();
-  // No GPU here to ask: assume the usual CUDA allocation granularity (2 MiB) for its arena.
-  if (!target_alloc && target.is_cuda()) cfg.granule = std::max(cfg.granule, size_t(2) << 20);
+  if (!target_alloc && target.is_cuda()) {
+    // No such GPU here to ask (none in this machine, or a build without CUDA): the policy kiln's
+    // CUDA provider would give it (provider_cuda.h): the expandable arena over the driver's virtual
+    // memory in 2 MiB granules (the minimum granularity of current GPUs), or cudaMalloc segments
+    // when KILN_CUDA_VMM=0.
+    r.policy_assumed = true;
+    const char* vmm = std::getenv("KILN_CUDA_VMM");
+    if (vmm && std::string(vmm) == "0") cfg.expandable = false;
+    else cfg.granule = std::max(cfg.granule, size_t(2) << 20);
+  }
   MetaTargetScope imitate(target);
   const uint64_t seed_before = global_rng().seed, offset_before = global_rng().offset;
 
   MetaSession session(cfg);
+  {
+    const AllocatorConfig& eff = session.alloc_.config();
+    r.expandable = eff.expandable;
+    r.granule = eff.expandable ? (int64_t)eff.granule : 0;
+    r.policy = eff.expandable
+                   ? "expandable arena, granule " + format_bytes((double)eff.granule)
+                   : "segments: requests <= " + format_bytes((double)eff.small_max) + " in " +
+                         format_bytes((double)eff.small_segment) + " segments, larger ones rounded to " +
+                         format_bytes((double)eff.large_round) + " (those under half of " +
+                         format_bytes((double)eff.large_segment) + " share segments of that size)";
+  }
   {
     // The model is built on the CPU (constructors initialize there) and moved; only the meta
     // copies stay.
@@ -228,6 +250,8 @@ MaxBatchResult max_batch_for_budget(const std::function<int64_t(int64_t)>& peak_
 }
 
 int64_t device_budget(Device d) {
+  std::string why;
+  KILN_CHECK(device_present(d, &why), why, ": give --device-memory (the memory of the card to predict for, e.g. 8G)");
   CachingAllocator* a = caching_allocator_for(d);
   if (a) return (int64_t)a->stats().capacity;
   return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGE_SIZE);

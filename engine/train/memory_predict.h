@@ -37,6 +37,12 @@ struct StepPeak {
 // What one prediction found (engine/train's part of tools' MemPrediction).
 struct StepMemory {
   std::string target;  // the device imitated ("cpu")
+  // The imitated allocator's policy in words ("expandable arena, granule 2.00 MiB"), and whether it
+  // was assumed (a cuda target that is not in this machine: kiln's CUDA default, not the device's).
+  std::string policy;
+  bool policy_assumed = false;
+  bool expandable = true;
+  int64_t granule = 0;  // the arena's commit step (expandable) or 0
   int num_stages = 0;  // stages the model splits into for recompute segments
   StepPeak first, steady;
   int64_t peak_allocated = 0, peak_reserved = 0;  // max over the steps

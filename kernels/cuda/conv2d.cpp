@@ -5,11 +5,14 @@
 // cached; each call sets the candidate's math type on the descriptor and falls back to the next
 // candidate on CUDNN_STATUS_NOT_SUPPORTED. f32 uses FMA math (no TF32) unless allow_tf32().
 // Workspace comes from kiln's allocator under the `temporary` tag, on the compute stream, and is
-// released right after the call.
+// released right after the call; candidates needing more than cudnn_workspace_limit()
+// (kernels/common/workspace_limit.h, KILN_CUDNN_WORKSPACE_LIMIT) are skipped, so `kiln mem` can
+// state the bound.
 // The 16-bit entry points of conv2d_16.h (f16/bf16 data, f32 accumulation, Tensor Core math, NCHW
 // or NHWC) live here too: cuDNN by default, kiln's implicit-GEMM kernels (igemm_conv.h) for f16
 // when kernel_source() is kiln.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,6 +29,7 @@
 #include "kernels/cuda/handles.h"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/workspace.h"
+#include "kernels/common/workspace_limit.h"
 
 namespace kiln::cuda {
 
@@ -194,6 +198,18 @@ std::vector<Candidate> candidates(Dir dir, cudnnDataType_t dt, int dev, cudnnHan
     take(p, n, f, &heur);
   }
   KILN_CHECK(!heur.empty(), ds.what, ": cuDNN offers no algorithm for this convolution (", n, " candidates rejected)");
+  {
+    const size_t limit = cudnn_workspace_limit();
+    size_t smallest = SIZE_MAX;
+    std::vector<Candidate> within;
+    for (const Candidate& c : heur) {
+      smallest = std::min(smallest, c.workspace);
+      if (c.workspace <= limit) within.push_back(c);
+    }
+    KILN_CHECK(!within.empty(), ds.what, ": every cuDNN algorithm needs more workspace than kiln's limit of ", limit,
+               " bytes (the smallest needs ", smallest, "); raise KILN_CUDNN_WORKSPACE_LIMIT");
+    heur.swap(within);
+  }
   if (!cudnn_benchmark()) return heur;
 
   size_t ws_bytes = 0;
