@@ -20,10 +20,30 @@ std::string fits_text(int64_t peak, int64_t budget) {
   return format_bytes((double)peak) + (peak <= budget ? " (fits)" : " (does not fit)");
 }
 
+void append_remedies(std::ostringstream& o, const std::vector<MemRemedy>& remedies, int64_t budget) {
+  for (const MemRemedy& r : remedies) {
+    o << "\n  " << r.option << ": " << fits_text(r.peak_reserved, budget);
+    if (!r.note.empty()) o << "; " << r.note;
+  }
+}
+
 }  // namespace
 
-std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies) {
+std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies,
+                                            const StepMemory* predicted) {
   std::vector<MemRemedy> out;
+  if (predicted) {
+    // A lower bound of every remedy's peak: each keeps the model's f32 weights, their gradients and
+    // the optimizer's state (--amp adds f16 copies to them).
+    const int64_t fixed = predicted->params + predicted->grads + predicted->optimizer;
+    if (fixed > budget) {
+      out.push_back({"--batch, --accum, --amp, --recompute, --image-size",
+                     "none can fit: parameters + gradients + optimizer state alone take " +
+                         format_bytes((double)fixed) + " (a smaller model, SGD without momentum or a larger device)",
+                     fixed, false});
+      return out;
+    }
+  }
   const int64_t batch = c.train.batch, accum = c.train.accum;
 
   // The largest batch (same --accum, capped at the batch).
@@ -132,11 +152,43 @@ std::string format_memory_stop(const MemConfig& c, const StepMemory& p, int64_t 
     << "parameters + gradients + optimizer state take " << format_bytes((double)fixed)
     << " of it whatever the batch" << (fixed > budget ? " (more than the budget by themselves)" : "") << ".\n"
     << "remedies (each alone, predicted peak reserved from a meta run of the same step):";
-  for (const MemRemedy& r : remedies) {
-    o << "\n  " << r.option << ": " << fits_text(r.peak_reserved, budget);
-    if (!r.note.empty()) o << "; " << r.note;
-  }
+  append_remedies(o, remedies, budget);
   o << "\n  --force: run anyway (it will likely run out of memory)";
+  return o.str();
+}
+
+std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
+                                int64_t capacity, int64_t held, bool image_size_applies) {
+  // The allocator's account up to its proportional suggestions.
+  const size_t cut = account.find("  what to try:");
+  std::string head = account.substr(0, cut);
+  while (!head.empty() && head.back() == '\n') head.pop_back();
+  const bool predicted_fits = p.peak_reserved <= capacity;
+  const int64_t budget = predicted_fits ? held : capacity;
+  std::ostringstream o;
+  o << head << "\n";
+  if (predicted_fits)
+    o << "  the predicted peak, " << format_bytes((double)p.peak_reserved) << " reserved, fits the capacity of "
+      << format_bytes((double)capacity) << ": memory was taken outside kiln's allocator (another process, a "
+      << "changed limit); kiln held " << format_bytes((double)held) << " when it failed\n";
+  else
+    o << "  the predicted peak, " << format_bytes((double)p.peak_reserved) << " reserved, exceeds the capacity of "
+      << format_bytes((double)capacity) << " (this run was started with --force)\n";
+  o << "  remedies for a budget of " << format_bytes((double)budget)
+    << " (each alone, predicted peak reserved from a meta run of the same step: " << c.train.model << ", batch "
+    << c.train.batch;
+  if (c.train.accum > 1) o << " in " << c.train.accum << " micro-batches";
+  o << ", " << c.in_channels << "x" << c.image_size << "x" << c.image_size << "):";
+  std::vector<MemRemedy> remedies;
+  try {
+    MemConfig k = c;
+    k.detail = false;
+    remedies = find_memory_remedies(k, budget, image_size_applies, &p);
+  } catch (const Error& e) {  // a meta run that cannot be built (e.g. the CPU is short of memory too)
+    o << "\n  (no remedies: the meta runs failed: " << e.what() << ")";
+    return o.str();
+  }
+  append_remedies(o, remedies, budget);
   return o.str();
 }
 

@@ -5,6 +5,7 @@
 
 #include "tools/mem_command.h"
 #include "tools/mem_remedies.h"
+#include "engine/memory/caching_allocator.h"
 #include "engine/train/memory_peak.h"
 
 namespace kiln {
@@ -45,6 +46,9 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
     return;
   }
   mc.detail = !c.memory_report.empty();
+  mem_config_ = mc;
+  mem_config_.detail = false;
+  image_size_applies_ = image_size_applies;
   prediction_ = predict_memory(mc);
   have_prediction_ = true;
   log << "memory predicted (meta run): peak allocated " << human(prediction_.peak_allocated) << " (first step "
@@ -61,7 +65,7 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
     } else {
       mc.detail = false;
       throw Error(format_memory_stop(mc, prediction_, budget, what,
-                                     find_memory_remedies(mc, budget, image_size_applies)));
+                                     find_memory_remedies(mc, budget, image_size_applies, &prediction_)));
     }
   }
 }
@@ -131,6 +135,19 @@ void TrainMemoryMonitor::after_epoch(int64_t epoch, std::ostream& log) {
   const StepPeak& p = prediction_.first.allocated >= prediction_.steady.allocated ? prediction_.first
                                                                                    : prediction_.steady;
   compare(last_epoch_, p, prediction_.peak_reserved, log);
+}
+
+std::string TrainMemoryMonitor::out_of_memory(const std::string& account, const std::function<void()>& release) const {
+  CachingAllocator* a = caching_allocator_for(device_);
+  if (!have_prediction_ || !a) {
+    if (release) release();
+    return account;
+  }
+  const MemoryStats s = a->stats();  // reserved as at the failure: unwinding frees into the cache
+  const int64_t capacity = (int64_t)s.capacity, held = s.total.reserved.current;
+  if (release) release();
+  a->empty_cache();
+  return format_oom_remedies(account, mem_config_, prediction_, capacity, held, image_size_applies_);
 }
 
 nlohmann::json TrainMemoryMonitor::to_json() const {

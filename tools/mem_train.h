@@ -4,7 +4,9 @@
 // prediction; writes both to the run ledger and, with --memory-report, the HTML page.
 // The training loop calls it at five points; it must not change what the loop computes.
 #pragma once
+#include <functional>
 #include <ostream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,11 @@ class TrainMemoryMonitor {
   void after_step(std::ostream& log);
   void after_epoch(int64_t epoch, std::ostream& log);
   nlohmann::json to_json() const;
+  // After a step ran out of memory: `account` (the OutOfMemory text) with remedies from meta runs in
+  // place of its proportional guesses (format_oom_remedies; unchanged without a prediction).
+  // `release` runs after the allocator's numbers are read and before the meta runs: it frees the
+  // real model and optimizer, whose host memory a simulated device shares with the meta runs' model.
+  std::string out_of_memory(const std::string& account, const std::function<void()>& release) const;
   int checkpoint_segments() const { return segments_; }
 
  private:
@@ -37,6 +44,8 @@ class TrainMemoryMonitor {
 
   TrainConfig config_;
   Device device_;
+  MemConfig mem_config_;  // the predicted configuration (with the resolved checkpoint)
+  bool image_size_applies_ = false;
   int segments_ = 0;
   bool have_prediction_ = false;
   MemPrediction prediction_;

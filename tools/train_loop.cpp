@@ -224,7 +224,16 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     }
     result.epochs.push_back(es);
   };
-  train::FitResult fr = train::fit(*model, *opt, amp.scaler(), train, data.val.get(), fo);
+  train::FitResult fr;
+  try {
+    fr = train::fit(*model, *opt, amp.scaler(), train, data.val.get(), fo);
+  } catch (const OutOfMemory& e) {
+    // The same remedies as the stop before the first step, from meta runs, not proportional guesses.
+    throw OutOfMemory(memory.out_of_memory(e.what(), [&] {
+      opt.reset();
+      model.reset();
+    }));
+  }
   step = fr.steps;
   result.steps = step;
   if (!c.save.empty()) {

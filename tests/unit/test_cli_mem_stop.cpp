@@ -1,14 +1,18 @@
 // `kiln train` stops before the first step when the step's predicted peak (reserved bytes, meta
 // run) does not fit the budget (--device-memory), with one error that lists the remedies and their
 // predicted peaks; the largest batch it names trains and one more does not fit; --force runs
-// anyway (into the real OOM); a fitting budget trains as before. small_cnn at 32 px (a 27 MiB step against 12 MiB).
+// anyway (into the real OOM, whose message lists the same remedies; format_oom_remedies in-process
+// for memory taken by another process); a fitting budget trains as before. small_cnn at 32 px (a 27 MiB step against 12 MiB).
 #include <doctest/doctest.h>
 
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
+#include "engine/memory/alloc_config.h"
+#include "tools/mem_remedies.h"
 
 using kiln_test::contains;
 using kiln_test::run_kiln;
@@ -31,6 +35,17 @@ double bytes_after(const std::string& text, const std::string& label) {
   std::smatch m;
   if (!std::regex_search(text, m, re)) return -1;
   return parse_bytes(m[1], m[2]);
+}
+
+// The remedy lines ("\n  --option: ...") of a stop or OOM message, without the --force line.
+std::vector<std::string> remedy_lines(const std::string& text) {
+  std::vector<std::string> out;
+  const std::regex re(R"(\n  (--[^\n]*))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it) {
+    const std::string l = (*it)[1];
+    if (l.rfind("--force", 0) != 0) out.push_back(l);
+  }
+  return out;
 }
 
 const std::string& npy32_dir() {
@@ -85,13 +100,50 @@ TEST_CASE("cli mem stop: a step predicted over twice the budget stops before the
   CHECK_MESSAGE(contains(over.output, "does not fit the budget of 12.00 MiB"), over.output);
 }
 
-TEST_CASE("cli mem stop: --force starts the run anyway, into the real out-of-memory") {
+TEST_CASE("cli mem stop: --force starts the run anyway, into the real out-of-memory, with the same remedies") {
   const std::string out = kiln_test::cli_temp_dir("memstop_force");
   auto r = run_kiln(kBase + "--data " + npy32_dir() + " " + kBudget + " --force --out " + out);
   CHECK(r.status == 1);
   CHECK_MESSAGE(contains(r.output, "running anyway (--force)"), r.output);
   CHECK(contains(r.output, "model: small_cnn"));  // got past the check and built the model
   CHECK(contains(r.output, "kiln: error: out of memory on cpu"));
+  // The OOM message lists the pre-run stop's remedies, line for line (the same meta runs for the
+  // same budget), instead of proportional guesses from what was live at the failure.
+  CHECK_FALSE(contains(r.output, "what to try:"));
+  CHECK(contains(r.output, "remedies for a budget of 12.00 MiB"));
+  auto stop = run_kiln(kBase + "--data " + npy32_dir() + " " + kBudget + " --out " + out);
+  REQUIRE(stop.status == 1);
+  REQUIRE(contains(stop.output, "stopped before the first step"));
+  const auto remedies = remedy_lines(stop.output);
+  REQUIRE(remedies.size() >= 3);  // --batch, --accum, --amp, --recompute auto
+  CHECK_MESSAGE(remedy_lines(r.output) == remedies, r.output, "\n---\n", stop.output);
+}
+
+TEST_CASE("format_oom_remedies: a prediction that fits the capacity means memory went elsewhere") {
+  kiln::MemConfig c;
+  c.train.model = "small_cnn";
+  c.train.batch = 32;
+  c.image_size = 32;
+  c.num_classes = 2;
+  const kiln::MemPrediction p = kiln::predict_memory(c);
+  const int64_t capacity = int64_t(8) << 30, held = p.peak_reserved / 3;
+  const std::string account =
+      "out of memory on cuda:0 (cuda provider): asked for 4.00 MiB (rounded to 4.00 MiB)\n"
+      "  capacity 8.00 GiB; reserved 1 MiB\n  what to try:\n    - smaller --batch: halving --batch frees ~1 MiB\n";
+  const std::string m = kiln::format_oom_remedies(account, c, p, capacity, held, false);
+  INFO(m);
+  CHECK(m.rfind("out of memory on cuda:0 (cuda provider): asked for 4.00 MiB", 0) == 0);
+  CHECK(contains(m, "capacity 8.00 GiB; reserved 1 MiB"));
+  CHECK_FALSE(contains(m, "what to try"));
+  CHECK_FALSE(contains(m, "halving"));
+  CHECK(contains(m, "fits the capacity of 8.00 GiB: memory was taken outside kiln's allocator"));
+  CHECK(contains(m, "remedies for a budget of " + kiln::format_bytes((double)held)));
+  // Its largest batch is the meta-run search for the memory kiln held, not for the capacity.
+  const kiln::MaxBatchResult mb = kiln::find_max_batch(c, held, 0.0);
+  REQUIRE(mb.batch >= 1);
+  REQUIRE(mb.batch < 32);
+  CHECK(contains(m, "\n  --batch " + std::to_string(mb.batch) + ": " + kiln::format_bytes((double)mb.peak_reserved) +
+                        " (fits)"));
 }
 
 TEST_CASE("cli mem stop: a budget that fits trains as before") {
