@@ -79,6 +79,14 @@ bool LossScaler::read_found_inf() {
   return found_host_;
 }
 
+void LossScaler::set_found_inf_read(bool found) {
+  if (!o_.enabled) return;
+  KILN_CHECK(unscaled_ && !found_read_, "LossScaler.set_found_inf_read: call once per step, after unscale_");
+  found_host_ = found;
+  found_read_ = true;
+  ++syncs_;
+}
+
 bool LossScaler::step(const std::vector<Tensor>& params, const std::function<void()>& optimizer_step) {
   if (!o_.enabled) {
     optimizer_step();

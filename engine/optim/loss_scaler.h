@@ -47,6 +47,10 @@ class LossScaler {
   // the step) and runs optimizer_step when every gradient is finite. Returns whether it ran.
   bool step(const std::vector<Tensor>& params, const std::function<void()>& optimizer_step);
   bool step(Optimizer& opt);
+  // found_inf as the caller read it, after unscale_, in a host read it shares with other values
+  // (train::train_step reads it with the step's loss sums): step() and update() then use it
+  // instead of reading found_inf themselves. Counts as this step's read.
+  void set_found_inf_read(bool found);
   // Backs off or grows the scale (on the device) and resets the per-step state. Call once per
   // step, after step().
   void update();

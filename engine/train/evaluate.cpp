@@ -23,6 +23,13 @@ int64_t count_correct(const Tensor& logits, const Tensor& y) {
   return correct;
 }
 
+Tensor count_correct_tensor(const Tensor& logits, const Tensor& y) {
+  KILN_CHECK(logits.dim() == 2 && y.dim() == 1 && y.size(0) == logits.size(0), "count_correct: logits ",
+             shape_str(logits.sizes()), " and labels ", shape_str(y.sizes()));
+  NoGradGuard no_grad;
+  return sum(to_dtype(eq(argmax(logits.detach(), 1), y), DType::f64));
+}
+
 EvalResult evaluate(nn::Module& model, const ArrayDataset& data, int64_t batch, Device device,
                     const Tensor& class_weights, const std::function<void(const Tensor&, int64_t)>& on_batch) {
   model.eval();

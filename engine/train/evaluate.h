@@ -18,6 +18,9 @@ struct EvalResult {
 
 // Argmax of logits (B, K) (any device) equals y (B) i64: how many.
 int64_t count_correct(const Tensor& logits, const Tensor& y);
+// The same count as a device scalar (f64, no host read): argmax over the classes (the first of
+// equal maxima) compared with the labels, summed.
+Tensor count_correct_tensor(const Tensor& logits, const Tensor& y);
 
 // Mean cross-entropy (with optional class weights, per-sample mean) and accuracy over `data`, in
 // batches of `batch`; leaves the model in eval mode. on_batch (optional) sees each batch's logits

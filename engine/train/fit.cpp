@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "engine/ops/autocast.h"
@@ -43,12 +44,9 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     StepOptions so = o.step;
     if (!so.loss) so.loss = cross_entropy_loss(o.class_weights);
     int64_t s = 0;
-    so.hooks.after_backward = [&](const MicroBatch& b) {
-      loss_sum += b.loss_value * (double)b.size;
-      if (o.classification) correct += count_correct(b.output, b.y);
-      seen += b.size;
-      if (o.step.hooks.after_backward) o.step.hooks.after_backward(b);
-    };
+    // Loss and correct predictions stay on the device through the step; train_step reads both
+    // back in its one host read per step (a GPU step waits for the device once, not per micro-batch).
+    if (o.classification) so.metric = [](const MicroBatch& b) { return count_correct_tensor(b.output, b.y); };
     if (!so.hooks.on_non_finite)
       so.hooks.on_non_finite = [&](const MicroBatch& b) {
         throw Error(str_cat("train: loss became ", b.loss_value, " at epoch ", epoch + 1, ", step ", s + 1,
@@ -71,6 +69,9 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
           train_step(model, optimizer, scaler, Batch{batch.x, batch.y}, so);
       ++step;
       ++es.steps;
+      loss_sum += r.loss * (double)r.samples;
+      if (o.classification) correct += (int64_t)std::llround(r.metric);
+      seen += r.samples;
       fs.result = &r;
       fs.mean_loss = loss_sum / (double)std::max<int64_t>(seen, 1);
       fs.seen = seen;

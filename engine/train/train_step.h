@@ -6,8 +6,9 @@
 //     [channels_last copy of the input]; under MemoryScope(temporary) and autocast (when
 //     options.autocast): output = model(x), loss = options.loss(output, y);  -> hooks.after_forward
 //     scaler.scale(loss * m / N).backward();
-//     (not meta) the loss value; a non-finite one goes to hooks.on_non_finite (default: throw);
-//                                                                              -> hooks.after_backward
+//     the loss (and options.metric) added on the device, no host read;          -> hooks.after_backward
+//   (not meta) the step's one host read: the summed loss and metric; a non-finite loss goes to
+//     hooks.on_non_finite with the first non-finite micro-batch (default: throw);
 //   hooks.on_grad_ready per parameter (after the last micro-batch's backward, parameter order);
 //   clip (options.clip > 0): scaler.unscale_ then clip_grad_norm;
 //   lr (options.lr >= 0) into every parameter group; scaler.step(optimizer step), scaler.update();
@@ -16,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "data/array_dataset.h"
@@ -37,14 +39,17 @@ struct MicroBatch {
   int64_t offset = 0;    // first row within the step's batch
   int64_t size = 0;      // rows
   Tensor x, y;           // views of the step's batch (x after the channels-last copy)
-  Tensor output, loss;   // model output and the (unscaled) mean loss of these rows
-  double loss_value = 0; // loss.item() after backward; NaN on the meta device
+  Tensor output, loss;   // model output and the (unscaled) mean loss of these rows (on the device)
+  // The loss as a number: NaN in after_forward / after_backward (it stays on the device until the
+  // step's one read; use StepResult::loss), set in on_non_finite.
+  double loss_value = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct StepResult {
   int64_t samples = 0;        // rows of the step's batch
   int64_t micro_batches = 0;
   double loss = 0;            // mean loss over the step's rows (NaN on the meta device)
+  double metric = 0;          // the sum of options.metric over the micro-batches (NaN on meta or without)
   double grad_norm = -1;      // before clipping; -1 without clipping, NaN on the meta device
   bool stepped = true;        // false: the scaler skipped the optimizer step (inf/NaN gradient)
   double loss_scale = 1;      // the scaler's scale after update()
@@ -68,6 +73,9 @@ struct StepOptions {
   DType autocast_dtype = DType::f16;
   bool channels_last = false;   // one NHWC copy of 4-d inputs; ops keep the format from there
   LossFn loss;                  // unset: cross_entropy_loss()
+  // Optional per-micro-batch scalar on the device (fit: the correct predictions), summed on the
+  // device and read back with the loss in the step's one host read (StepResult::metric).
+  std::function<Tensor(const MicroBatch&)> metric;
   StepHooks hooks;
 };
 

@@ -2,20 +2,28 @@
 // small_cnn and resnet18_small at tiny sizes, on the CPU and on meta: forward under autocast (with
 // --amp), cross-entropy, scaled backward, loss-scaler step and update, SGD with momentum. On a GPU
 // each item()/to_vector() of the step would wait for the device; the step may read back at most
-// once (the loss scaler's found_inf, with --amp) and not at all without it. The step here is the
-// library part of `kiln train`'s step; the training loop's own progress reads are counted
-// separately (see the report of issue 15). Also checks that BatchNorm2d's num_batches_tracked
-// advances with its device-side increment. Tiny images, one step each, no GPU (~4 s CPU).
+// once (the loss scaler's found_inf, with --amp) and not at all without it. A whole train::fit
+// step (what `kiln train` runs: micro-batches, the progress line's loss and correct count, the
+// scaler) reads back exactly once, with and without --amp, whatever --accum: loss, correct count
+// and found_inf stay on the device and come back in one read; its loss and accuracy equal the
+// per-micro-batch host reads they replace. Also checks that BatchNorm2d's num_batches_tracked
+// advances with its device-side increment. Tiny images, a few steps each, no GPU (~4 s CPU).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "data/array_source.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/host_sync.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/sgd.h"
+#include "engine/train/evaluate.h"
+#include "engine/train/fit.h"
 #include "models/registry.h"
 
 using namespace kiln;
@@ -95,6 +103,90 @@ TEST_CASE("host syncs: one training step reads back at most once (small_cnn, res
         CHECK(r.syncs.host_reads == (amp && !dev.is_meta() ? 1 : 0));
         if (std::string(name) == "resnet18_small" && !dev.is_meta()) CHECK(r.bn_count == 1);
       }
+    }
+  }
+}
+
+namespace {
+
+std::unique_ptr<DataSource> sixteen_samples() {
+  ArrayDataset d;
+  d.n = 16;
+  d.channels = 1;
+  d.height = d.width = 8;
+  for (int64_t i = 0; i < 16 * 64; ++i) d.images.push_back((float)((i * 13) % 7) / 3.0f - 1.0f);
+  for (int64_t i = 0; i < 16; ++i) d.labels.push_back((i * 5) % 3);
+  d.source = "sixteen";
+  return make_array_source(std::move(d), 0, Device::cpu());
+}
+
+struct FitRun {
+  std::vector<HostSyncCounts> per_step;  // from before_step to on_step_end
+  double train_loss = 0, train_acc = 0;
+  double ref_loss = 0, ref_acc = 0;      // from per-micro-batch host reads (reference only)
+};
+
+// Two steps of 8 samples in `accum` micro-batches; `reference` adds a hook that reads each
+// micro-batch's loss and correct count on the host (so its run's counts are not meaningful).
+FitRun fit_run(bool amp, int64_t accum, bool reference) {
+  manual_seed(5);
+  auto src = sixteen_samples();
+  nn::ModulePtr model = models::make_model("small_cnn", 3, 1, 8);
+  optim::SGD opt(model->named_parameters(), optim::SGDOptions{0.01, 0.9});
+  optim::LossScalerOptions lo;
+  lo.enabled = amp;
+  optim::LossScaler scaler(lo);
+  FitRun r;
+  double ref_loss = 0;
+  int64_t ref_correct = 0, ref_seen = 0;
+  train::FitOptions fo;
+  fo.epochs = 1;
+  fo.batch = 8;
+  fo.step.accum = accum;
+  fo.step.autocast = amp;
+  std::optional<HostSyncScope> scope;
+  fo.callbacks.before_step = [&](const train::FitStep&) { scope.emplace(); };
+  fo.callbacks.on_step_end = [&](const train::FitStep&) { r.per_step.push_back(scope->counts()); };
+  fo.callbacks.on_epoch_end = [&](train::EpochStats& es) {
+    r.train_loss = es.train_loss;
+    r.train_acc = es.train_acc;
+  };
+  if (reference)
+    fo.step.hooks.after_backward = [&](const train::MicroBatch& b) {
+      ref_loss += to_device(b.loss, Device::cpu()).item() * (double)b.size;
+      ref_correct += count_correct(b.output, b.y);
+      ref_seen += b.size;
+    };
+  train::fit(*model, opt, scaler, *src, nullptr, fo);
+  if (reference) {
+    r.ref_loss = ref_loss / (double)ref_seen;
+    r.ref_acc = (double)ref_correct / (double)ref_seen;
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("host syncs: a whole fit step reads back once (loss, correct count and found_inf together)") {
+  for (bool amp : {false, true}) {
+    for (int64_t accum : {1, 4}) {
+      CAPTURE(amp);
+      CAPTURE(accum);
+      const FitRun run = fit_run(amp, accum, false);
+      REQUIRE(run.per_step.size() == 2);
+      for (const HostSyncCounts& c : run.per_step) {
+        CHECK(c.device_syncs == 0);
+        CHECK(c.host_reads == 1);  // per micro-batch reads gave 3 * accum (+1 with amp)
+      }
+      // The device-side sums give what the per-micro-batch host reads gave (with micro-batches).
+      if (accum == 1) continue;
+      const FitRun ref = fit_run(amp, accum, true);
+      CHECK(ref.train_acc == ref.ref_acc);
+      CHECK(std::fabs(ref.train_loss - ref.ref_loss) <= 1e-12 * std::max(1.0, std::fabs(ref.ref_loss)));
+      CHECK(std::isfinite(ref.train_loss));
+      // The counted run trained the same way (the reference hook only reads).
+      CHECK(run.train_acc == ref.train_acc);
+      CHECK(run.train_loss == ref.train_loss);
     }
   }
 }
