@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/core/device.h"
+#include "engine/core/devices.h"
 #include "engine/core/dtype.h"
 #include "engine/core/error.h"
 #include "engine/core/generator.h"
@@ -42,4 +43,5 @@
 #include "engine/train/fit.h"
 #include "engine/train/memory_peak.h"
 #include "engine/train/memory_predict.h"
+#include "engine/train/train_state.h"
 #include "engine/train/train_step.h"

@@ -26,7 +26,7 @@
 #include "tools/alloc_flags.h"
 #include "tools/train_amp.h"
 #include "engine/train/kernel_option.h"
-#include "tools/train_state.h"
+#include "engine/train/train_state.h"
 #include "engine/core/devices.h"
 #include "engine/train/evaluate.h"
 #include "tools/mem_train.h"
@@ -220,7 +220,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
         st.amp_growth_tracker = amp.scaler().growth_tracker();
         st.amp_skipped_steps = amp.skipped_steps();
       }
-      save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c, num_classes);
+      save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c.model, num_classes,
+                      c.to_json());
     }
     result.epochs.push_back(es);
   };
