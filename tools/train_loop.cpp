@@ -163,7 +163,11 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   fo.drop_last = c.drop_last;
   fo.start_epoch = start_epoch;
   fo.start_step = step;
-  fo.lr_at = [&](int64_t at, int64_t per_epoch, int64_t total) { return schedule.lr_at(c.lr, at, per_epoch, total); };
+  optim::LRSchedulePtr lr_factor;  // built on fit's first step, when it knows the run's steps
+  fo.lr_at = [&](int64_t at, int64_t per_epoch, int64_t total) {
+    if (!lr_factor) lr_factor = schedule.build(per_epoch, total);
+    return c.lr * lr_factor->factor(at);
+  };
   fo.class_weights = class_weights;
   fo.step.accum = c.accum;
   fo.step.clip = c.clip;
