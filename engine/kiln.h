@@ -19,7 +19,7 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/nn/batch_norm2d.h"
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"

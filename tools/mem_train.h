@@ -29,7 +29,7 @@ class TrainMemoryMonitor {
   void after_step(std::ostream& log);
   void after_epoch(int64_t epoch, std::ostream& log);
   nlohmann::json to_json() const;
-  int checkpoint_segments() const { return segments_; }
+  int recompute_segments() const { return segments_; }
 
  private:
   MemMeasured measure(const std::string& when) const;
