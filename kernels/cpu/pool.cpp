@@ -11,25 +11,6 @@
 
 namespace kiln::cpu {
 
-namespace {
-
-// Window of average pooling along one axis: [start, end) clipped to the input, and the divisor
-// size of the window clipped to the padded input.
-struct AvgWin {
-  int64_t start, end, padded_len;
-};
-inline AvgWin avg_win(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in) {
-  int64_t s = o * stride - pad;
-  int64_t e = std::min(s + k, in + pad);
-  AvgWin w;
-  w.padded_len = e - s;
-  w.start = std::max<int64_t>(s, 0);
-  w.end = std::min(e, in);
-  return w;
-}
-
-}  // namespace
-
 template <typename T>
 void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
   pool2d_check(d, "max_pool2d_forward");

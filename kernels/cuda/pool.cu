@@ -71,21 +71,7 @@ __global__ void max_pool_bwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const 
   }
 }
 
-// Average window along one axis, as the CPU's avg_win: [start, end) clipped to the input, and the
-// window length clipped to the padded input (the count_include_pad divisor).
-struct AvgWin {
-  int64_t start, end, padded_len;
-};
-__device__ __forceinline__ AvgWin avg_win(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in) {
-  const int64_t s = o * stride - pad;
-  const int64_t e = s + k < in + pad ? s + k : in + pad;
-  AvgWin w;
-  w.padded_len = e - s;
-  w.start = s > 0 ? s : 0;
-  w.end = e < in ? e : in;
-  return w;
-}
-
+// The divisor of an average window (avg_win, kernels/common/nn_desc.h).
 __device__ __forceinline__ int64_t avg_divisor(const AvgWin& a, const AvgWin& b, bool include_pad) {
   return include_pad ? a.padded_len * b.padded_len : (a.end - a.start) * (b.end - b.start);
 }
