@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/channel_stats.h"
 #include "data/dataset.h"
 #include "data/decode.h"
 #include "data/jpeg_encode.h"
@@ -27,7 +28,7 @@ struct FileResult {
   bool ok = false;
   std::string reason, mode, format;
   int w = 0, h = 0;
-  double mean[3] = {0, 0, 0}, sq[3] = {0, 0, 0};  // per-image E[x], E[x^2] on [0, 1]
+  ChannelSums sums;  // this file's pixels (data/channel_stats.h: the one mean/std definition)
 };
 
 std::vector<FileResult> scan(const ImageDataset& ds, int workers, int min_side) {
@@ -37,34 +38,13 @@ std::vector<FileResult> scan(const ImageDataset& ds, int workers, int min_side) 
     for (size_t i; (i = next++) < ds.size();) {
       FileResult& r = res[i];
       try {
-        DecodeOptions o;
-        int w, h;
-        std::string bytes = read_file_bytes(ds.samples[i].path, o.max_file_bytes);
-        const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-        if (jpeg_probe_size(p, bytes.size(), true, &w, &h)) {
-          // Keep the shorter side >= min_side (the statistics barely move; decoding is 4-60x faster).
-          double s = (double)min_side / std::min(w, h);
-          o.min_w = (int)std::ceil(w * std::min(1.0, s));
-          o.min_h = (int)std::ceil(h * std::min(1.0, s));
-        }
-        Image im = decode_image_bytes(p, bytes.size(), ds.samples[i].path, o);
+        Image im = decode_for_stats(ds.samples[i].path, 3, min_side);
         r.ok = true;
         r.w = im.file_w;
         r.h = im.file_h;
         r.mode = im.mode;
         r.format = im.format;
-        const size_t np = (size_t)im.w * im.h;
-        uint64_t s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
-        for (size_t k = 0; k < np; ++k)
-          for (int c = 0; c < 3; ++c) {
-            uint64_t v = im.px[k * 3 + c];
-            s1[c] += v;
-            s2[c] += v * v;
-          }
-        for (int c = 0; c < 3; ++c) {
-          r.mean[c] = (double)s1[c] / np / 255.0;
-          r.sq[c] = (double)s2[c] / np / (255.0 * 255.0);
-        }
+        r.sums.add(im, 3);
       } catch (const DecodeError& e) {
         r.reason = e.reason();
       } catch (const std::exception& e) {
@@ -147,7 +127,7 @@ void report_split(const std::string& title, const ImageDataset& ds, const DataRe
   // Sizes and modes.
   std::vector<int> ws, hs;
   std::map<std::string, size_t> modes;
-  double m[3] = {0, 0, 0}, q[3] = {0, 0, 0};
+  ChannelSums sums;
   size_t n_ok = 0;
   for (auto& r : res) {
     if (!r.ok) continue;
@@ -155,7 +135,7 @@ void report_split(const std::string& title, const ImageDataset& ds, const DataRe
     ws.push_back(r.w);
     hs.push_back(r.h);
     ++modes[r.format + " " + r.mode];
-    for (int c = 0; c < 3; ++c) m[c] += r.mean[c], q[c] += r.sq[c];
+    sums.merge(r.sums);
   }
   if (n_ok) {
     std::sort(ws.begin(), ws.end());
@@ -165,11 +145,7 @@ void report_split(const std::string& title, const ImageDataset& ds, const DataRe
     out << "modes:";
     for (auto& kv : modes) out << "  " << kv.first << ": " << kv.second;
     out << "\n";
-    for (int c = 0; c < 3; ++c) {
-      double mu = m[c] / n_ok;
-      (*means)[c] = mu;
-      (*stds)[c] = std::sqrt(std::max(0.0, q[c] / n_ok - mu * mu));
-    }
+    sums.result(3, means->data(), stds->data());
   }
   size_t nbad = ds.size() - n_ok;
   out << "unreadable files: " << nbad << "\n";

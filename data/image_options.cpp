@@ -157,6 +157,7 @@ void ImageOptions::validate() const {
   KILN_CHECK(crop == "center" || crop == "none", "--crop '", crop, "': expected center or none");
   KILN_CHECK(channels == 1 || channels == 3, "--channels must be 1 or 3, got ", channels);
   KILN_CHECK(workers >= 0, "--workers must be >= 0, got ", workers);
+  KILN_CHECK(prefetch >= 1, "--prefetch must be >= 1 (batches decoded ahead), got ", prefetch);
   KILN_CHECK(augment == "none" || augment == "flip" || augment == "rrc" || augment.rfind("rrc:", 0) == 0,
              "--augment '", augment, "': expected none, flip, rrc or rrc:MIN_SCALE");
   if (augment.rfind("rrc:", 0) == 0) {
@@ -177,7 +178,8 @@ float ImageOptions::rrc_min_scale() const {
 nlohmann::json ImageOptions::to_json() const {
   return {{"image_size", image_size}, {"resize", resize},       {"crop", crop},
           {"augment", augment},       {"normalize", normalize}, {"balance", balance},
-          {"workers", workers},       {"pin_memory", pin_memory}, {"channels", channels}};
+          {"workers", workers},       {"pin_memory", pin_memory}, {"channels", channels},
+          {"prefetch", prefetch}};
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
 // The image-pipeline options of `kiln train` / `kiln predict` (--image-size, --resize, --crop,
-// --augment, --normalize, --balance, --workers, --pin-memory, --channels) as one value type, with
+// --augment, --normalize, --balance, --workers, --pin-memory, --prefetch, --channels) as one value type, with
 // the parsers of their text forms: an image-size schedule ("128:10,224": 128 px for 10 epochs,
 // then 224 — progressive resizing) and a normalization ("imagenet", "auto", "none",
 // "m1,m2,m3:s1,s2,s3"). Pure: no files, no decoding. Used only when --data is an image folder or
@@ -52,6 +52,7 @@ struct ImageOptions {
   bool balance = false;  // weighted sampler with inverse class frequencies
   int workers = 0;       // loader threads (0: half the cores)
   bool pin_memory = false;
+  int prefetch = 4;      // batches decoded ahead of the training step (the loader's queue depth, >= 1)
   int channels = 3;  // 1 (grayscale, PIL 'L') or 3 (RGB)
 
   // Throws kiln::Error on any malformed value (called before any data is read).

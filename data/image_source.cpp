@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "data/channel_stats.h"
 #include "data/decode.h"
 #include "data/image_loader.h"
 #include "engine/memory/tag.h"
@@ -83,7 +84,7 @@ class ImageSource : public DataSource {
     lo.batch_size = (size_t)batch_;
     lo.seed = seed_ ^ 0x5bd1e9955bd1e995ULL;  // augmentation: a key apart from the sampler's
     lo.workers = o_.workers;
-    lo.prefetch_batches = 4;
+    lo.prefetch_batches = o_.prefetch;
     lo.alloc = mem_.alloc;
     lo.release = mem_.release;
     lo.on_bad_sample = [](const std::string&, const std::string&) {};  // reported from the main thread
@@ -182,72 +183,6 @@ int probe_image_size(const ImageDataset& ds) {
     }
   }
   return 0;
-}
-
-size_t image_channel_stats(const ImageDataset& ds, int channels, int min_side, int workers, size_t max_images,
-                           float* mean, float* std) {
-  const size_t n = max_images > 0 ? std::min(max_images, ds.size()) : ds.size();
-  if (workers <= 0) workers = std::max(1, (int)std::thread::hardware_concurrency() / 2);
-  std::atomic<size_t> next{0};
-  struct Acc {
-    double s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
-    double pixels = 0;
-    size_t images = 0;
-  };
-  std::vector<Acc> acc((size_t)workers);
-  auto work = [&](Acc& a) {
-    for (size_t k; (k = next++) < n;) {
-      const ImageSample& smp = ds.samples[k * ds.size() / n];
-      try {
-        DecodeOptions o;
-        o.gray = channels == 1;
-        const std::string bytes = read_file_bytes(smp.path, o.max_file_bytes);
-        const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-        int w = 0, h = 0;
-        if (min_side > 0 && jpeg_probe_size(p, bytes.size(), true, &w, &h)) {
-          const double s = std::min(1.0, (double)min_side / std::min(w, h));
-          o.min_w = (int)std::ceil(w * s);
-          o.min_h = (int)std::ceil(h * s);
-        }
-        Image im = decode_image_bytes(p, bytes.size(), smp.path, o);
-        const size_t np = (size_t)im.w * im.h;
-        uint64_t s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
-        for (size_t q = 0; q < np; ++q)
-          for (int c = 0; c < im.c; ++c) {
-            const uint64_t v = im.px[q * im.c + c];
-            s1[c] += v;
-            s2[c] += v * v;
-          }
-        for (int c = 0; c < channels; ++c) {
-          const int src = im.c == 1 ? 0 : c;
-          a.s1[c] += (double)s1[src] / 255.0;
-          a.s2[c] += (double)s2[src] / (255.0 * 255.0);
-        }
-        a.pixels += (double)np;
-        a.images++;
-      } catch (const std::exception&) {
-      }
-    }
-  };
-  std::vector<std::thread> th;
-  for (int w = 0; w < workers; ++w) th.emplace_back(work, std::ref(acc[(size_t)w]));
-  for (auto& t : th) t.join();
-  Acc tot;
-  for (const Acc& a : acc) {
-    for (int c = 0; c < 3; ++c) {
-      tot.s1[c] += a.s1[c];
-      tot.s2[c] += a.s2[c];
-    }
-    tot.pixels += a.pixels;
-    tot.images += a.images;
-  }
-  for (int c = 0; c < channels; ++c) {
-    const double m = tot.pixels > 0 ? tot.s1[c] / tot.pixels : 0.0;
-    const double v = tot.pixels > 0 ? tot.s2[c] / tot.pixels - m * m : 1.0;
-    mean[c] = (float)m;
-    std[c] = (float)std::sqrt(std::max(v, 1e-12));
-  }
-  return tot.images;
 }
 
 TrainData open_image_train_data(const ImageDataOptions& c, Device device) {

@@ -4,7 +4,8 @@
 //   eval (and training without augmentation): Resize(shorter side R) + CenterCrop(S), or an exact
 //   Resize(S, S) with --crop none; S follows the --image-size schedule (progressive resizing).
 // A folder with train/ and val/ (or test/) is split that way; --normalize auto measures the
-// per-channel mean/std of the training split first (the numbers `kiln data` prints). Bad samples
+// per-channel mean/std of the training split first (data/channel_stats.h, the numbers `kiln data`
+// prints). Bad samples
 // are skipped, counted and reported once with path and reason. Must not know about models.
 #pragma once
 #include <memory>
@@ -28,13 +29,6 @@ struct ImageDataOptions {
 TrainData open_image_train_data(const ImageDataOptions& c, Device device);
 std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& opt, Device device,
                                                     const std::string& stored_norm);
-
-// Per-channel mean and std over [0, 1] pixel values (as `channels` channels) of up to
-// `max_images` images of ds spread evenly over it (all when 0), decoding JPEGs at a reduced DCT
-// scale that keeps the shorter side >= min_side. Unreadable images are left out. Returns the
-// number of images used.
-size_t image_channel_stats(const ImageDataset& ds, int channels, int min_side, int workers, size_t max_images,
-                           float* mean, float* std);
 
 // Shorter side of the first readable image of ds (0 when none can be read).
 int probe_image_size(const ImageDataset& ds);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/core/device.h"
+#include "engine/core/devices.h"
 #include "engine/core/dtype.h"
 #include "engine/core/error.h"
 #include "engine/core/generator.h"
@@ -18,7 +19,7 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/nn/batch_norm2d.h"
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
@@ -42,4 +43,5 @@
 #include "engine/train/fit.h"
 #include "engine/train/memory_peak.h"
 #include "engine/train/memory_predict.h"
+#include "engine/train/train_state.h"
 #include "engine/train/train_step.h"

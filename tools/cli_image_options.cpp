@@ -44,6 +44,10 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
       ->check(CLI::NonNegativeNumber)
       ->group(g);
   t->add_flag("--pin-memory", o.pin_memory, "GPU: batches in pinned host memory, copied asynchronously")->group(g);
+  t->add_option("--prefetch", o.prefetch, "batches decoded ahead of the training step (the loader's queue depth)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(g);
   t->add_option("--channels", o.channels, "1 (grayscale) or 3 (RGB)")
       ->check(CLI::IsMember({1, 3}))
       ->capture_default_str()

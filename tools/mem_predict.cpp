@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 #include "engine/ops/ops.h"
 #include "engine/train/memory_peak.h"
 #include "engine/core/devices.h"

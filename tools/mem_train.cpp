@@ -71,7 +71,7 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
 }
 
 void TrainMemoryMonitor::apply(nn::Module& model) const {
-  if (segments_ > 0) model.set_checkpoint_segments(segments_);
+  if (segments_ > 0) model.set_recompute_segments(segments_);
 }
 
 void TrainMemoryMonitor::before_step() {

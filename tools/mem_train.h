@@ -36,7 +36,7 @@ class TrainMemoryMonitor {
   // `release` runs after the allocator's numbers are read and before the meta runs: it frees the
   // real model and optimizer, whose host memory a simulated device shares with the meta runs' model.
   std::string out_of_memory(const std::string& account, const std::function<void()>& release) const;
-  int checkpoint_segments() const { return segments_; }
+  int recompute_segments() const { return segments_; }
 
  private:
   MemMeasured measure(const std::string& when) const;

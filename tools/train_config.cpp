@@ -51,17 +51,13 @@ std::string LrSchedule::str() const {
   return warmup_steps > 0 ? str_cat(base, "+warmup:", warmup_steps) : base;
 }
 
-double LrSchedule::lr_at(double base_lr, int64_t step, int64_t steps_per_epoch, int64_t total_steps) const {
-  double lr = base_lr;
-  if (kind == Kind::cosine && total_steps > 0) {
-    const double t = std::min(1.0, (double)step / (double)total_steps);
-    lr = 0.5 * base_lr * (1.0 + std::cos(M_PI * t));
-  } else if (kind == Kind::step && steps_per_epoch > 0) {
-    const int64_t epoch = step / steps_per_epoch;
-    lr = base_lr * std::pow(gamma, (double)(epoch / step_every_epochs));
-  }
-  if (warmup_steps > 0 && step < warmup_steps) lr *= (double)(step + 1) / (double)warmup_steps;
-  return lr;
+optim::LRSchedulePtr LrSchedule::build(int64_t steps_per_epoch, int64_t total_steps) const {
+  optim::LRSchedulePtr s;
+  if (kind == Kind::cosine) s = std::make_shared<optim::CosineLR>(std::max<int64_t>(total_steps, 1));
+  if (kind == Kind::step)
+    s = std::make_shared<optim::StepLR>(step_every_epochs * std::max<int64_t>(steps_per_epoch, 1), gamma);
+  if (warmup_steps > 0) return std::make_shared<optim::RampLR>(warmup_steps, s);
+  return s ? s : std::make_shared<optim::ConstantLR>();
 }
 
 nlohmann::json TrainConfig::to_json() const {

@@ -11,11 +11,13 @@
 
 #include "tools/alloc_flags.h"
 #include "data/image_options.h"
+#include "engine/optim/lr_schedule.h"
 
 namespace kiln {
 
-// "none" | "cosine" | "step:EVERY:GAMMA" (EVERY in epochs), plus a linear warm-up of `warmup`
-// optimizer steps from lr/warmup to lr (applied on top of the schedule).
+// --schedule "none" | "cosine" | "step:EVERY:GAMMA" (EVERY in epochs), plus --warmup: a linear
+// warm-up of `warmup` optimizer steps from lr/warmup to lr (applied on top of the schedule). The
+// flags only: the arithmetic is engine/optim/lr_schedule.h's (build()).
 struct LrSchedule {
   enum class Kind { none, cosine, step } kind = Kind::none;
   int64_t step_every_epochs = 0;
@@ -25,8 +27,9 @@ struct LrSchedule {
   // Throws kiln::Error naming the text on anything else.
   static LrSchedule parse(const std::string& text, int64_t warmup_steps);
   std::string str() const;
-  // LR at optimizer step `step` (0-based) of `total_steps`, with `steps_per_epoch` steps an epoch.
-  double lr_at(double base_lr, int64_t step, int64_t steps_per_epoch, int64_t total_steps) const;
+  // The schedule as a factor of --lr at each optimizer step (0-based) of a run of `total_steps`,
+  // `steps_per_epoch` steps an epoch: CosineLR over the run, StepLR every EVERY epochs, RampLR.
+  optim::LRSchedulePtr build(int64_t steps_per_epoch, int64_t total_steps) const;
 };
 
 struct TrainConfig {

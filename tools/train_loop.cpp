@@ -26,7 +26,7 @@
 #include "tools/alloc_flags.h"
 #include "tools/train_amp.h"
 #include "engine/train/kernel_option.h"
-#include "tools/train_state.h"
+#include "engine/train/train_state.h"
 #include "engine/core/devices.h"
 #include "engine/train/evaluate.h"
 #include "tools/mem_train.h"
@@ -163,7 +163,11 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   fo.drop_last = c.drop_last;
   fo.start_epoch = start_epoch;
   fo.start_step = step;
-  fo.lr_at = [&](int64_t at, int64_t per_epoch, int64_t total) { return schedule.lr_at(c.lr, at, per_epoch, total); };
+  optim::LRSchedulePtr lr_factor;  // built on fit's first step, when it knows the run's steps
+  fo.lr_at = [&](int64_t at, int64_t per_epoch, int64_t total) {
+    if (!lr_factor) lr_factor = schedule.build(per_epoch, total);
+    return c.lr * lr_factor->factor(at);
+  };
   fo.class_weights = class_weights;
   fo.step.accum = c.accum;
   fo.step.clip = c.clip;
@@ -220,7 +224,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
         st.amp_growth_tracker = amp.scaler().growth_tracker();
         st.amp_skipped_steps = amp.skipped_steps();
       }
-      save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c, num_classes);
+      save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c.model, num_classes,
+                      c.to_json());
     }
     result.epochs.push_back(es);
   };

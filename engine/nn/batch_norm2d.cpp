@@ -3,7 +3,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::nn {
@@ -35,7 +35,7 @@ static void increment_counter(Tensor& t) {
 Tensor BatchNorm2d::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == c_, "BatchNorm2d(", c_, "): expected input (N, ", c_, ", H, W), got ",
              x.str());
-  // Re-running a checkpointed segment for backward: batch statistics, but the running buffers and
+  // Re-running a recompute segment for backward: batch statistics, but the running buffers and
   // the counter were already updated by the first forward.
   if (is_training() && recomputing()) return batch_norm(x, weight, bias, Tensor(), Tensor(), true, momentum_, eps_);
   if (is_training()) increment_counter(num_batches_tracked);

@@ -6,7 +6,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::nn {
@@ -23,16 +23,16 @@ std::string list_str(const std::vector<std::string>& v) {
 }  // namespace
 
 Tensor Module::operator()(const Tensor& x) {
-  if (name_.empty()) return checkpoint_segments_ > 0 ? checkpoint_sequential(stages(), checkpoint_segments_, x) : forward(x);
+  if (name_.empty()) return recompute_segments_ > 0 ? recompute_sequential(stages(), recompute_segments_, x) : forward(x);
   ModuleScope scope(name_);
-  return checkpoint_segments_ > 0 ? checkpoint_sequential(stages(), checkpoint_segments_, x) : forward(x);
+  return recompute_segments_ > 0 ? recompute_sequential(stages(), recompute_segments_, x) : forward(x);
 }
 
-void Module::set_checkpoint_segments(int segments) {
-  KILN_CHECK(segments >= 0, type_name_, ": checkpoint segments must be >= 0, got ", segments);
+void Module::set_recompute_segments(int segments) {
+  KILN_CHECK(segments >= 0, type_name_, ": recompute segments must be >= 0, got ", segments);
   KILN_CHECK(segments == 0 || !stages().empty(), type_name_,
-             " cannot be split into checkpoint segments (it defines no stages)");
-  checkpoint_segments_ = segments;
+             " cannot be split into recompute segments (it defines no stages)");
+  recompute_segments_ = segments;
 }
 
 void Module::check_new_name(const std::string& name) const {

@@ -23,7 +23,7 @@ struct LoadResult {
 
 class Module;
 
-// One step of a model's forward that can be recomputed on its own (engine/nn/checkpoint.h):
+// One step of a model's forward that can be recomputed on its own (engine/nn/recompute.h):
 // fn(x) runs `modules` (under their own module-path scopes) and returns the next activation.
 struct Stage {
   std::string name;                                      // "layer2.1", "stem"
@@ -82,13 +82,13 @@ class Module : public std::enable_shared_from_this<Module> {
   // Sets each parameter's and buffer's Tensor::name to its dotted name (for reports).
   void name_tensors();
 
-  // ---- recompute-on-backward (engine/nn/checkpoint.h) ----
+  // ---- recompute-on-backward (engine/nn/recompute.h) ----
   // The forward as a chain of stages whose composition equals forward() bit for bit; empty when
   // the module cannot be split (the default).
   virtual std::vector<Stage> stages() { return {}; }
-  // segments > 0: operator() runs stages() as checkpoint_sequential(stages, segments); 0: plain.
-  void set_checkpoint_segments(int segments);
-  int checkpoint_segments() const { return checkpoint_segments_; }
+  // segments > 0: operator() runs stages() as recompute_sequential(stages, segments); 0: plain.
+  void set_recompute_segments(int segments);
+  int recompute_segments() const { return recompute_segments_; }
 
  protected:
   // Registration (call in the constructor, in torchvision's order). Parameters are allocated by
@@ -109,7 +109,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string type_name_;
   std::string name_;
   bool training_ = true;
-  int checkpoint_segments_ = 0;
+  int recompute_segments_ = 0;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

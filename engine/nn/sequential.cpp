@@ -1,7 +1,7 @@
 // Sequential container.
 #include "engine/nn/sequential.h"
 
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 
 #include <string>
 

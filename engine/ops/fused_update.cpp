@@ -1,9 +1,11 @@
 // Fused optimizer updates, dispatched by device (see fused_update.h).
 #include "engine/ops/fused_update.h"
 
-#include "engine/ops/op_trace.h"
+#include <optional>
+
+#include "engine/ops/dispatch.h"
+#include "kernels/cpu/optim_update.h"
 #ifdef KILN_WITH_CUDA
-#include "kernels/cuda/backend.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -29,18 +31,12 @@ void sgd_fused_(Tensor& p, const Tensor& g, Tensor* buf, bool first_step, const 
   const float* gp = g.data<float>();
   float* bp = buf ? buf->data<float>() : nullptr;
   const int64_t n = p.numel();
-  if (p.device().is_cuda()) {
+  {
 #ifdef KILN_WITH_CUDA
-    OpSpanScope span("sgd_fused");
-    cuda::DeviceGuard dg(p.device().index);
-    cuda::sgd_fused(pp, gp, bp, n, first_step, h);
-#else
-    throw Error(str_cat("sgd_fused_: ", p.device().str(), " needs the CUDA backend, which this build lacks"));
+    std::optional<cuda::DeviceGuard> dg;  // a parameter on another GPU than the current one
+    if (p.device().is_cuda()) dg.emplace(p.device().index);
 #endif
-  } else {
-    float dummy = 0.f;
-#pragma omp parallel for if (n > (1 << 16)) firstprivate(dummy)
-    for (int64_t i = 0; i < n; ++i) optim::sgd_update(pp[i], gp[i], bp ? bp[i] : dummy, first_step, h);
+    KILN_DISPATCH(p.device(), sgd_fused, pp, gp, bp, n, first_step, h);
   }
   p.bump_version();
   if (bp) buf->bump_version();
@@ -57,17 +53,12 @@ void adamw_fused_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const optim:
   float* mp = m.data<float>();
   float* vp = v.data<float>();
   const int64_t n = p.numel();
-  if (p.device().is_cuda()) {
+  {
 #ifdef KILN_WITH_CUDA
-    OpSpanScope span("adamw_fused");
-    cuda::DeviceGuard dg(p.device().index);
-    cuda::adamw_fused(pp, gp, mp, vp, n, h);
-#else
-    throw Error(str_cat("adamw_fused_: ", p.device().str(), " needs the CUDA backend, which this build lacks"));
+    std::optional<cuda::DeviceGuard> dg;
+    if (p.device().is_cuda()) dg.emplace(p.device().index);
 #endif
-  } else {
-#pragma omp parallel for if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) optim::adamw_update(pp[i], gp[i], mp[i], vp[i], h);
+    KILN_DISPATCH(p.device(), adamw_fused, pp, gp, mp, vp, n, h);
   }
   p.bump_version();
   m.bump_version();

@@ -9,6 +9,7 @@
 #include "engine/core/meta_target.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
+#include "kernels/common/nn_check.h"
 #include "kernels/cpu/conv2d.h"
 #if defined(KILN_WITH_CUDA)
 #include "kernels/cuda/conv2d_16.h"
@@ -118,7 +119,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
   if (b.defined() && !is_16bit(x.dtype())) check_same_dtype(x, b, "conv2d");
   KILN_CHECK(d.out_h() > 0 && d.out_w() > 0, "conv2d: input ", x.str(), " is too small for kernel ", d.R, "x", d.S,
              " with padding ", d.pad_h, ",", d.pad_w, " and dilation ", d.dil_h, ",", d.dil_w);
-  cpu::conv2d_check(d, "conv2d");
+  conv2d_check(d, "conv2d");
 #if defined(KILN_WITH_CUDA)
   if (x.device().is_cuda() && is_16bit(x.dtype())) return conv2d_cuda_16(x, w, b, d);
 #endif

@@ -1,5 +1,6 @@
 // Pooling: max (with indices saved for backward), average, adaptive average. x (N, C, H, W).
 #include "engine/ops/nn_common.h"
+#include "kernels/common/nn_check.h"
 #include "kernels/cpu/pool.h"
 
 namespace kiln {
@@ -16,7 +17,7 @@ Pool2dDesc pool_desc(const Tensor& x, std::vector<int64_t> k, std::vector<int64_
   d.N = x.size(0), d.C = x.size(1), d.H = x.size(2), d.W = x.size(3);
   d.kh = k[0], d.kw = k[1], d.stride_h = s[0], d.stride_w = s[1], d.pad_h = p[0], d.pad_w = p[1];
   d.dil_h = dil[0], d.dil_w = dil[1], d.ceil_mode = ceil_mode;
-  cpu::pool2d_check(d, op);
+  pool2d_check(d, op);
   KILN_CHECK(d.out_h() > 0 && d.out_w() > 0, op, ": input ", x.str(), " is too small for kernel ", d.kh, "x", d.kw);
   return d;
 }

@@ -1,4 +1,5 @@
-// LR schedules (closed forms of torch's StepLR, CosineAnnealingLR, LinearLR) and their parser.
+// LR schedules (closed forms of torch's StepLR, CosineAnnealingLR, LinearLR; kiln train's ramp) and
+// their parser.
 #include "engine/optim/lr_schedule.h"
 
 #include <cmath>
@@ -35,6 +36,18 @@ double WarmupLR::factor(int64_t step) const {
 }
 std::string WarmupLR::describe() const {
   return str_cat("warmup(", warmup_, ", ", start_, ")", after_ ? " + " + after_->describe() : "");
+}
+
+RampLR::RampLR(int64_t ramp, LRSchedulePtr inner) : ramp_(ramp), inner_(std::move(inner)) {
+  KILN_CHECK(ramp >= 0, "RampLR: ramp_steps ", ramp, " must be >= 0");
+}
+double RampLR::factor(int64_t step) const {
+  const double f = inner_ ? inner_->factor(step) : 1.0;
+  if (step < ramp_) return f * (double)(std::max<int64_t>(step, 0) + 1) / (double)ramp_;
+  return f;
+}
+std::string RampLR::describe() const {
+  return str_cat("ramp(", ramp_, ")", inner_ ? " * " + inner_->describe() : "");
 }
 
 void apply_schedule(Optimizer& opt, const LRSchedule& s, int64_t step) { opt.set_lr_factor(s.factor(step)); }

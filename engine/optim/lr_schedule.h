@@ -64,6 +64,19 @@ class WarmupLR : public LRSchedule {
   LRSchedulePtr after_;
 };
 
+// kiln train's --warmup W: `inner`'s factor (null = 1) times (step + 1) / W for the first W steps.
+// Unlike WarmupLR, `inner` is not shifted: it runs from step 0 underneath the ramp.
+class RampLR : public LRSchedule {
+ public:
+  RampLR(int64_t ramp_steps, LRSchedulePtr inner = nullptr);
+  double factor(int64_t step) const override;
+  std::string describe() const override;
+
+ private:
+  int64_t ramp_;
+  LRSchedulePtr inner_;
+};
+
 void apply_schedule(Optimizer& opt, const LRSchedule& s, int64_t step);
 
 // Parses a schedule spec for the command line:

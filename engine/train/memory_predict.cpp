@@ -152,7 +152,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     model->to(Device::meta());
     if (CachingAllocator* host = caching_allocator_for(Device::cpu())) host->empty_cache();
     model->train();
-    if (o.recompute > 0) model->set_checkpoint_segments(o.recompute);
+    if (o.recompute > 0) model->set_recompute_segments(o.recompute);
     std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model);
     Tensor class_weights;  // the trainer's class-weight tensor (allocated untagged, like train's)
     if (o.loss_weight_classes > 0) class_weights = empty({o.loss_weight_classes}, DType::f32, Device::meta());

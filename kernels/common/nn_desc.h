@@ -52,6 +52,21 @@ struct Pool2dDesc {
   KILN_HOST_DEVICE int64_t out_w() const { return pool_out_size(W, kw, stride_w, pad_w, dil_w, ceil_mode); }
 };
 
+// Window of average pooling along one axis for output index o: [start, end) clipped to the input,
+// and padded_len, the window clipped to the padded input (the count_include_pad divisor).
+struct AvgWin {
+  int64_t start, end, padded_len;
+};
+KILN_HOST_DEVICE AvgWin avg_win(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in) {
+  const int64_t s = o * stride - pad;
+  const int64_t e = s + k < in + pad ? s + k : in + pad;
+  AvgWin w;
+  w.padded_len = e - s;
+  w.start = s > 0 ? s : 0;
+  w.end = e < in ? e : in;
+  return w;
+}
+
 // Adaptive average pooling window of output index o over an input of length `in` split into
 // `out` windows: [start, end) with start = floor(o*in/out), end = ceil((o+1)*in/out), as PyTorch.
 KILN_HOST_DEVICE int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "kernels/common/nn_check.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/im2col.h"
 
@@ -94,24 +95,6 @@ int64_t conv2d_images_per_block(const Conv2dDesc& d) {
   int64_t P = std::max<int64_t>(1, d.out_h() * d.out_w());
   int64_t nb = (kTargetCols + P - 1) / P;
   return std::max<int64_t>(1, std::min(nb, d.N));
-}
-
-void conv2d_check(const Conv2dDesc& d, const char* op) {
-  auto desc = [&]() {
-    return str_cat("x (", d.N, ", ", d.C, ", ", d.H, ", ", d.W, "), w (", d.K, ", ",
-                   d.groups > 0 ? d.C / d.groups : d.C, ", ", d.R, ", ", d.S, "), stride (", d.stride_h,
-                   ", ", d.stride_w, "), padding (", d.pad_h, ", ", d.pad_w, "), dilation (", d.dil_h,
-                   ", ", d.dil_w, "), groups ", d.groups);
-  };
-  KILN_CHECK(d.N >= 0 && d.C >= 1 && d.H >= 1 && d.W >= 1 && d.K >= 1 && d.R >= 1 && d.S >= 1, op,
-             ": sizes must be positive: ", desc());
-  KILN_CHECK(d.groups >= 1 && d.C % d.groups == 0 && d.K % d.groups == 0, op,
-             ": groups must divide in and out channels: ", desc());
-  KILN_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.dil_h >= 1 && d.dil_w >= 1 && d.pad_h >= 0 &&
-                 d.pad_w >= 0,
-             op, ": stride and dilation must be >= 1, padding >= 0: ", desc());
-  KILN_CHECK(d.out_h() >= 1 && d.out_w() >= 1, op, ": kernel larger than padded input (output ",
-             d.out_h(), " x ", d.out_w(), "): ", desc());
 }
 
 size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {

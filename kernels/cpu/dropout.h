@@ -6,12 +6,6 @@
 
 namespace kiln::cpu {
 
-// x, y: (n); mask: (n) bytes, 1 = kept (may be null). The caller advances its generator by
-// philox_counters_for(n).
-template <typename T>
-void dropout_forward(int64_t n, const T* x, double p, uint64_t seed, uint64_t offset, T* y, uint8_t* mask);
-// dx = dy * mask / (1 - p).
-template <typename T>
-void dropout_backward(int64_t n, const T* dy, const uint8_t* mask, double p, T* dx);
+#include "kernels/common/api/dropout.inc"
 
 }  // namespace kiln::cpu

@@ -7,44 +7,9 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "kernels/common/nn_check.h"
 
 namespace kiln::cpu {
-
-namespace {
-
-std::string desc_str(const Pool2dDesc& d) {
-  return str_cat("x (", d.N, ", ", d.C, ", ", d.H, ", ", d.W, "), kernel (", d.kh, ", ", d.kw, "), stride (",
-                 d.stride_h, ", ", d.stride_w, "), padding (", d.pad_h, ", ", d.pad_w, "), dilation (", d.dil_h,
-                 ", ", d.dil_w, "), ceil_mode ", d.ceil_mode);
-}
-
-// Window of average pooling along one axis: [start, end) clipped to the input, and the divisor
-// size of the window clipped to the padded input.
-struct AvgWin {
-  int64_t start, end, padded_len;
-};
-inline AvgWin avg_win(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in) {
-  int64_t s = o * stride - pad;
-  int64_t e = std::min(s + k, in + pad);
-  AvgWin w;
-  w.padded_len = e - s;
-  w.start = std::max<int64_t>(s, 0);
-  w.end = std::min(e, in);
-  return w;
-}
-
-}  // namespace
-
-void pool2d_check(const Pool2dDesc& d, const char* op) {
-  KILN_CHECK(d.N >= 0 && d.C >= 1 && d.H >= 1 && d.W >= 1 && d.kh >= 1 && d.kw >= 1, op,
-             ": sizes must be positive: ", desc_str(d));
-  KILN_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.dil_h >= 1 && d.dil_w >= 1, op,
-             ": stride and dilation must be >= 1: ", desc_str(d));
-  KILN_CHECK(d.pad_h >= 0 && d.pad_w >= 0 && d.pad_h <= d.kh / 2 && d.pad_w <= d.kw / 2, op,
-             ": padding must be >= 0 and at most half the kernel size: ", desc_str(d));
-  KILN_CHECK(d.out_h() >= 1 && d.out_w() >= 1, op, ": output size ", d.out_h(), " x ", d.out_w(),
-             " is too small: ", desc_str(d));
-}
 
 template <typename T>
 void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
@@ -85,7 +50,7 @@ template <typename T>
 void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
   pool2d_check(d, "max_pool2d_backward");
   const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
-  KILN_CHECK(indices != nullptr, "max_pool2d_backward: indices from the forward are required: ", desc_str(d));
+  KILN_CHECK(indices != nullptr, "max_pool2d_backward: indices from the forward are required: ", pool2d_desc_str(d));
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {
     T* dxp = dx + pl * HW;
@@ -100,7 +65,7 @@ void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indice
 template <typename T>
 void avg_pool2d_forward(const Pool2dDesc& d, bool count_include_pad, const T* x, T* y) {
   pool2d_check(d, "avg_pool2d_forward");
-  KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_forward: dilation must be 1: ", desc_str(d));
+  KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_forward: dilation must be 1: ", pool2d_desc_str(d));
   const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -123,7 +88,7 @@ void avg_pool2d_forward(const Pool2dDesc& d, bool count_include_pad, const T* x,
 template <typename T>
 void avg_pool2d_backward(const Pool2dDesc& d, bool count_include_pad, const T* dy, T* dx) {
   pool2d_check(d, "avg_pool2d_backward");
-  KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_backward: dilation must be 1: ", desc_str(d));
+  KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_backward: dilation must be 1: ", pool2d_desc_str(d));
   const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {

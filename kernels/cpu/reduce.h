@@ -8,6 +8,6 @@
 
 namespace kiln::cpu {
 
-void reduce_rows(ReduceOp op, DType dt, const void* x, int64_t rows, int64_t cols, void* out, int64_t* indices);
+#include "kernels/common/api/reduce.inc"
 
 }  // namespace kiln::cpu

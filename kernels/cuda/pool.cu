@@ -4,7 +4,7 @@
 // formulation, not atomics: one thread per input element visits the output windows that can
 // contain it and sums their contributions in (oh, ow) order, the CPU's order, so dx is
 // deterministic and needs no zero-fill. Window rules come from kernels/common/nn_desc.h.
-#include "kernels/cpu/pool.h"
+#include "kernels/common/nn_check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/nn_backend.h"
 
@@ -71,21 +71,7 @@ __global__ void max_pool_bwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const 
   }
 }
 
-// Average window along one axis, as the CPU's avg_win: [start, end) clipped to the input, and the
-// window length clipped to the padded input (the count_include_pad divisor).
-struct AvgWin {
-  int64_t start, end, padded_len;
-};
-__device__ __forceinline__ AvgWin avg_win(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in) {
-  const int64_t s = o * stride - pad;
-  const int64_t e = s + k < in + pad ? s + k : in + pad;
-  AvgWin w;
-  w.padded_len = e - s;
-  w.start = s > 0 ? s : 0;
-  w.end = e < in ? e : in;
-  return w;
-}
-
+// The divisor of an average window (avg_win, kernels/common/nn_desc.h).
 __device__ __forceinline__ int64_t avg_divisor(const AvgWin& a, const AvgWin& b, bool include_pad) {
   return include_pad ? a.padded_len * b.padded_len : (a.end - a.start) * (b.end - b.start);
 }
@@ -177,7 +163,7 @@ void check_adaptive(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH, int6
 
 template <typename T>
 void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
-  cpu::pool2d_check(d, "max_pool2d_forward (cuda)");
+  pool2d_check(d, "max_pool2d_forward (cuda)");
   const int64_t OH = d.out_h(), OW = d.out_w(), total = d.N * d.C * OH * OW;
   if (total == 0) return;
   max_pool_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, OH, OW, x, y, indices, total);
@@ -186,7 +172,7 @@ void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices)
 
 template <typename T>
 void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
-  cpu::pool2d_check(d, "max_pool2d_backward (cuda)");
+  pool2d_check(d, "max_pool2d_backward (cuda)");
   KILN_CHECK(indices != nullptr, "max_pool2d_backward (cuda): indices from the forward are required");
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total == 0) return;
@@ -196,7 +182,7 @@ void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indice
 
 template <typename T>
 void avg_pool2d_forward(const Pool2dDesc& d, bool count_include_pad, const T* x, T* y) {
-  cpu::pool2d_check(d, "avg_pool2d_forward (cuda)");
+  pool2d_check(d, "avg_pool2d_forward (cuda)");
   KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_forward (cuda): dilation must be 1");
   const int64_t OH = d.out_h(), OW = d.out_w(), total = d.N * d.C * OH * OW;
   if (total == 0) return;
@@ -206,7 +192,7 @@ void avg_pool2d_forward(const Pool2dDesc& d, bool count_include_pad, const T* x,
 
 template <typename T>
 void avg_pool2d_backward(const Pool2dDesc& d, bool count_include_pad, const T* dy, T* dx) {
-  cpu::pool2d_check(d, "avg_pool2d_backward (cuda)");
+  pool2d_check(d, "avg_pool2d_backward (cuda)");
   KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_backward (cuda): dilation must be 1");
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total == 0) return;

@@ -1,4 +1,4 @@
-// libFuzzer target: training-state files (--resume) through load_checkpoint (tools/train_state.h),
+// libFuzzer target: training-state files (--resume) through load_checkpoint (engine/train/train_state.h),
 // which reads the safetensors file, checks its metadata and loads the model's and the AdamW
 // optimizer's state. The model is a tiny conv + batch norm (its file is ~1 KiB, so the fuzzer's
 // mutations reach the header and the metadata); the bytes go to an in-memory file since the loader
@@ -16,8 +16,8 @@
 #include "engine/nn/sequential.h"
 #include "engine/ops/ops.h"
 #include "fuzz/fuzz_support.h"
-// The only include of the loader (its path may move with tools/lib).
-#include "tools/train_state.h"
+#include "engine/train/train_state.h"
+#include "tools/train_components.h"
 
 using namespace kiln;
 
@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   st.rng = {3, 8};
   st.has_amp = true;
   st.amp_scale = 65536;
-  save_checkpoint(seed, *r.model, *r.opt, st, r.config, kClasses);
+  save_checkpoint(seed, *r.model, *r.opt, st, kModelName, kClasses, r.config.to_json());
   std::exit(0);
 }
 

@@ -32,7 +32,8 @@ TEST_CASE("cli args: help") {
   r = run_kiln("train --help");
   CHECK(r.status == 0);
   for (const char* opt : {"--model", "--data", "--val", "--accum", "--schedule", "--class-weights", "--resume",
-                          "--checkpoint-every", "--limit", "--device", "--clip", "--warmup"})
+                          "--checkpoint-every", "--limit", "--device", "--clip", "--warmup", "--workers",
+                          "--pin-memory", "--prefetch", "--drop-last"})
     CHECK_MESSAGE(contains(r.output, opt), opt);
   r = run_kiln("predict --help");
   CHECK(r.status == 0);
@@ -59,6 +60,7 @@ TEST_CASE("cli args: user errors are one line and a non-zero exit") {
       {ok + "--device tpu:0", "tpu"},
       {ok + "--resume /nonexistent/ckpt.safetensors", "/nonexistent"},
       {ok + "--accum 64 --batch 8", "--accum"},
+      {ok + "--prefetch 0", "--prefetch"},
       {"train --model small_cnn --data /nonexistent/data", "/nonexistent/data"},
       {"train --data " + d, "--model"},
       {"train --model no_such_model --data " + d + " --out " + d + "/out", "no_such_model"},

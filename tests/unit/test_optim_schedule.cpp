@@ -39,6 +39,19 @@ TEST_CASE("WarmupLR ramps linearly, then hands over to the next schedule from it
   CHECK(w.factor(6) == doctest::Approx(0.1));
 }
 
+TEST_CASE("RampLR scales the unshifted schedule by (step + 1) / W for W steps (kiln train's --warmup)") {
+  RampLR r(4, std::make_shared<StepLR>(2, 0.5));
+  CHECK(r.factor(0) == doctest::Approx(0.25));
+  CHECK(r.factor(1) == doctest::Approx(0.5));
+  CHECK(r.factor(2) == doctest::Approx(0.75 * 0.5));  // the step schedule already decayed underneath
+  CHECK(r.factor(3) == doctest::Approx(1.0 * 0.5));
+  CHECK(r.factor(4) == doctest::Approx(0.25));
+  CHECK(RampLR(3).factor(1) == doctest::Approx(2.0 / 3.0));
+  CHECK(RampLR(3).factor(3) == 1.0);
+  CHECK(RampLR(0).factor(0) == 1.0);
+  CHECK_THROWS_AS(RampLR(-1), Error);
+}
+
 TEST_CASE("parse_schedule builds composed schedules and rejects bad specs") {
   CHECK(parse_schedule("constant", 10)->factor(7) == 1.0);
   CHECK(parse_schedule("step:2:0.5", 10)->factor(5) == doctest::Approx(0.25));

@@ -1,9 +1,10 @@
-// Checkpoint and weight files (see checkpoint.h).
-#include "tools/train_state.h"
+// Training-state and weight files (see train_state.h).
+#include "engine/train/train_state.h"
 
 #include <cstdio>
 
 #include "engine/io/safetensors.h"
+#include "engine/io/tensor_io.h"
 
 namespace kiln {
 
@@ -20,19 +21,20 @@ const std::string& meta_at(const SafetensorsFile& f, const std::string& key, con
 }  // namespace
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
-                     const CheckpointState& st, const TrainConfig& c, int64_t num_classes) {
+                     const CheckpointState& st, const std::string& model_name, int64_t num_classes,
+                     const nlohmann::json& config) {
   NamedTensors all;
   for (const auto& [name, t] : model.state_dict()) all.emplace_back(kModelPrefix + name, t);
   for (const auto& [name, t] : opt.state_dict()) all.emplace_back(kOptimPrefix + name, t);
   std::map<std::string, std::string> meta = {
       {"format", "kiln-checkpoint-1"},
-      {"model", c.model},
+      {"model", model_name},
       {"num_classes", std::to_string(num_classes)},
       {"epoch", std::to_string(st.epoch)},
       {"step", std::to_string(st.step)},
       {"rng_seed", std::to_string(st.rng.seed)},
       {"rng_offset", std::to_string(st.rng.offset)},
-      {"config", c.to_json().dump()},
+      {"config", config.dump()},
   };
   if (st.has_amp) {
     char scale[64];

@@ -1,4 +1,4 @@
-// Recompute-on-backward (engine/nn/checkpoint.h): gradients and BatchNorm buffers of a
+// Recompute-on-backward (engine/nn/recompute.h): gradients and BatchNorm buffers of a
 // checkpointed training step equal the plain step's bit for bit on the CPU in f32 (ResNet18 with
 // the small stem, the small CNN with dropout), the BN counter moves once, segment bounds, the
 // Checkpoint wrapper, and the memory it saves.
@@ -11,7 +11,7 @@
 #include "engine/memory/caching_allocator.h"
 #include "engine/memory/tag.h"
 #include "engine/nn/batch_norm2d.h"
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
@@ -46,7 +46,7 @@ StepResult run_step(const std::string& model, int64_t image, int64_t channels, i
   manual_seed(7);
   nn::ModulePtr m = models::make_model(model, 10, channels, image);
   m->train();
-  if (segments > 0) m->set_checkpoint_segments(segments);
+  if (segments > 0) m->set_recompute_segments(segments);
   manual_seed(11);
   Tensor x = normal({4, channels, image, image}, 0.0, 1.0);
   if (input_grad) x.set_requires_grad(true);
@@ -149,7 +149,7 @@ TEST_CASE("BatchNorm counter and running stats move once per checkpointed step")
   auto seq = std::make_shared<nn::Sequential>();
   auto bn = std::make_shared<nn::BatchNorm2d>(3);
   seq->push_back(std::make_shared<nn::Conv2d>(3, 3, 3, 1, 1)).push_back(bn).push_back(std::make_shared<nn::ReLU>());
-  auto ck = std::make_shared<nn::Checkpoint>(seq);
+  auto ck = std::make_shared<nn::Recompute>(seq);
   Tensor x = normal({2, 3, 5, 5}, 0.0, 1.0).set_requires_grad(true);
   Tensor loss = sum((*ck)(x));
   CHECK(bn->num_batches_tracked.item() == 1);
@@ -168,7 +168,7 @@ TEST_CASE("an in-place change of a checkpoint's saved input is caught") {
   seq->push_back(std::make_shared<nn::Linear>(4, 4));
   Tensor x = normal({2, 4}, 0.0, 1.0).set_requires_grad(true);
   Tensor h = mul(x, 2.0);
-  Tensor y = nn::checkpoint([seq](const Tensor& t) { return (*seq)(t); }, h, seq->parameters());
+  Tensor y = nn::recompute([seq](const Tensor& t) { return (*seq)(t); }, h, seq->parameters());
   Tensor loss = sum(y);
   add_(h, 1.0);
   CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("modified by an in-place operation"), Error);
@@ -180,7 +180,7 @@ TEST_CASE("checkpointing lowers the peak of saved activations on the CPU") {
   auto peak_activation = [&](int seg) {
     manual_seed(2);
     nn::ModulePtr m = models::make_model("resnet18_small", 10, 3, 16);
-    if (seg) m->set_checkpoint_segments(seg);
+    if (seg) m->set_recompute_segments(seg);
     Tensor x = normal({8, 3, 16, 16}, 0.0, 1.0);
     Tensor y = tensor_from(std::vector<int64_t>(8, 1), {8});
     a->reset_peak();

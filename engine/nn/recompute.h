@@ -1,5 +1,5 @@
 // Recompute-on-backward (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost").
-// checkpoint(fn, x) runs fn under NoGradGuard, so none of its intermediate tensors are kept; it
+// recompute(fn, x) runs fn under NoGradGuard, so none of its intermediate tensors are kept; it
 // saves only x, the Philox generator state, the autocast state (enabled + dtype) and the module
 // path. Its backward node restores the generator state, re-enters the autocast state, re-runs
 // fn with grad enabled on a detached copy of x that requires grad (BatchNorm uses batch statistics but does not update its running buffers again: see
@@ -17,29 +17,29 @@
 
 namespace kiln::nn {
 
-// True on this thread while a checkpointed segment is being re-run for backward. Modules with
+// True on this thread while a recompute segment is being re-run for backward. Modules with
 // side effects in forward (BatchNorm2d's running stats and batch counter) skip them then.
 bool recomputing();
 
 // y = fn(x) without keeping fn's activations. params: every parameter fn reads (they get their
 // gradients during the recompute; listed so a segment whose input needs no gradient is still
 // recorded). label names the node in errors and reports.
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
-                  const std::string& label = "checkpoint");
+Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
+                  const std::string& label = "recompute");
 
 // Splits `stages` into `segments` contiguous runs of near-equal length (the first ones one stage
-// longer when it does not divide) and runs every run but the last under checkpoint(), the last
+// longer when it does not divide) and runs every run but the last under recompute(), the last
 // one plainly (its activations are needed at once), like torch.utils.checkpoint.checkpoint_sequential.
 // segments is clamped to the number of stages; 1 runs everything plainly.
-Tensor checkpoint_sequential(const std::vector<Stage>& stages, int segments, const Tensor& x);
-// The [begin, end) stage ranges checkpoint_sequential uses.
+Tensor recompute_sequential(const std::vector<Stage>& stages, int segments, const Tensor& x);
+// The [begin, end) stage ranges recompute_sequential uses.
 std::vector<std::pair<size_t, size_t>> segment_bounds(size_t num_stages, int segments);
 
-// A module whose forward is checkpoint(inner). The wrapped module is its child "module", so its
+// A module whose forward is recompute(inner). The wrapped module is its child "module", so its
 // parameter names gain the prefix "module.".
-class Checkpoint : public Module {
+class Recompute : public Module {
  public:
-  explicit Checkpoint(ModulePtr inner);
+  explicit Recompute(ModulePtr inner);
   Tensor forward(const Tensor& x) override;  // same shapes as inner
   const ModulePtr& inner() const { return inner_; }
 

@@ -1,8 +1,8 @@
-// Recompute-on-backward segments (see checkpoint.h). Memory: the forward keeps only its input x
+// Recompute-on-backward segments (see recompute.h). Memory: the forward keeps only its input x
 // (saved through FunctionNode::save, so it is accounted as an activation and version-checked);
 // the backward re-creates the segment's activations, consumes them and frees them before the
 // next segment's recompute starts.
-#include "engine/nn/checkpoint.h"
+#include "engine/nn/recompute.h"
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
@@ -37,7 +37,7 @@ class RecomputeScope {
 
 bool recomputing() { return g_recompute_depth > 0; }
 
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
+Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
                   const std::string& label) {
   KILN_CHECK(x.defined(), label, ": undefined input");
   std::vector<Tensor> inputs = {x};
@@ -86,8 +86,8 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
 }
 
 std::vector<std::pair<size_t, size_t>> segment_bounds(size_t num_stages, int segments) {
-  KILN_CHECK(segments >= 1, "checkpoint_sequential: segments must be >= 1, got ", segments);
-  KILN_CHECK(num_stages >= 1, "checkpoint_sequential: no stages to split");
+  KILN_CHECK(segments >= 1, "recompute_sequential: segments must be >= 1, got ", segments);
+  KILN_CHECK(num_stages >= 1, "recompute_sequential: no stages to split");
   const size_t n = std::min(num_stages, (size_t)segments);
   std::vector<std::pair<size_t, size_t>> b;
   size_t begin = 0;
@@ -99,7 +99,7 @@ std::vector<std::pair<size_t, size_t>> segment_bounds(size_t num_stages, int seg
   return b;
 }
 
-Tensor checkpoint_sequential(const std::vector<Stage>& stages, int segments, const Tensor& x) {
+Tensor recompute_sequential(const std::vector<Stage>& stages, int segments, const Tensor& x) {
   const auto bounds = segment_bounds(stages.size(), segments);
   Tensor y = x;
   for (size_t s = 0; s < bounds.size(); ++s) {
@@ -117,22 +117,22 @@ Tensor checkpoint_sequential(const std::vector<Stage>& stages, int segments, con
     for (const Stage& st : part)
       for (const ModulePtr& m : st.modules)
         for (const Tensor& p : m->parameters()) params.push_back(p);
-    const std::string label = part.size() == 1 ? "checkpoint(" + part[0].name + ")"
-                                               : "checkpoint(" + part.front().name + ".." + part.back().name + ")";
-    y = checkpoint(run, y, params, label);
+    const std::string label = part.size() == 1 ? "recompute(" + part[0].name + ")"
+                                               : "recompute(" + part.front().name + ".." + part.back().name + ")";
+    y = recompute(run, y, params, label);
   }
   return y;
 }
 
-Checkpoint::Checkpoint(ModulePtr inner) : Module("Checkpoint"), inner_(std::move(inner)) {
-  KILN_CHECK(inner_ != nullptr, "Checkpoint: null module");
+Recompute::Recompute(ModulePtr inner) : Module("Recompute"), inner_(std::move(inner)) {
+  KILN_CHECK(inner_ != nullptr, "Recompute: null module");
   add_child("module", inner_);
 }
 
-Tensor Checkpoint::forward(const Tensor& x) {
+Tensor Recompute::forward(const Tensor& x) {
   ModulePtr m = inner_;
-  return checkpoint([m](const Tensor& in) { return (*m)(in); }, x, m->parameters(),
-                    "checkpoint(" + m->type_name() + ")");
+  return recompute([m](const Tensor& in) { return (*m)(in); }, x, m->parameters(),
+                    "recompute(" + m->type_name() + ")");
 }
 
 std::vector<Stage> sequential_stages(Module& seq) {
