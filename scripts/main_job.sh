@@ -3,7 +3,8 @@
 # the small CNN on Debian's Fashion-MNIST through the real JPEG path: the IDX files are written once as
 # a grayscale JPEG image folder (quality 95, train/<class>/*.jpg + test/<class>/*.jpg; skipped when
 # already there), then kiln trains from the folder on the CPU, decoding every JPEG each epoch with the
-# threaded loader, and validates on the test split every epoch.
+# threaded loader, and validates on the test split every epoch. It ends with the runs table of
+# runs/fmnist and the training report (runs/fmnist/report.html: curves, memory timeline, the runs).
 # Usage: scripts/main_job.sh [THREADS]   (JPEG folder: $KILN_FMNIST_JPEG; output: runs/fmnist)
 # The side-by-side with PyTorch (same model and hyper-parameters) is bench/compare_fmnist.sh.
 set -euo pipefail
@@ -16,4 +17,7 @@ build/kiln export-images --data "$DATA" --out "$JPEG" --quality 95
 build/kiln train --model small_cnn --data "$JPEG" --channels 1 --normalize auto --epochs 2 --batch 16 \
   --optimizer adamw --lr 1e-3 --weight-decay 5e-4 --schedule cosine --threads "$T" --workers 1 \
   --out runs/fmnist --save runs/fmnist/small_cnn.safetensors
-echo "main job done: weights in runs/fmnist/small_cnn.safetensors, the run's record in runs/fmnist/runs.jsonl"
+build/kiln runs runs/fmnist
+build/kiln report runs/fmnist -o runs/fmnist/report.html
+echo "main job done: weights in runs/fmnist/small_cnn.safetensors, the runs' records in runs/fmnist/runs.jsonl," \
+  "the training report in runs/fmnist/report.html"

@@ -1,5 +1,6 @@
 // Option registration for the `kiln` subcommands beyond train's core options: the image-pipeline
-// and allocator options of train/predict, `kiln data` and `kiln export-images`. Kept out of
+// and allocator options of train/predict, `kiln data`, `kiln export-images`, `kiln runs`, `kiln report`
+// and train's --report / --curve-every (tools/cmd_runs.cpp). Kept out of
 // main.cpp so the command's main stays a dispatcher.
 #pragma once
 #include <CLI/CLI.hpp>
@@ -8,6 +9,8 @@
 #include "data/data_report.h"
 #include "data/export_images.h"
 #include "data/image_options.h"
+#include "tools/train_config.h"
+#include "tools/train_loop.h"
 
 namespace kiln_cli {
 
@@ -22,5 +25,29 @@ int run_data_command(kiln::DataReportOptions& o);
 
 CLI::App* add_export_images_command(CLI::App& app, kiln::ExportImagesOptions& o);
 int run_export_images_command(const kiln::ExportImagesOptions& o);
+
+struct RunsOptions {
+  std::vector<std::string> paths;  // OUT folders or runs.jsonl files (empty: runs)
+  std::string sort;
+  bool desc = false;
+  std::vector<std::string> where;
+  bool json = false, csv = false;
+};
+CLI::App* add_runs_command(CLI::App& app, RunsOptions& o);
+int run_runs_command(const RunsOptions& o);
+
+struct ReportOptions {
+  std::vector<std::string> paths;
+  std::string out;
+  std::vector<std::string> where;
+  std::string title = "kiln training report";
+};
+CLI::App* add_report_command(CLI::App& app, ReportOptions& o);
+int run_report_command(const ReportOptions& o);
+
+// kiln train --report PATH and --curve-every N; the hook rewrites the report after each ledger record
+// of an epoch and at the end (empty without --report).
+void add_train_report_options(CLI::App* train, kiln::TrainConfig& c);
+kiln::LedgerHook train_report_hook(const kiln::TrainConfig& c);
 
 }  // namespace kiln_cli

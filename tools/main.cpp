@@ -1,4 +1,4 @@
-// The `kiln` command: subcommands train, predict, data, export-images and devices over CLI11. Parses and validates
+// The `kiln` command: subcommands train, predict, mem, data, export-images, runs, report and devices over CLI11. Parses and validates
 // options, then hands over to tools/lib (which holds the logic, so tests can call it). Every
 // failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
 // "kiln: error: ..." on stderr and a non-zero exit status.
@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   CLI::App* mem = kiln::add_mem_command(app, mo);
   kiln_cli::add_image_options(train, tc.image, true);
   kiln_cli::add_alloc_options(train, tc.alloc);
+  kiln_cli::add_train_report_options(train, tc);
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
@@ -117,13 +118,19 @@ int main(int argc, char** argv) {
   kiln::ExportImagesOptions ec;
   CLI::App* export_cmd = kiln_cli::add_export_images_command(app, ec);
 
+  kiln_cli::RunsOptions ro;
+  CLI::App* runs_cmd = kiln_cli::add_runs_command(app, ro);
+  kiln_cli::ReportOptions rpo;
+  CLI::App* report_cmd = kiln_cli::add_report_command(app, rpo);
+
   app.add_subcommand("devices", "list compute devices, or say why no GPU is usable");
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices" &&
-      first != "mem" && first != "data" && first != "export-images") {
+      first != "mem" && first != "data" && first != "export-images" && first != "runs" && first != "report") {
     std::fprintf(stderr,
-                 "kiln: error: unknown command '%s' (expected train, predict, mem, data, export-images or devices; "
+                 "kiln: error: unknown command '%s' (expected train, predict, mem, data, export-images, runs, report "
+                 "or devices; "
                  "see kiln --help)\n",
                  argv[1]);
     return 2;
@@ -146,7 +153,8 @@ int main(int argc, char** argv) {
       kiln_cli::finish_image_options(tc.image);
       tc.alloc.validate();
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
-      kiln::run_training(tc, std::cout, std::cerr);
+      kiln::run_training(tc, std::cout, std::cerr, kiln_cli::train_report_hook(tc));
+      if (!tc.report.empty()) std::cout << "report: " << tc.report << "\n";
     } else if (mem->parsed()) {
       kiln::run_mem_command(mo, std::cout);
     } else if (predict->parsed()) {
@@ -157,6 +165,10 @@ int main(int argc, char** argv) {
       return kiln_cli::run_data_command(dc);
     } else if (export_cmd->parsed()) {
       return kiln_cli::run_export_images_command(ec);
+    } else if (runs_cmd->parsed()) {
+      return kiln_cli::run_runs_command(ro);
+    } else if (report_cmd->parsed()) {
+      return kiln_cli::run_report_command(rpo);
     } else {
       std::cout << kiln::format_device_report(kiln::query_devices());
     }

@@ -89,6 +89,8 @@ nlohmann::json TrainConfig::to_json() const {
   j["limit"] = limit;
   j["checkpoint"] = checkpoint;
   j["memory_report"] = memory_report;
+  j["report"] = report;
+  j["curve_every"] = curve_every;
   j["image"] = image.to_json();
   j["alloc"] = alloc.to_json();
   j["amp"] = amp;

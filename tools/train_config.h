@@ -57,6 +57,8 @@ struct TrainConfig {
   int64_t limit = -1;  // >= 0: use only the first N training samples
   std::string checkpoint = "0";  // recompute segments: "N" or "auto" (tools/lib/mem_train.h)
   std::string memory_report;     // HTML memory report path (empty: none)
+  std::string report;            // HTML training report path, rewritten after each epoch (empty: none)
+  int64_t curve_every = 50;      // optimizer steps between curve points in OUT/runs.jsonl
   bool force = false;            // train even when the predicted peak exceeds the memory budget
   ImageOptions image;  // image folders / CSV lists: --image-size, --augment, --normalize, ...
   AllocOptions alloc;  // --device-memory, --memory-snapshot, --trace, --alloc-trace

@@ -31,6 +31,7 @@
 #include "engine/train/evaluate.h"
 #include "tools/mem_train.h"
 #include "engine/train/memory_peak.h"
+#include "engine/train/run_ledger.h"
 #include "tools/progress.h"
 #include "tools/train_components.h"
 #include "tools/train_data.h"
@@ -50,15 +51,6 @@ std::string now_iso8601() {
   return buf;
 }
 
-void append_ledger(const std::string& out_dir, const nlohmann::json& line) {
-  const std::string path = (fs::path(out_dir) / "runs.jsonl").string();
-  std::ofstream f(path, std::ios::app);
-  KILN_CHECK(f.good(), "runs.jsonl: cannot open ", path, " for appending");
-  f << line.dump() << '\n';
-  f.flush();
-  KILN_CHECK(f.good(), "runs.jsonl: write to ", path, " failed");
-}
-
 nlohmann::json epoch_json(const EpochStats& e) {
   nlohmann::json j = {{"epoch", e.epoch},         {"train_loss", e.train_loss}, {"train_acc", e.train_acc},
                       {"images_per_s", e.images_per_s}, {"seconds", e.seconds}, {"lr", e.lr}};
@@ -74,11 +66,12 @@ nlohmann::json epoch_json(const EpochStats& e) {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress) {
-  return run_training(c, log, progress, &progress == &std::cerr && ::isatty(2));
+TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, const LedgerHook& on_ledger) {
+  return run_training(c, log, progress, &progress == &std::cerr && ::isatty(2), on_ledger);
 }
 
-TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty) {
+TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
+                         const LedgerHook& on_ledger) {
   const auto t_start = Clock::now();
   KILN_CHECK(c.epochs >= 1 && c.batch >= 1 && c.accum >= 1, "train: --epochs, --batch and --accum must be >= 1");
   KILN_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
@@ -155,6 +148,15 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   }
   if (amp.enabled()) log << "amp: f16 autocast, loss scale " << amp.loss_scale() << "\n";
   TrainResult result;
+  // The run ledger: a start record now (a killed run is still listed), curve points, epochs, the end.
+  train::RunLedger ledger(c.out.empty() ? "" : (fs::path(c.out) / "runs.jsonl").string());
+  train::CurveRecorder curve(c.curve_every, device, amp.enabled());
+  auto ledger_written = [&] {
+    if (on_ledger && ledger.enabled()) on_ledger(ledger.path(), ledger.run_id());
+  };
+  ledger.start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"data", data.ledger},
+                {"image_size", train_size}, {"model_parameters", model->num_parameters()},
+                {"start_epoch", start_epoch}, {"steps_per_epoch", steps_per_epoch}, {"memory", memory.to_json()}});
   FirstStepRecorder first_step(c.alloc, device);
   std::unique_ptr<ProgressLine> bar;
   train::FitOptions fo;
@@ -175,6 +177,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   fo.step.channels_last = c.channels_last;
   fo.callbacks.on_epoch_begin = [&](int64_t epoch, int64_t per_epoch) {
     reset_peak_memory(device);
+    curve.epoch_begin();
     bar = std::make_unique<ProgressLine>(progress, progress_tty, epoch + 1, c.epochs, per_epoch);
     if (!first_step.done()) first_step.begin();
   };
@@ -184,6 +187,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   };
   fo.callbacks.on_step_end = [&](const train::FitStep& fs) {
     step = fs.global_step + 1;
+    if (auto point = curve.observe(fs)) ledger.step(*point);
     memory.after_step(log);
     bar->set_suffix(amp.progress_text());
     bar->update(fs.step_in_epoch + 1, fs.mean_loss, fs.seen);
@@ -228,16 +232,34 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
                       c.to_json());
     }
     result.epochs.push_back(es);
+    ledger.epoch({{"steps", step}, {"stats", epoch_json(es)}});
+    ledger_written();
   };
   train::FitResult fr;
+  auto record_failure = [&](const std::string& error) {
+    nlohmann::json failed = {{"command", "train"}, {"config", c.to_json()}, {"steps", step},
+                             {"wall_s", seconds_since(t_start)}, {"epochs", nlohmann::json::array()}};
+    for (const EpochStats& es : result.epochs) failed["epochs"].push_back(epoch_json(es));
+    try {
+      ledger.finish(failed, "failed", error);
+      ledger_written();
+    } catch (const std::exception& le) {
+      log << "runs.jsonl: could not record the failure: " << le.what() << "\n";
+    }
+  };
   try {
     fr = train::fit(*model, *opt, amp.scaler(), train, data.val.get(), fo);
   } catch (const OutOfMemory& e) {
     // The same remedies as the stop before the first step, from meta runs, not proportional guesses.
-    throw OutOfMemory(memory.out_of_memory(e.what(), [&] {
+    OutOfMemory full(memory.out_of_memory(e.what(), [&] {
       opt.reset();
       model.reset();
     }));
+    record_failure(full.what());
+    throw full;
+  } catch (const std::exception& e) {
+    record_failure(e.what());
+    throw;
   }
   step = fr.steps;
   result.steps = step;
@@ -279,7 +301,12 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   j["wall_s"] = result.wall_s;
   j["memory"] = memory.to_json();
   j["amp"] = amp.ledger_json();
-  if (!c.out.empty()) append_ledger(c.out, j);
+  j["image_size"] = train_size;
+  ledger.finish(j, "ok");
+  j["record"] = "end";
+  j["run"] = ledger.run_id();
+  j["status"] = "ok";
+  ledger_written();
   result.ledger_line = j;
   return result;
 }

@@ -1,9 +1,12 @@
 // `kiln train` as a function: loads the data, builds the model and optimizer, runs train::fit
 // (engine/train/fit.h) with callbacks that print progress and epochs, write training-state files
-// (OUT/checkpoint.safetensors, atomic), the final weights (--save) and one line of OUT/runs.jsonl.
+// (OUT/checkpoint.safetensors, atomic), the final weights (--save) and the run's records in
+// OUT/runs.jsonl (engine/train/run_ledger.h: start, curve points, epochs, end; a failure's end
+// line carries its error).
 // Lives in libkiln so tests can call it in-process; it prints to the streams it is given.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,13 +24,18 @@ struct TrainResult {
   std::vector<EpochStats> epochs;  // those run by this invocation (after a resume: the remaining ones)
   double wall_s = 0;
   int64_t steps = 0;               // optimizer steps done in total (including before a resume)
-  nlohmann::json ledger_line;      // what was appended to OUT/runs.jsonl
+  nlohmann::json ledger_line;      // the end record appended to OUT/runs.jsonl
 };
+
+// Called after each epoch's ledger record and after the end record (kiln train --report).
+using LedgerHook = std::function<void(const std::string& ledger_path, const std::string& run_id)>;
 
 // log: per-epoch summaries and notes (stdout); progress: the live line (stderr). progress_tty:
 // rewrite the line in place (pass isatty(2) for stderr).
-TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty);
+TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
+                         const LedgerHook& on_ledger = {});
 // Same, detecting whether `progress` is a terminal when it is std::cerr.
-TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress);
+TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress,
+                         const LedgerHook& on_ledger = {});
 
 }  // namespace kiln

@@ -67,3 +67,24 @@ std::string format_tag_peaks(Device d) {
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+std::vector<int64_t> live_tag_bytes(Device d) {
+#ifdef KILN_HAVE_CACHING_ALLOCATOR
+  try {
+    if (CachingAllocator* a = caching_allocator_for(d)) {
+      const MemoryStats s = a->stats();
+      std::vector<int64_t> out(kNumMemoryTags);
+      for (int t = 0; t < kNumMemoryTags; ++t) out[(size_t)t] = s.tag_allocated[t].current;
+      return out;
+    }
+  } catch (...) {
+  }
+#else
+  (void)d;
+#endif
+  return {};
+}
+
+}  // namespace kiln

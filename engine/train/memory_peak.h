@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/core/device.h"
 
@@ -22,4 +23,6 @@ namespace kiln {
 // own peak since the last reset (tags peak at different moments, so they need not add up);
 // "peak n/a" when the allocator keeps no statistics.
 std::string format_tag_peaks(Device d);
+// Bytes allocated now per memory tag (index: MemoryTag), empty when the allocator keeps no statistics.
+std::vector<int64_t> live_tag_bytes(Device d);
 }  // namespace kiln

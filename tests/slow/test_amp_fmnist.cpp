@@ -24,10 +24,9 @@ nlohmann::json run_fmnist(const std::string& data, const std::string& name, cons
                                "--seed 0 --threads 2 --out " +
                                out + extra);
   REQUIRE_MESSAGE(r.status == 0, r.output);
-  std::ifstream f(out + "/runs.jsonl");
-  std::string line;
-  REQUIRE(std::getline(f, line));
-  return nlohmann::json::parse(line);
+  const auto ends = kiln_test::ledger_end_records(out + "/runs.jsonl");
+  REQUIRE(ends.size() == 1);
+  return ends[0];
 }
 
 }  // namespace

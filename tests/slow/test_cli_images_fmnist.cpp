@@ -29,10 +29,9 @@ TEST_CASE("cli slow: small_cnn from a Fashion-MNIST JPEG folder") {
                                " --channels 1 --normalize auto --epochs 1 --batch 64 --optimizer sgd --lr 0.05 "
                                "--momentum 0.9 --schedule cosine --threads 2 --limit 6000 --out " + out);
   REQUIRE_MESSAGE(r.status == 0, r.output);
-  std::ifstream f(out + "/runs.jsonl");
-  std::string line;
-  REQUIRE(std::getline(f, line));
-  nlohmann::json j = nlohmann::json::parse(line);
+  const auto ends = kiln_test::ledger_end_records(out + "/runs.jsonl");
+  REQUIRE(ends.size() == 1);
+  nlohmann::json j = ends[0];
   MESSAGE("val acc " << j["final_val_acc"] << ", " << j["images_per_s"] << " img/s, wall " << j["wall_s"] << " s");
   CHECK(j["data"]["format"] == "images");
   CHECK(j["data"]["train_samples"] == 6000);

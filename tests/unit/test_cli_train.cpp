@@ -18,14 +18,8 @@ using kiln_test::run_kiln;
 
 namespace {
 
-std::vector<nlohmann::json> read_ledger(const std::string& path) {
-  std::vector<nlohmann::json> v;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
+// One end record a run (start, curve and epoch records are left out).
+std::vector<nlohmann::json> read_ledger(const std::string& path) { return kiln_test::ledger_end_records(path); }
 
 const std::string& data_dir() {
   static const std::string d = [] {

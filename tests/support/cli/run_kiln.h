@@ -75,4 +75,18 @@ inline nlohmann::json last_ledger_line(const std::string& path) {
   return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
 }
 
+// The end records of a run ledger (one a finished or failed run, in order; engine/train/run_ledger.h):
+// lines with "record":"end", and lines from before records (no "record" key).
+inline std::vector<nlohmann::json> ledger_end_records(const std::string& path) {
+  std::vector<nlohmann::json> v;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("record") || j["record"] == "end") v.push_back(j);
+  }
+  return v;
+}
+
 }  // namespace kiln_test
