@@ -241,12 +241,12 @@ TEST_CASE("kiln runs: one row a run, --sort, --where, --json and --csv") {
   CHECK(rows[0]["run"] == "K");
   CHECK(rows[3]["run"] == "F");  // nulls last ascending too
 
-  r = run_kiln("runs " + path + " --json --where model=small_cnn --where status!=killed");
+  r = run_kiln("runs " + path + " --json --where model=small_cnn --where 'status!=killed'");
   REQUIRE_MESSAGE(r.status == 0, r.output);
   rows = json::parse(r.output);
   REQUIRE(rows.size() == 1);
   CHECK(rows[0]["run"] == "A");
-  r = run_kiln("runs " + path + " --json --where batch>=16");
+  r = run_kiln("runs " + path + " --json --where 'batch>=16'");
   rows = json::parse(r.output);
   CHECK(rows.size() == 3);  // 32, 16, 64 (not 8)
   r = run_kiln("runs " + path + " --where colour=red");
@@ -275,7 +275,7 @@ TEST_CASE("kiln runs: one row a run, --sort, --where, --json and --csv") {
   CHECK(contains(r.output, "failed F: train: loss became nan"));
   r = run_kiln("runs " + dir + "/nowhere");
   CHECK(r.status != 0);
-  CHECK(contains(r.output, "kiln: error: runs: no ledger at " + dir + "/nowhere/runs.jsonl"));
+  CHECK(contains(r.output, "kiln: error: runs: no ledger at " + dir + "/nowhere"));
 }
 
 TEST_CASE("kiln train: start, curve, epoch and end records in runs.jsonl, read back by kiln runs") {
@@ -310,4 +310,25 @@ TEST_CASE("kiln train: start, curve, epoch and end records in runs.jsonl, read b
   CHECK(rows[0]["status"] == "ok");
   CHECK(rows[0]["epochs"] == 2);
   CHECK(rows[0]["last_step"] == 6);
+}
+
+TEST_CASE("kiln train: a run that throws appends its end record with status failed and the error") {
+  const std::string dir = kiln_test::cli_temp_dir("ledger_failed"), data = dir + "/data", out = dir + "/out";
+  std::filesystem::create_directories(data);
+  kiln_test::make_npy_folder(data, 12, 1, 8, 2);
+  auto r = run_kiln("train --model small_cnn --data " + data + " --epochs 2 --batch 4 --optimizer sgd --lr 1e30 "
+                    "--threads 1 --device cpu --out " + out);
+  REQUIRE(r.status != 0);
+  REQUIRE(contains(r.output, "kiln: error: train: loss became"));
+  const auto ends = kiln_test::ledger_end_records(out + "/runs.jsonl");
+  REQUIRE(ends.size() == 1);
+  CHECK(ends[0]["status"] == "failed");
+  CHECK(contains(ends[0]["error"].get<std::string>(), "train: loss became"));
+  CHECK(ends[0]["config"]["lr"] == 1e30);
+  auto runs = run_kiln("runs " + out + " --json");
+  REQUIRE_MESSAGE(runs.status == 0, runs.output);
+  const json rows = json::parse(runs.output);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["status"] == "failed");
+  CHECK(rows[0]["predicted_peak"].is_number());  // from the start record
 }
