@@ -51,7 +51,7 @@ std::string num(double v) {
 
 std::string tick_label(double v) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.3g", v);
+  std::snprintf(b, sizeof b, "%.4g", v);
   return b;
 }
 

@@ -131,6 +131,7 @@ TEST_CASE("run ledger: a torn last line is skipped with a warning, the next appe
   CHECK(c.runs.back().id == ledger.run_id());
   CHECK(c.runs.back().status == "ok");
   CHECK(c.runs.back().last_step == 7);
+  CHECK(c.runs.back().start["config"]["model"] == "small_cnn");  // the start record was not glued to the torn line
   // A middle line that is not JSON is skipped the same way; the rest still loads.
   write_text(path, "garbage\n" + full);
   c = train::read_ledger(path);
