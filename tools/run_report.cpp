@@ -51,7 +51,8 @@ std::string num(double v) {
 
 std::string tick_label(double v) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.4g", v);
+  if (std::abs(v) >= 1000 && std::abs(v) < 1e9) std::snprintf(b, sizeof b, "%.0f", v);  // 65536, not 6.554e+04
+  else std::snprintf(b, sizeof b, "%.4g", v);
   return b;
 }
 
