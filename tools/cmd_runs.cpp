@@ -5,7 +5,7 @@
 
 #include "engine/core/error.h"
 #include "tools/cli_commands.h"
-#include "tools/run_report.h"
+#include "tools/report/run_report.h"
 #include "tools/runs_table.h"
 
 namespace kiln_cli {

@@ -1,5 +1,6 @@
-// The `kiln` command: subcommands train, predict, mem, data, export-images, runs, report and devices over CLI11. Parses and validates
-// options, then hands over to tools/lib (which holds the logic, so tests can call it). Every
+// The `kiln` command: subcommands train, predict, mem, data, export-images, runs, report and devices over
+// CLI11. Parses and validates options, then hands over to the rest of tools/ (the kiln_tools library, so
+// tests can call it). Every
 // failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
 // "kiln: error: ..." on stderr and a non-zero exit status.
 #include <CLI/CLI.hpp>

@@ -1,7 +1,7 @@
 // The training report page (see run_report.h). Every chart is drawn here as SVG, so the page shows
 // its curves without scripts; the chart data also goes into the page as JSON, which the inline
 // script reads to show the values under the mouse (the nearest point of every series).
-#include "tools/run_report.h"
+#include "tools/report/run_report.h"
 
 #include <algorithm>
 #include <cmath>
