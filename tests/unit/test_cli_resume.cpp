@@ -6,6 +6,7 @@
 //   --out (a read-only bind mount in a private mount namespace): one error naming the file, the
 //   previous state intact, no temporary left; an unwritable --out or a missing --save folder is
 //   reported before the first step;
+// - an image folder with --augment rrc and --balance resumes mid-epoch to the same bytes;
 // - --resume with contradicting flags is refused with one line naming each difference, unless
 //   --resume-override; then a different optimizer starts fresh and the measured optimizer memory
 //   is the predicted one.
@@ -18,6 +19,7 @@
 
 #include "engine/io/file_bytes.h"
 #include "engine/io/safetensors.h"
+#include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
 #include "tools/train_config.h"
 
@@ -214,4 +216,27 @@ TEST_CASE("kiln train: --resume refuses contradicting flags, --resume-override t
   CHECK(j["memory"]["predicted"]["optimizer_state"] == 0);
   REQUIRE(j["memory"]["measured_epochs"].size() == 1);
   CHECK(j["memory"]["measured_epochs"][0]["measured_tag_peak"]["optimizer"] == 0);
+}
+
+TEST_CASE("kiln train: an image folder with --augment rrc resumed mid-epoch gives the uninterrupted run's bytes") {
+  // 2 classes x 12 JPEGs (16 px, gray), batch 4: 6 steps an epoch; the state after step 4 is mid-epoch.
+  const std::string root = kiln_test::cli_temp_dir("resume_images");
+  kiln_test::make_image_folder(root, 2, 12, 16, 1, false);
+  auto args = [&](const std::string& out, const std::string& extra) {
+    return "train --model small_cnn --data " + root + " --channels 1 --image-size 12 --augment rrc --balance "
+           "--epochs 2 --batch 4 --workers 2 --optimizer sgd --lr 0.05 --momentum 0.9 --seed 9 --threads 1 "
+           "--device cpu --checkpoint-every 4steps --out " + out + " --save " + out + "/w.safetensors " + extra;
+  };
+  const std::string a = kiln_test::cli_temp_dir("resume_images_a"), b = kiln_test::cli_temp_dir("resume_images_b");
+  auto ra = run_kiln(args(a, ""));
+  REQUIRE_MESSAGE(ra.status == 0, ra.output);
+  const int64_t state_bytes = (int64_t)fs::file_size(a + "/checkpoint.safetensors");
+  // Killed in the second state write (after step 8 = epoch 2, step 2): the first, after step 4, is kept.
+  auto killed = run_kiln(args(b, ""), "KILN_TEST_KILL_WRITE_AT=" + std::to_string(state_bytes + state_bytes / 2));
+  CHECK((killed.status == -1 || killed.status == 128 + 9));
+  REQUIRE(kiln::read_safetensors(b + "/checkpoint.safetensors").metadata.at("step_in_epoch") == "4");
+  auto resumed = run_kiln(args(b, "--resume " + b + "/checkpoint.safetensors"));
+  REQUIRE_MESSAGE(resumed.status == 0, resumed.output);
+  CHECK(contains(resumed.output, "at epoch 0 + 4/6 steps, step 4"));
+  check_same_bytes(a + "/w.safetensors", b + "/w.safetensors", true);
 }
