@@ -39,6 +39,7 @@ class ArraySource : public DataSource {
     pos_ = end;
     return true;
   }
+  void skip_batches(int64_t n) override { pos_ = std::min(d_.n, pos_ + n * batch_); }
 
  private:
   ArrayDataset d_;

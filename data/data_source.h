@@ -35,6 +35,13 @@ class DataSource {
   virtual int64_t start_epoch(int64_t epoch, int64_t batch, bool train) = 0;
   // The next batch (bad samples left out, so it may be smaller); false at the end of the epoch.
   virtual bool next(SourceBatch* out) = 0;
+  // Passes over the next n batches of the epoch (a run resumed mid-epoch): the batches after them
+  // are those an uninterrupted epoch gives. The default reads and drops them.
+  virtual void skip_batches(int64_t n) {
+    SourceBatch b;
+    for (int64_t i = 0; i < n && next(&b); ++i) {
+    }
+  }
   // "PATH: REASON" for bad samples met since the last call (each path once per run).
   virtual std::vector<std::string> take_bad_reports() { return {}; }
   virtual int64_t bad_count() const { return 0; }

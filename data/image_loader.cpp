@@ -47,7 +47,7 @@ void ImageLoader::stop_workers() {
   threads_.clear();
 }
 
-void ImageLoader::start_epoch(uint64_t epoch) {
+void ImageLoader::start_epoch(uint64_t epoch, size_t first_batch) {
   stop_workers();
   epoch_ = epoch;
   std::vector<size_t> order = epoch_indices(opt_.sampler, ds_.labels(), ds_.classes.size(), epoch);
@@ -56,8 +56,9 @@ void ImageLoader::start_epoch(uint64_t epoch) {
   for (auto& b : batches_) total_items_ += b.size();
   slots_.clear();
   for (size_t i = 0; i < batches_.size(); ++i) slots_.emplace_back(new Slot());
-  next_item_ = 0;
-  delivered_ = 0;
+  // Items are numbered b * batch_size + k (only the last batch is short), as the workers read them.
+  delivered_ = std::min(first_batch, batches_.size());
+  next_item_ = std::min(delivered_ * opt_.batch_size, total_items_);
   samples_done_ = 0;
   stop_ = false;
   fatal_.clear();

@@ -67,8 +67,10 @@ class ImageLoader {
   ImageLoader(const ImageLoader&) = delete;
   ImageLoader& operator=(const ImageLoader&) = delete;
 
-  // Starts (or restarts) an epoch; an unfinished previous epoch is abandoned.
-  void start_epoch(uint64_t epoch);
+  // Starts (or restarts) an epoch; an unfinished previous epoch is abandoned. first_batch > 0
+  // starts it at that batch (a run resumed mid-epoch): the batches before it are not decoded, and
+  // the ones after it are those of the whole epoch (same samples, same augmentation draws).
+  void start_epoch(uint64_t epoch, size_t first_batch = 0);
   // The next batch in order; false when the epoch is over.
   bool next(ImageBatch& out);
 

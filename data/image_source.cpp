@@ -50,8 +50,15 @@ class ImageSource : public DataSource {
       train_ = train;
       loader_ = std::make_unique<ImageLoader>(ds_, loader_options());
     }
+    epoch_ = epoch;
     loader_->start_epoch((uint64_t)epoch);
     return (int64_t)loader_->batches_per_epoch();
+  }
+
+  // Restarts the epoch's loader at the batch after the skipped ones (none of them is decoded).
+  void skip_batches(int64_t n) override {
+    if (n <= 0) return;
+    loader_->start_epoch((uint64_t)epoch_, loader_->batches_delivered() + (size_t)n);
   }
 
   bool next(SourceBatch* out) override {
@@ -132,6 +139,7 @@ class ImageSource : public DataSource {
   std::unique_ptr<ImageLoader> loader_;
   int size_ = 0;
   int64_t batch_ = 0;
+  int64_t epoch_ = 0;
   bool train_ = false;
   std::set<std::string> reported_;
   std::vector<std::string> pending_;

@@ -19,7 +19,7 @@
 
 namespace {
 
-void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights) {
+void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
   t->add_option("--model", c.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
   t->add_option("--data", c.data,
                 "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
@@ -58,10 +58,15 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
   t->add_option("--init", c.init, "load weights (safetensors, torchvision names) before training")
       ->check(CLI::ExistingFile);
   t->add_option("--save", c.save, "write the final weights (safetensors) here");
-  t->add_option("--resume", c.resume, "continue from a checkpoint (OUT/checkpoint.safetensors)")
+  t->add_option("--resume", c.resume,
+                "continue from a training-state file (OUT/checkpoint.safetensors), mid-epoch too; flags that "
+                "contradict it are refused")
       ->check(CLI::ExistingFile);
-  t->add_option("--checkpoint-every", c.checkpoint_every, "epochs between checkpoints (0: only at the end)")
-      ->check(CLI::NonNegativeNumber)
+  t->add_flag("--resume-override", c.resume_override,
+              "with --resume: flags that differ from the saved state win (a different optimizer starts fresh)");
+  t->add_option("--checkpoint-every", checkpoint_every,
+                "training-state file every N epochs (N or Nep; 0: only at the end), every N optimizer steps "
+                "(Nsteps), or both (2ep,500steps)")
       ->capture_default_str();
   t->add_option("--out", c.out, "output folder: checkpoint.safetensors and runs.jsonl")->capture_default_str();
   t->add_option("--limit", c.limit, "use only the first N training samples (quick runs)")
@@ -89,9 +94,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   kiln::TrainConfig tc;
-  std::string class_weights;
+  std::string class_weights, checkpoint_every = "1";
   CLI::App* train = app.add_subcommand("train", "train a model on a data set");
-  add_train_options(train, tc, class_weights);
+  add_train_options(train, tc, class_weights, checkpoint_every);
   kiln::add_train_memory_options(train, tc);
 
   kiln::MemCommandOptions mo;
@@ -150,6 +155,7 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) {
       if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");
+      kiln::parse_checkpoint_every(checkpoint_every, &tc);
       kiln::LrSchedule::parse(tc.schedule, tc.warmup);  // validate before loading anything
       kiln_cli::finish_image_options(tc.image);
       tc.alloc.validate();

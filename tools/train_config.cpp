@@ -85,6 +85,8 @@ nlohmann::json TrainConfig::to_json() const {
   j["save"] = save;
   j["resume"] = resume;
   j["checkpoint_every"] = checkpoint_every;
+  j["checkpoint_steps"] = checkpoint_steps;
+  j["resume_override"] = resume_override;
   j["out"] = out;
   j["limit"] = limit;
   j["checkpoint"] = checkpoint;
@@ -101,6 +103,34 @@ nlohmann::json TrainConfig::to_json() const {
     j["amp_growth_interval"] = amp_growth_interval;
   }
   return j;
+}
+
+void parse_checkpoint_every(const std::string& text, TrainConfig* c) {
+  const char* expected = "' (expected N or Nep epochs, Nsteps optimizer steps, or both: 2ep,500steps)";
+  int64_t epochs = -1, steps = -1;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t digits = 0;
+    while (digits < item.size() && item[digits] >= '0' && item[digits] <= '9') ++digits;
+    const std::string unit = item.substr(digits);
+    KILN_CHECK(digits > 0 && digits <= 12, "--checkpoint-every '", text, expected);
+    const int64_t n = std::stoll(item.substr(0, digits));
+    if (unit.empty() || unit == "ep" || unit == "epoch" || unit == "epochs") {
+      KILN_CHECK(epochs < 0, "--checkpoint-every '", text, "': epochs given twice");
+      epochs = n;
+    } else if (unit == "steps" || unit == "step") {
+      KILN_CHECK(steps < 0, "--checkpoint-every '", text, "': steps given twice");
+      KILN_CHECK(n >= 1, "--checkpoint-every '", text, "': steps must be >= 1");
+      steps = n;
+    } else {
+      throw Error(str_cat("--checkpoint-every '", text, expected));
+    }
+  }
+  KILN_CHECK(epochs >= 0 || steps >= 0, "--checkpoint-every '", text, expected);
+  // Steps alone: no extra file at epoch ends beyond the last one.
+  c->checkpoint_every = epochs >= 0 ? epochs : 0;
+  c->checkpoint_steps = steps >= 0 ? steps : 0;
 }
 
 std::vector<double> parse_double_list(const std::string& text, const char* what) {

@@ -52,7 +52,9 @@ struct TrainConfig {
   int threads = 0;  // 0: kiln's default
   std::string device = "auto";
   std::string init, save, resume;
-  int64_t checkpoint_every = 1;  // epochs between checkpoints (0: only at the end)
+  int64_t checkpoint_every = 1;  // epochs between training-state files (0: only at the end)
+  int64_t checkpoint_steps = 0;  // optimizer steps between training-state files (0: none mid-epoch)
+  bool resume_override = false;  // --resume-override: flags that differ from the saved state win
   std::string out = "runs";
   int64_t limit = -1;  // >= 0: use only the first N training samples
   std::string checkpoint = "0";  // recompute segments: "N" or "auto" (tools/lib/mem_train.h)
@@ -74,6 +76,11 @@ struct TrainConfig {
   }
   nlohmann::json to_json() const;
 };
+
+// --checkpoint-every: "N" or "Nep" (epochs, N >= 0; 0: only at the end), "Nsteps" (optimizer
+// steps, N >= 1), or both joined by a comma ("2ep,500steps"). Sets c->checkpoint_every and
+// c->checkpoint_steps; throws kiln::Error naming the text on anything else.
+void parse_checkpoint_every(const std::string& text, TrainConfig* c);
 
 // "1,2.5,0.3" -> {1, 2.5, 0.3}; throws kiln::Error naming the bad item.
 std::vector<double> parse_double_list(const std::string& text, const char* what);

@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "data/array_dataset.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/generator.h"
+#include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
@@ -33,6 +35,7 @@
 #include "engine/train/memory_peak.h"
 #include "engine/train/run_ledger.h"
 #include "tools/progress.h"
+#include "tools/resume_check.h"
 #include "tools/train_components.h"
 #include "tools/train_data.h"
 
@@ -64,6 +67,23 @@ nlohmann::json epoch_json(const EpochStats& e) {
   return j;
 }
 
+// --out is created when missing; --save's folder must exist. Both must take a new file.
+void check_output_folders(const TrainConfig& c) {
+  if (!c.out.empty()) {
+    std::error_code ec;
+    fs::create_directories(c.out, ec);
+    if (ec && !fs::is_directory(c.out))
+      throw Error(str_cat("--out ", c.out, ": cannot create the folder (", ec.message(), ")"));
+    check_writable_dir(c.out, "--out");
+  }
+  if (!c.save.empty()) {
+    KILN_CHECK(!fs::is_directory(c.save), "--save ", c.save, ": is a folder (expected a file name such as ",
+               (fs::path(c.save) / "weights.safetensors").string(), ")");
+    const fs::path parent = fs::path(c.save).parent_path();
+    check_writable_dir(parent.empty() ? "." : parent.string(), str_cat("--save ", c.save, ": its folder"));
+  }
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, const LedgerHook& on_ledger) {
@@ -77,6 +97,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   KILN_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
+  check_output_folders(c);  // before any data is read: a run must not train and then fail to save
   apply_kernels_option(c.kernels, log);
   if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
   check_model_name(c.model);
@@ -103,6 +124,30 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   for (const std::string& note : data.notes) log << "; " << note;
   log << "\n";
 
+  // ---- a training state to resume: compared with the flags before anything is predicted or loaded ----
+  std::optional<CheckpointFile> resume_file;
+  bool load_optimizer_state = true, restart_epoch = false;
+  if (!c.resume.empty()) {
+    resume_file = read_checkpoint(c.resume, c.model, num_classes);
+    const std::vector<std::string> diffs = resume_differences(resume_file->config, c);
+    if (!diffs.empty() && !c.resume_override) {
+      std::string list;
+      for (const std::string& d : diffs) list += (list.empty() ? "" : "; ") + d;
+      throw Error(str_cat("--resume: ", c.resume, " was saved with other settings: ", list,
+                          " (pass the saved values, or --resume-override to train on with the new ones)"));
+    }
+    for (const std::string& d : diffs) log << "resume: --resume-override: " << d << "\n";
+    load_optimizer_state = optimizer_state_compatible(resume_file->config, c);
+    if (!load_optimizer_state)
+      log << "resume: --resume-override: the saved optimizer state does not fit --optimizer " << c.optimizer
+          << (resume_file->config.value("optimizer", "") == c.optimizer ? " (momentum on in one, off in the other)" : "")
+          << "; it is not loaded, the optimizer starts fresh\n";
+    // The interrupted epoch's batches depend on these; with new values the epoch starts over.
+    for (const std::string& d : diffs)
+      for (const char* key : {"batch:", "drop_last:", "limit:", "seed:", "data:"})
+        if (d.rfind(key, 0) == 0) restart_epoch = true;
+  }
+
   // ---- model, optimizer, state ----
   // The memory prediction runs first (it builds a throwaway model and restores the RNG), so on a
   // small simulated device it never competes with the real model for memory. It is for the first
@@ -119,16 +164,30 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   memory.apply(*model);
   std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, *model);
   const int64_t steps_per_epoch = train::steps_per_epoch(train.size(), c.batch, c.drop_last);
-  int64_t start_epoch = 0, step = 0;
+  int64_t start_epoch = 0, step = 0, start_step_in_epoch = 0;
+  train::EpochSums start_sums;
   CheckpointState resumed;
-  if (!c.resume.empty()) {
-    CheckpointState st = resumed = load_checkpoint(c.resume, *model, *opt, c.model, num_classes, device);
+  if (resume_file) {
+    load_checkpoint_tensors(*resume_file, *model, load_optimizer_state ? opt.get() : nullptr, device);
+    CheckpointState st = resumed = resume_file->state;
+    resume_file.reset();  // the file's host copy is no longer needed
     start_epoch = st.epoch;
     step = st.step;
     global_rng() = st.rng;
-    KILN_CHECK(start_epoch <= c.epochs, "--resume: ", c.resume, " has already trained ", start_epoch,
-               " epochs but --epochs is ", c.epochs);
-    log << "resume: " << c.resume << " at epoch " << start_epoch << ", step " << step << "\n";
+    KILN_CHECK(start_epoch < c.epochs || (start_epoch == c.epochs && st.step_in_epoch == 0), "--resume: ", c.resume,
+               " has already trained ", start_epoch, " epochs", st.step_in_epoch > 0 ? " and part of the next" : "",
+               " but --epochs is ", c.epochs);
+    if (st.step_in_epoch > 0 && restart_epoch) {
+      log << "resume: --resume-override: epoch " << start_epoch + 1 << " starts over (its batches changed)\n";
+    } else if (st.step_in_epoch > 0) {
+      KILN_CHECK(st.step_in_epoch < steps_per_epoch, "--resume: ", c.resume, " was saved after step ",
+                 st.step_in_epoch, " of an epoch, but an epoch has ", steps_per_epoch, " steps");
+      start_step_in_epoch = st.step_in_epoch;
+      start_sums = {st.epoch_loss_sum, st.epoch_correct, st.epoch_seen};
+    }
+    log << "resume: " << c.resume << " at epoch " << start_epoch;
+    if (start_step_in_epoch > 0) log << " + " << start_step_in_epoch << "/" << steps_per_epoch << " steps";
+    log << ", step " << step << "\n";
   }
   Tensor class_weights;
   if (!c.class_weights.empty()) {
@@ -138,7 +197,6 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   log << "model: " << c.model << ", " << model->num_parameters() << " parameters, " << num_classes
       << " classes; device " << device.str() << ", " << cpu::num_threads() << " threads; " << steps_per_epoch
       << " steps/epoch\n";
-  if (!c.out.empty()) fs::create_directories(c.out);
 
   AmpTraining amp(c, device);
   if (amp.enabled() && resumed.has_amp) {
@@ -165,6 +223,8 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   fo.drop_last = c.drop_last;
   fo.start_epoch = start_epoch;
   fo.start_step = step;
+  fo.start_step_in_epoch = start_step_in_epoch;
+  fo.start_sums = start_sums;
   optim::LRSchedulePtr lr_factor;  // built on fit's first step, when it knows the run's steps
   fo.lr_at = [&](int64_t at, int64_t per_epoch, int64_t total) {
     if (!lr_factor) lr_factor = schedule.build(per_epoch, total);
@@ -185,9 +245,33 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     report_bad_samples(train, log);
     memory.before_step();
   };
+  const std::string state_path = c.out.empty() ? "" : (fs::path(c.out) / "checkpoint.safetensors").string();
+  for (const std::string& target : {state_path, c.save})
+    if (!target.empty())
+      for (const std::string& t : remove_stale_temporaries(target))
+        log << "removed " << t << " (the temporary of a run that was killed while writing it)\n";
+  // The training state after `step` optimizer steps: `epoch` epochs done plus `step_in_epoch` steps of the next.
+  auto save_state = [&](int64_t epoch, int64_t step_in_epoch, const train::EpochSums& sums) {
+    CheckpointState st{epoch, step, global_rng()};
+    st.step_in_epoch = step_in_epoch;
+    st.epoch_loss_sum = sums.loss_sum;
+    st.epoch_correct = sums.correct;
+    st.epoch_seen = sums.seen;
+    if (amp.enabled()) {
+      st.has_amp = true;
+      st.amp_scale = amp.scaler().current_scale();
+      st.amp_growth_tracker = amp.scaler().growth_tracker();
+      st.amp_skipped_steps = amp.skipped_steps();
+    }
+    save_checkpoint(state_path, *model, *opt, st, c.model, num_classes, c.to_json());
+  };
   fo.callbacks.on_step_end = [&](const train::FitStep& fs) {
     step = fs.global_step + 1;
     if (auto point = curve.observe(fs)) ledger.step(*point);
+    // Every --checkpoint-every Nsteps; one due at an epoch's last step is written at the epoch's end.
+    if (!state_path.empty() && c.checkpoint_steps > 0 && step % c.checkpoint_steps == 0 &&
+        fs.step_in_epoch + 1 < fs.steps_per_epoch)
+      save_state(fs.epoch, fs.step_in_epoch + 1, {fs.loss_sum, fs.correct, fs.seen});
     memory.after_step(log);
     bar->set_suffix(amp.progress_text());
     bar->update(fs.step_in_epoch + 1, fs.mean_loss, fs.seen);
@@ -220,17 +304,9 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       log << "data: " << train.bad_count() + (data.val ? data.val->bad_count() : 0)
           << " bad samples skipped so far (listed above)\n";
     const bool last = es.epoch == c.epochs;
-    if (!c.out.empty() && (last || (c.checkpoint_every > 0 && es.epoch % c.checkpoint_every == 0))) {
-      CheckpointState st{es.epoch, step, global_rng()};
-      if (amp.enabled()) {
-        st.has_amp = true;
-        st.amp_scale = amp.scaler().current_scale();
-        st.amp_growth_tracker = amp.scaler().growth_tracker();
-        st.amp_skipped_steps = amp.skipped_steps();
-      }
-      save_checkpoint((fs::path(c.out) / "checkpoint.safetensors").string(), *model, *opt, st, c.model, num_classes,
-                      c.to_json());
-    }
+    if (!state_path.empty() && (last || (c.checkpoint_every > 0 && es.epoch % c.checkpoint_every == 0) ||
+                                (c.checkpoint_steps > 0 && step % c.checkpoint_steps == 0)))
+      save_state(es.epoch, 0, {});
     result.epochs.push_back(es);
     ledger.epoch({{"steps", step}, {"stats", epoch_json(es)}});
     ledger_written();

@@ -28,6 +28,10 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
   const int64_t per_epoch = steps_per_epoch(train.size(), o.batch, o.drop_last);
   KILN_CHECK(per_epoch >= 1, "fit: ", train.source(), " has ", train.size(), " samples, fewer than one batch of ",
              o.batch, " with drop_last");
+  KILN_CHECK(o.start_step_in_epoch >= 0 && o.start_step_in_epoch < per_epoch &&
+                 (o.start_step_in_epoch == 0 || o.start_epoch < o.epochs),
+             "fit: start_step_in_epoch ", o.start_step_in_epoch, " is outside [0, ", per_epoch,
+             ") steps of an epoch (or the run is already over)");
   const int64_t total_steps = per_epoch * o.epochs;
   FitResult result;
   int64_t step = o.start_step;
@@ -47,6 +51,13 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     // Loss and correct predictions stay on the device through the step; train_step reads both
     // back in its one host read per step (a GPU step waits for the device once, not per micro-batch).
     if (o.classification) so.metric = [](const MicroBatch& b) { return count_correct_tensor(b.output, b.y); };
+    if (epoch == o.start_epoch && o.start_step_in_epoch > 0) {  // resumed mid-epoch
+      train.skip_batches(o.start_step_in_epoch);
+      s = es.steps = o.start_step_in_epoch;
+      loss_sum = o.start_sums.loss_sum;
+      correct = o.start_sums.correct;
+      seen = o.start_sums.seen;
+    }
     if (!so.hooks.on_non_finite)
       so.hooks.on_non_finite = [&](const MicroBatch& b) {
         throw Error(str_cat("train: loss became ", b.loss_value, " at epoch ", epoch + 1, ", step ", s + 1,
@@ -75,6 +86,8 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       fs.result = &r;
       fs.mean_loss = loss_sum / (double)std::max<int64_t>(seen, 1);
       fs.seen = seen;
+      fs.loss_sum = loss_sum;
+      fs.correct = correct;
       if (o.callbacks.on_step_end) o.callbacks.on_step_end(fs);
       if (o.watch_memory) {
         if (!watch) watch.emplace(batch.x.device(), o.watch);

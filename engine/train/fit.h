@@ -41,6 +41,16 @@ struct FitStep {
   const StepResult* result = nullptr;  // on_step_end only
   double mean_loss = 0;         // running mean over the epoch so far (on_step_end)
   int64_t seen = 0;             // samples of the epoch so far (on_step_end)
+  // The epoch's sums so far (on_step_end): what a mid-epoch training-state file saves so that a
+  // resumed epoch reports the numbers of an uninterrupted one (FitOptions::start_sums).
+  double loss_sum = 0;          // sum of loss * samples
+  int64_t correct = 0;
+};
+
+// The sums of an epoch's first steps, for a run resumed mid-epoch.
+struct EpochSums {
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
 };
 
 struct FitCallbacks {
@@ -61,6 +71,10 @@ struct FitOptions {
   bool drop_last = false;       // drop an epoch's last batch when it is short (PyTorch's drop_last)
   int64_t start_epoch = 0;      // a resumed run: epochs already done
   int64_t start_step = 0;       // a resumed run: optimizer steps already done
+  // A run resumed mid-epoch: steps of epoch start_epoch already done (their batches are skipped,
+  // DataSource::skip_batches, so the rest of the epoch sees the same batches) and their sums.
+  int64_t start_step_in_epoch = 0;
+  EpochSums start_sums;
   // LR of optimizer step `step` (0-based over the run); unset: the optimizer's own LR is kept.
   std::function<double(int64_t step, int64_t steps_per_epoch, int64_t total_steps)> lr_at;
   Tensor class_weights;         // classification loss and validation (optional, (K) on the device)

@@ -36,6 +36,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"rng_offset", std::to_string(st.rng.offset)},
       {"config", config.dump()},
   };
+  if (st.step_in_epoch > 0) {
+    char sum[64];
+    std::snprintf(sum, sizeof sum, "%.17g", st.epoch_loss_sum);  // exact for a double
+    meta["step_in_epoch"] = std::to_string(st.step_in_epoch);
+    meta["epoch_loss_sum"] = sum;
+    meta["epoch_correct"] = std::to_string(st.epoch_correct);
+    meta["epoch_seen"] = std::to_string(st.epoch_seen);
+  }
   if (st.has_amp) {
     char scale[64];
     std::snprintf(scale, sizeof scale, "%.17g", st.amp_scale);  // exact for an f32 scale
@@ -46,30 +54,31 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   save_safetensors(path, all, meta);
 }
 
-CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
-                                const std::string& model_name, int64_t num_classes, Device device) {
-  SafetensorsFile f = read_safetensors(path);
+CheckpointFile read_checkpoint(const std::string& path, const std::string& model_name, int64_t num_classes) {
+  CheckpointFile r;
+  r.path = path;
+  r.file = read_safetensors(path);
+  const SafetensorsFile& f = r.file;
   KILN_CHECK(meta_at(f, "format", path) == "kiln-checkpoint-1", "--resume: ", path, ": unknown checkpoint format '",
              meta_at(f, "format", path), "'");
   KILN_CHECK(meta_at(f, "model", path) == model_name, "--resume: ", path, " was trained with --model ",
              meta_at(f, "model", path), ", not ", model_name);
   KILN_CHECK(meta_at(f, "num_classes", path) == std::to_string(num_classes), "--resume: ", path, " has ",
              meta_at(f, "num_classes", path), " classes, this run has ", num_classes);
-  NamedTensors mstate, ostate;
-  const std::string mp = kModelPrefix, op = kOptimPrefix;
-  for (const NamedArray& a : f.tensors) {
-    if (a.name.rfind(mp, 0) == 0) mstate.emplace_back(a.name.substr(mp.size()), from_host_array(a.array, device));
-    else if (a.name.rfind(op, 0) == 0) ostate.emplace_back(a.name.substr(op.size()), from_host_array(a.array, device));
-    else throw Error(str_cat("--resume: ", path, ": unexpected tensor '", a.name, "'"));
-  }
-  model.load_state_dict(mstate, true);
-  opt.load_state_dict(ostate);
-  CheckpointState st;
+  CheckpointState& st = r.state;
+  auto optional_meta = [&](const char* key) -> std::string {
+    auto it = f.metadata.find(key);
+    return it == f.metadata.end() ? std::string("0") : it->second;
+  };
   try {
     st.epoch = std::stoll(meta_at(f, "epoch", path));
     st.step = std::stoll(meta_at(f, "step", path));
     st.rng.seed = std::stoull(meta_at(f, "rng_seed", path));
     st.rng.offset = std::stoull(meta_at(f, "rng_offset", path));
+    st.step_in_epoch = std::stoll(optional_meta("step_in_epoch"));  // files of epoch ends may lack these
+    st.epoch_loss_sum = std::stod(optional_meta("epoch_loss_sum"));
+    st.epoch_correct = std::stoll(optional_meta("epoch_correct"));
+    st.epoch_seen = std::stoll(optional_meta("epoch_seen"));
     if (f.metadata.count("amp_scale")) {
       st.has_amp = true;
       st.amp_scale = std::stod(meta_at(f, "amp_scale", path));
@@ -79,7 +88,36 @@ CheckpointState load_checkpoint(const std::string& path, nn::Module& model, opti
   } catch (const std::logic_error&) {
     throw Error(str_cat("--resume: ", path, ": malformed epoch/step/rng/amp metadata"));
   }
-  return st;
+  KILN_CHECK(st.epoch >= 0 && st.step >= 0 && st.step_in_epoch >= 0 && st.epoch_seen >= 0 && st.epoch_correct >= 0,
+             "--resume: ", path, ": negative epoch/step metadata");
+  auto cfg = f.metadata.find("config");
+  if (cfg != f.metadata.end()) {
+    r.config = nlohmann::json::parse(cfg->second, nullptr, false);
+    if (r.config.is_discarded() || !r.config.is_object()) r.config = nlohmann::json();
+  }
+  return r;
+}
+
+void load_checkpoint_tensors(const CheckpointFile& f, nn::Module& model, optim::Optimizer* opt, Device device) {
+  NamedTensors mstate, ostate;
+  const std::string mp = kModelPrefix, op = kOptimPrefix;
+  for (const NamedArray& a : f.file.tensors) {
+    if (a.name.rfind(mp, 0) == 0) mstate.emplace_back(a.name.substr(mp.size()), from_host_array(a.array, device));
+    else if (a.name.rfind(op, 0) == 0) {
+      if (opt) ostate.emplace_back(a.name.substr(op.size()), from_host_array(a.array, device));
+    } else {
+      throw Error(str_cat("--resume: ", f.path, ": unexpected tensor '", a.name, "'"));
+    }
+  }
+  model.load_state_dict(mstate, true);
+  if (opt) opt->load_state_dict(ostate);
+}
+
+CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
+                                const std::string& model_name, int64_t num_classes, Device device) {
+  CheckpointFile f = read_checkpoint(path, model_name, num_classes);
+  load_checkpoint_tensors(f, model, &opt, device);
+  return f.state;
 }
 
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,

@@ -4,10 +4,14 @@
 // A checkpoint holds "model.<state_dict name>" and "optim.<optimizer state name>" tensors; its
 // __metadata__ holds format "kiln-checkpoint-1", model, num_classes, epoch (completed), step
 // (optimizer steps done), rng_seed / rng_offset (engine/core/generator.h) and the run's
-// configuration as JSON (`config`, whatever the caller passes); under --amp also amp_scale,
+// configuration as JSON (`config`, whatever the caller passes); a file saved mid-epoch also
+// step_in_epoch (steps of the next epoch done) and that epoch's sums so far (epoch_loss_sum,
+// epoch_correct, epoch_seen); under --amp also amp_scale,
 // amp_growth_tracker and amp_skipped_steps (the LossScaler's state, restored by --resume). A weights
 // file (--save) is the plain state_dict with torchvision names, plus metadata (model, num_classes,
 // in_channels, image_size) that `kiln predict` uses to rebuild the model.
+// Reading a file and loading it are two calls, so a caller can compare the saved configuration
+// with its own (kiln train: tools/resume_check.h) before anything is loaded.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/generator.h"
+#include "engine/io/safetensors.h"
 #include "engine/nn/module.h"
 #include "engine/optim/optimizer.h"
 
@@ -24,6 +29,10 @@ struct CheckpointState {
   int64_t epoch = 0;
   int64_t step = 0;
   RngState rng;
+  // Saved mid-epoch: optimizer steps of epoch `epoch` (0-based) already done, and their sums.
+  int64_t step_in_epoch = 0;
+  double epoch_loss_sum = 0;
+  int64_t epoch_correct = 0, epoch_seen = 0;
   // The --amp loss scaler's state (has_amp: the run that saved it used --amp).
   bool has_amp = false;
   double amp_scale = 0;
@@ -33,7 +42,19 @@ struct CheckpointState {
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const CheckpointState& st, const std::string& model_name, int64_t num_classes,
                      const nlohmann::json& config);
-// Loads model and optimizer state in place; checks that model name and class count match.
+// A training-state file as read: its tensors, parsed state and saved configuration.
+struct CheckpointFile {
+  std::string path;
+  SafetensorsFile file;
+  CheckpointState state;
+  nlohmann::json config;  // the configuration the saving run passed (null if unreadable)
+};
+
+// Reads and checks a training-state file (format, model name, class count, metadata); loads nothing.
+CheckpointFile read_checkpoint(const std::string& path, const std::string& model_name, int64_t num_classes);
+// Loads the model state, and the optimizer state unless `opt` is null, in place.
+void load_checkpoint_tensors(const CheckpointFile& f, nn::Module& model, optim::Optimizer* opt, Device device);
+// read_checkpoint + load_checkpoint_tensors with the optimizer; checks model name and class count.
 CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                                 const std::string& model_name, int64_t num_classes, Device device);
 

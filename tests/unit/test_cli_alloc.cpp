@@ -116,7 +116,7 @@ TEST_CASE("cli alloc: an out-of-memory run leaves the last checkpoint intact") {
   const std::string before = slurp(ckpt);
   const auto mtime = std::filesystem::last_write_time(ckpt);
   auto oom = run_kiln("train --model resnet18 --data " + rgb64_dir() + " --batch 64 --epochs 2 --resume " + ckpt +
-                      " --checkpoint-every 1 --threads 2 --device cpu --device-memory 64M --force --out " + out);
+                      " --resume-override --checkpoint-every 1 --threads 2 --device cpu --device-memory 64M --force --out " + out);
   CHECK(oom.status == 1);
   CHECK_MESSAGE(contains(oom.output, "out of memory"), oom.output);
   CHECK(slurp(ckpt) == before);

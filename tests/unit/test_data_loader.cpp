@@ -1,5 +1,6 @@
 // ImageLoader: same batches whatever the worker count, bad samples skipped/counted/reported once,
-// caller-supplied buffers all released, 1-channel f16 output, epochs reshuffle.
+// caller-supplied buffers all released, 1-channel f16 output, epochs reshuffle, an epoch started
+// mid-way.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -129,6 +130,29 @@ TEST_CASE("loader: epochs reshuffle and re-augment, the sequential sampler keeps
   for (auto& s : ds.samples)
     if (s.path.find("zz_") == std::string::npos) expect.push_back(s.path);
   CHECK(flat == expect);
+}
+
+TEST_CASE("loader: an epoch started at batch 2 (a resumed run) gives the whole epoch's batches from 2 on") {
+  Folder f;
+  ImageDataset ds = image_folder(f.dir.path);
+  ImageLoader L(ds, train_options(2));
+  Collected whole = run(L, 1);
+  REQUIRE(whole.data.size() == 5);
+  L.start_epoch(1, 2);
+  Collected rest;
+  ImageBatch b;
+  while (L.next(b)) {
+    rest.data.emplace_back(b.f32(), b.f32() + b.n * b.c * b.h * b.w);
+    rest.paths.push_back(b.paths);
+  }
+  REQUIRE(rest.data.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(rest.paths[i] == whole.paths[i + 2]);
+    CHECK(rest.data[i] == whole.data[i + 2]);  // the same augmentation draws
+  }
+  CHECK(L.samples_done() <= 15);  // batches 0 and 1 were not decoded
+  L.start_epoch(1, 9);
+  CHECK(!L.next(b));
 }
 
 TEST_CASE("loader: caller buffers, 1-channel f16 output, drop_last, abandoning an epoch") {

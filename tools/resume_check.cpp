@@ -1,0 +1,57 @@
+// Differences between a saved training configuration and the resuming run (see resume_check.h).
+#include "tools/resume_check.h"
+
+#include <filesystem>
+
+#include "engine/core/error.h"
+
+namespace kiln {
+
+namespace {
+
+// Data paths compare as the files they name (a relative and an absolute spelling agree).
+std::string canonical_path(const std::string& p) {
+  if (p.empty()) return p;
+  std::error_code ec;
+  std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
+  return ec ? p : c.string();
+}
+
+std::string show(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+}  // namespace
+
+std::vector<std::string> resume_differences(const nlohmann::json& saved, const TrainConfig& now) {
+  std::vector<std::string> out;
+  if (!saved.is_object()) return out;
+  const nlohmann::json cur = now.to_json();
+  auto compare = [&](const nlohmann::json& a, const nlohmann::json& b, const std::string& name) {
+    if (!a.is_null() && a != b) out.push_back(str_cat(name, ": saved ", show(a), ", now ", show(b)));
+  };
+  for (const char* key : {"optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup", "clip",
+                          "class_weights", "batch", "accum", "drop_last", "limit", "seed"}) {
+    compare(saved.value(key, nlohmann::json()), cur[key], key);
+  }
+  if (saved.contains("data") && saved["data"].is_string() &&
+      canonical_path(saved["data"].get<std::string>()) != canonical_path(now.data))
+    out.push_back(str_cat("data: saved ", saved["data"].get<std::string>(), ", now ", now.data));
+  // The cosine schedule's LR at every step depends on the run's length.
+  if (now.schedule == "cosine") compare(saved.value("epochs", nlohmann::json()), cur["epochs"], "epochs (cosine schedule)");
+  if (saved.contains("image") && saved["image"].is_object()) {
+    for (const char* key : {"image_size", "resize", "crop", "augment", "normalize", "balance", "channels"})
+      compare(saved["image"].value(key, nlohmann::json()), cur["image"][key], key);
+  }
+  return out;
+}
+
+bool optimizer_state_compatible(const nlohmann::json& saved, const TrainConfig& now) {
+  if (!saved.is_object()) return true;
+  if (saved.value("optimizer", now.optimizer) != now.optimizer) return false;
+  if (now.optimizer == "sgd") {
+    const double m = saved.value("momentum", now.momentum);
+    return (m > 0) == (now.momentum > 0);
+  }
+  return true;
+}
+
+}  // namespace kiln
