@@ -23,7 +23,7 @@
 #include "engine/train/fit.h"
 #include "models/registry.h"
 #include "support/cli/run_kiln.h"
-#include "tools/train_state.h"
+#include "engine/train/train_state.h"
 
 using namespace kiln;
 using kiln_test::contains;
