@@ -249,10 +249,8 @@ TEST_CASE("non-finite: kiln train keeps the last training-state file and writes 
 TEST_CASE("non-finite: training-state and weight files are never written with inf/NaN") {
   const std::string dir = kiln_test::cli_temp_dir("nonfinite_save");
   Run run;
-  TrainConfig c;
-  c.model = "small_cnn";
   const std::string state = dir + "/checkpoint.safetensors", weights = dir + "/w.safetensors";
-  save_checkpoint(state, *run.model, run.opt, CheckpointState{}, c, 2);
+  save_checkpoint(state, *run.model, run.opt, CheckpointState{}, "small_cnn", 2, nlohmann::json::object());
   save_weights(weights, *run.model, "small_cnn", 2, 1, 8);
   auto bytes = [](const std::string& p) {
     std::ifstream f(p, std::ios::binary);
@@ -261,7 +259,7 @@ TEST_CASE("non-finite: training-state and weight files are never written with in
   const std::string s0 = bytes(state), w0 = bytes(weights);
   for (auto& [n, t] : run.model->named_buffers())
     if (n == "bn1.running_var") fill_(t, std::numeric_limits<double>::infinity());
-  CHECK_THROWS_WITH(save_checkpoint(state, *run.model, run.opt, CheckpointState{}, c, 2),
+  CHECK_THROWS_WITH(save_checkpoint(state, *run.model, run.opt, CheckpointState{}, "small_cnn", 2, nlohmann::json::object()),
                     doctest::Contains("model.bn1.running_var (32,) holds inf (the file there, if any, is kept"));
   CHECK_THROWS_WITH(save_weights(weights, *run.model, "small_cnn", 2, 1, 8),
                     doctest::Contains("bn1.running_var (32,) holds inf"));
