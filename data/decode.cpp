@@ -2,6 +2,8 @@
 // and the shared RGB -> L conversion. Must not contain format-specific decoding.
 #include "data/decode.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,13 @@ namespace kiln {
 std::string read_file_bytes(const std::string& path, uint64_t max_bytes) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw DecodeError(path, str_cat("cannot open (", std::strerror(errno), ")"));
+  // fopen succeeds on a directory (and a file may be replaced by one while a loader runs): ask
+  // what it is before trusting a size from fseek/ftell.
+  struct stat st;
+  if (::fstat(::fileno(f), &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::fclose(f);
+    throw DecodeError(path, S_ISDIR(st.st_mode) ? "is a directory, not an image file" : "not a regular file");
+  }
   std::string buf;
   if (std::fseek(f, 0, SEEK_END) == 0) {
     long sz = std::ftell(f);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -193,6 +194,37 @@ int probe_image_size(const ImageDataset& ds) {
   return 0;
 }
 
+namespace {
+
+// A training set that would train on something other than what was meant: a folder of split
+// names without train/ (its "classes" would be test, val), a single class (acc 100% by
+// construction), or a list none of whose files exists (every batch empty).
+void check_trainable(const ImageDataset& train, const std::string& data, bool from_splits) {
+  namespace fs = std::filesystem;
+  static const std::set<std::string> split_names = {"train", "val", "valid", "validation", "test"};
+  const bool folder = fs::is_directory(data);
+  if (folder && !from_splits) {
+    bool all_splits = !train.classes.empty();
+    std::string names;
+    for (const std::string& cls : train.classes) {
+      all_splits = all_splits && split_names.count(cls) > 0;
+      names += (names.empty() ? "" : ", ") + cls + "/";
+    }
+    KILN_CHECK(!all_splits, "--data ", data, ": holds only split folders (", names,
+               ") and no train/: give a folder with train/ plus val/ or test/, or a split folder itself");
+  }
+  KILN_CHECK(train.classes.size() >= 2, "--data ", data, ": one class (", train.classes.empty() ? "" : train.classes[0],
+             "), a classifier needs at least 2", folder ? " class folders" : " labels");
+  for (const ImageSample& s : train.samples) {
+    std::error_code ec;
+    if (fs::exists(s.path, ec)) return;
+  }
+  throw Error(str_cat("--data ", data, ": no readable sample: none of its ", train.size(), " files exists (the first: ",
+                      train.samples[0].path, folder ? ")" : "; CSV paths are relative to the CSV's folder)"));
+}
+
+}  // namespace
+
 TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   const ImageOptions& o = c.image;
   o.validate();
@@ -218,6 +250,7 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
     has_val = true;
   }
   KILN_CHECK(train.size() > 0, "--data ", c.data, ": no training images");
+  check_trainable(train, c.data, !split_note.empty());
   keep_spread(train, c.limit);
   ImageSizeSchedule sizes = ImageSizeSchedule::parse(o.image_size);
   if (sizes.empty()) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "tools/cli_checks.h"
 #include "tools/alloc_flags.h"
 #include "data/data_report.h"
 #include "data/export_images.h"

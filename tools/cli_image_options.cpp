@@ -21,7 +21,7 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
                          : "input size S (default: the size the weights were trained at)")
       ->group(g);
   t->add_option("--resize", o.resize, "shorter side before the centre crop (default: the image size)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kiln_cli::non_negative)
       ->group(g);
   t->add_option("--crop", o.crop, "center: resize the shorter side, then centre crop; none: resize to S x S")
       ->capture_default_str()
@@ -41,7 +41,7 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
       ->capture_default_str()
       ->group(g);
   t->add_option("--workers", o.workers, "loader threads (default: half the cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kiln_cli::non_negative)
       ->group(g);
   t->add_flag("--pin-memory", o.pin_memory, "GPU: batches in pinned host memory, copied asynchronously")->group(g);
   t->add_option("--prefetch", o.prefetch, "batches decoded ahead of the training step (the loader's queue depth)")

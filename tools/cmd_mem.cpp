@@ -8,10 +8,10 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
       "mem", "predict a training step's memory on the meta device (accounts, per-layer activations, peaks)");
   MemConfig& c = o.config;
   m->add_option("--model", c.train.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
-  m->add_option("--batch", c.train.batch, "images per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
-  m->add_option("--image-size", c.image_size, "image height = width")->check(CLI::PositiveNumber)->capture_default_str();
-  m->add_option("--num-classes", c.num_classes, "classes")->check(CLI::PositiveNumber)->capture_default_str();
-  m->add_option("--in-channels", c.in_channels, "input channels")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--batch", c.train.batch, "images per optimizer step")->check(kiln_cli::positive)->capture_default_str();
+  m->add_option("--image-size", c.image_size, "image height = width")->check(kiln_cli::positive)->capture_default_str();
+  m->add_option("--num-classes", c.num_classes, "classes")->check(kiln_cli::positive)->capture_default_str();
+  m->add_option("--in-channels", c.in_channels, "input channels")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--device", c.train.device, "the device to predict for: cpu or cuda:N")->capture_default_str();
   m->add_option("--optimizer", c.train.optimizer, "sgd or adamw")->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
@@ -21,7 +21,7 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
                 "recompute-on-backward segments N (0: off) or auto (fit the budget); --checkpoint is the old name")
       ->capture_default_str();
   m->add_flag("--amp", c.train.amp, "mixed precision as kiln train --amp: f16 autocast + dynamic loss scaling");
-  m->add_option("--accum", c.train.accum, "micro-batches per step")->check(CLI::PositiveNumber)->capture_default_str();
+  m->add_option("--accum", c.train.accum, "micro-batches per step")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--device-memory", o.device_memory, "memory budget, e.g. 8G (default: the device's capacity)");
   m->add_flag("--json", o.json, "print one JSON object");
   m->add_flag("--max-batch", o.max_batch, "also find the largest batch that fits the budget with --margin");

@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "tools/cli_checks.h"
 #include "tools/mem_command.h"
 #include "tools/train_config.h"
 

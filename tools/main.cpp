@@ -28,32 +28,32 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
       ->required();
   t->add_option("--val", c.val, "validation data folder (same formats)");
   t->add_option("--num-classes", c.num_classes, "number of classes (default: max label + 1)")
-      ->check(CLI::PositiveNumber);
-  t->add_option("--epochs", c.epochs, "epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kiln_cli::positive);
+  t->add_option("--epochs", c.epochs, "epochs to train")->check(kiln_cli::positive)->capture_default_str();
   t->add_option("--batch", c.batch, "images per optimizer step (split into --accum micro-batches)")
-      ->check(CLI::PositiveNumber)
+      ->check(kiln_cli::positive)
       ->capture_default_str();
   t->add_flag("--drop-last", c.drop_last,
               "drop each epoch's last batch when it is short (default: keep it, no sample left out)");
   t->add_option("--accum", c.accum, "micro-batches per optimizer step (loss divided by N)")
-      ->check(CLI::PositiveNumber)
+      ->check(kiln_cli::positive)
       ->capture_default_str();
   t->add_option("--optimizer", c.optimizer, "sgd or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
-  t->add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  t->add_option("--lr", c.lr, "learning rate")->check(kiln_cli::positive)->capture_default_str();
   t->add_option("--momentum", c.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   t->add_option("--weight-decay", c.weight_decay, "weight decay (default: sgd 0, adamw 0.01)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kiln_cli::non_negative);
   t->add_option("--schedule", c.schedule, "LR schedule: none, cosine, step:EVERY_EPOCHS:GAMMA")
       ->capture_default_str();
   t->add_option("--warmup", c.warmup, "linear LR warm-up over N optimizer steps")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kiln_cli::non_negative)
       ->capture_default_str();
-  t->add_option("--clip", c.clip, "clip the global gradient norm to X (0: off)")->check(CLI::NonNegativeNumber);
+  t->add_option("--clip", c.clip, "clip the global gradient norm to X (0: off)")->check(kiln_cli::non_negative);
   t->add_option("--class-weights", class_weights, "loss weight per class: w1,w2,...");
   t->add_option("--seed", c.seed, "random seed (initialization, shuffling, dropout)")->capture_default_str();
-  t->add_option("--threads", c.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  t->add_option("--threads", c.threads, "CPU threads (default: all cores)")->check(kiln_cli::positive);
   t->add_option("--device", c.device, "auto, cpu or cuda:N")->capture_default_str();
   t->add_option("--init", c.init, "load weights (safetensors, torchvision names) before training")
       ->check(CLI::ExistingFile);
@@ -70,14 +70,21 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
       ->capture_default_str();
   t->add_option("--out", c.out, "output folder: checkpoint.safetensors and runs.jsonl")->capture_default_str();
   t->add_option("--limit", c.limit, "use only the first N training samples (quick runs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kiln_cli::non_negative);
   t->add_flag("--amp", c.amp, "mixed precision: f16 autocast (conv, linear, matmul) + dynamic loss scaling");
   t->add_option("--amp-init-scale", c.amp_init_scale, "initial loss scale of --amp")
-      ->check(CLI::PositiveNumber)
+      ->check(kiln_cli::positive)
       ->capture_default_str();
   t->add_option("--amp-growth-interval", c.amp_growth_interval, "clean steps before --amp doubles the loss scale")
-      ->check(CLI::PositiveNumber)
+      ->check(kiln_cli::positive)
       ->capture_default_str();
+  t->add_option("--max-skipped-steps", c.max_skipped_steps,
+                "--amp: end the run after N consecutive steps the loss scaler skipped (0: never)")
+      ->check(kiln_cli::non_negative)
+      ->capture_default_str();
+  t->add_flag("--detect-anomaly", c.detect_anomaly,
+              "check every op's output and gradient for inf/NaN as it runs (slow; without it only a step whose "
+              "loss or gradient is non-finite is re-run with the check, to name the op)");
   t->add_option("--kernels", c.kernels,
                 "GEMM/convolution kernels on CUDA: vendor (cuBLAS/cuDNN) or kiln (kiln's Tensor Core kernels)")
       ->capture_default_str();
@@ -112,10 +119,10 @@ int main(int argc, char** argv) {
   predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();
   predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
-      ->check(CLI::PositiveNumber);
-  predict->add_option("--batch", pc.batch, "images per forward pass")->check(CLI::PositiveNumber)
+      ->check(kiln_cli::positive);
+  predict->add_option("--batch", pc.batch, "images per forward pass")->check(kiln_cli::positive)
       ->capture_default_str();
-  predict->add_option("--threads", pc.threads, "CPU threads")->check(CLI::PositiveNumber);
+  predict->add_option("--threads", pc.threads, "CPU threads")->check(kiln_cli::positive);
   predict->add_option("--device", pc.device, "auto, cpu or cuda:N")->capture_default_str();
 
   kiln_cli::add_image_options(predict, pc.image, false);

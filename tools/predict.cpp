@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "data/array_dataset.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/tensor_io.h"
@@ -63,6 +66,8 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   csv << (images ? "index,path,label,predicted" : "index,label,predicted");
   for (int64_t k = 0; k < num_classes; ++k) csv << ",logit_" << k;
   csv << "\n";
+  // Predictions need no targets: a label the model has no class for is written and not scored.
+  int64_t n = 0, scored = 0, correct = 0;
   auto write_rows = [&](const Tensor& logits, const SourceBatch& batch) {
     const std::vector<float> l = logits.to_vector<float>();
     const int64_t b = logits.size(0), k = logits.size(1);
@@ -72,6 +77,11 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
       for (int64_t j = 1; j < k; ++j)
         if (l[(size_t)(i * k + j)] > l[(size_t)(i * k + best)]) best = j;
       const int64_t idx = batch.indices[(size_t)i];
+      ++n;
+      if (data.label(idx) >= 0 && data.label(idx) < k) {
+        ++scored;
+        correct += best == data.label(idx);
+      }
       csv << idx << ",";
       if (images) csv << csv_field(data.path(idx)) << ",";
       csv << data.label(idx) << "," << best;
@@ -82,13 +92,27 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
       csv << "\n";
     }
   };
-  EvalResult ev = evaluate_source(*model, data, c.batch, 0, Tensor(), write_rows);
+  model->eval();
+  {
+    NoGradGuard no_grad;
+    data.start_epoch(0, c.batch, false);
+    SourceBatch b;
+    while (data.next(&b)) {
+      MemoryScope scope(MemoryTag::temporary);
+      write_rows(contiguous(to_device((*model)(b.x), Device::cpu())), b);
+    }
+  }
   report_bad_samples(data, log);
   const std::string s = csv.str();
   atomic_write_file(c.out, s.data(), s.size());
-  log << "predict: " << ev.n << " samples from " << data.source() << " -> " << c.out << "; accuracy "
-      << 100 * ev.accuracy << "%\n";
-  return {ev.n, ev.accuracy};
+  const double accuracy = scored ? (double)correct / (double)scored : 0.0;
+  log << "predict: " << n << " samples from " << data.source() << " -> " << c.out << "; accuracy "
+      << 100 * accuracy << "%";
+  if (scored < n)
+    log << " over the " << scored << " whose label is one of the model's " << num_classes << " classes ("
+        << n - scored << " have another label: predicted, not scored)";
+  log << "\n";
+  return {n, accuracy};
 }
 
 }  // namespace kiln

@@ -101,7 +101,9 @@ nlohmann::json TrainConfig::to_json() const {
   if (amp) {
     j["amp_init_scale"] = amp_init_scale;
     j["amp_growth_interval"] = amp_growth_interval;
+    j["max_skipped_steps"] = max_skipped_steps;
   }
+  if (detect_anomaly) j["detect_anomaly"] = true;
   return j;
 }
 

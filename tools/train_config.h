@@ -68,6 +68,10 @@ struct TrainConfig {
   bool amp = false;
   double amp_init_scale = 65536.0;
   int64_t amp_growth_interval = 2000;
+  // Non-finite values (engine/train/fit.h): check every op of every step (off: only a failing step
+  // is re-run under the check), and the --amp loss scaler's consecutive skips that end the run.
+  bool detect_anomaly = false;
+  int64_t max_skipped_steps = 50;  // 0: no limit
   std::string kernels = "vendor";  // GEMM/convolution kernels on CUDA: vendor | kiln (kernel_option.h)
   bool channels_last = false;      // training batches converted once to channels-last (NHWC) memory
 

@@ -28,6 +28,7 @@ std::string data_kind(const std::string& path) {
 }
 
 TrainData open_train_data(const TrainConfig& c, Device device) {
+  KILN_CHECK(c.limit != 0, "--limit 0: no samples to train on (give a positive count, or leave --limit out)");
   const std::string kind = data_kind(c.data);
   if (kind == "images") {
     if (ImageSizeSchedule::parse(c.image.image_size).progressive())

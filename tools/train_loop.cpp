@@ -60,6 +60,7 @@ nlohmann::json epoch_json(const EpochStats& e) {
   j["val_loss"] = e.val_loss >= 0 ? nlohmann::json(e.val_loss) : nlohmann::json();
   j["val_acc"] = e.val_acc >= 0 ? nlohmann::json(e.val_acc) : nlohmann::json();
   j["peak_memory_bytes"] = e.peak_memory >= 0 ? nlohmann::json(e.peak_memory) : nlohmann::json();
+  if (e.undefined_batches > 0) j["undefined_batches"] = e.undefined_batches;
   if (e.loss_scale > 0) {
     j["loss_scale"] = e.loss_scale;
     j["skipped_steps"] = e.skipped_steps;
@@ -101,6 +102,14 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   apply_kernels_option(c.kernels, log);
   if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
   check_model_name(c.model);
+  std::optional<SafetensorsFile> init_file;  // --init, read (and checked) before any work
+  if (!c.init.empty()) {
+    init_file = read_safetensors(c.init);
+    // A file kiln wrote names its model: another architecture is one line, not ~130 key names.
+    const auto it = init_file->metadata.find("model");
+    KILN_CHECK(it == init_file->metadata.end() || it->second == c.model, "--init: ", c.init, " holds a ",
+               it->second, ", not a ", c.model);
+  }
   std::string device_note;
   const Device device = resolve_device(c.device, &device_note);
   if (!device_note.empty()) log << device_note << "\n";
@@ -158,12 +167,21 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   nn::ModulePtr model = build_model(c.model, num_classes, train_channels, train_size);
   model->to(device);
   if (!c.init.empty()) {
-    model->load_state_dict(load_safetensors(c.init, device), true);
+    NamedTensors state;
+    for (const NamedArray& a : init_file->tensors) state.emplace_back(a.name, from_host_array(a.array, device));
+    init_file.reset();
+    model->load_state_dict(state, true);
     log << "init: loaded " << c.init << "\n";
   }
   memory.apply(*model);
   std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, *model);
   const int64_t steps_per_epoch = train::steps_per_epoch(train.size(), c.batch, c.drop_last);
+  // Flags that would silently do nothing.
+  if (c.optimizer == "adamw" && c.momentum != 0)
+    log << "warning: --momentum " << c.momentum << " is ignored by adamw (its betas are 0.9, 0.999)\n";
+  if (c.warmup > steps_per_epoch * c.epochs)
+    log << "warning: --warmup " << c.warmup << " is longer than the run (" << steps_per_epoch * c.epochs
+        << " steps): the LR never reaches --lr " << c.lr << "\n";
   int64_t start_epoch = 0, step = 0, start_step_in_epoch = 0;
   train::EpochSums start_sums;
   CheckpointState resumed;
@@ -235,6 +253,9 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   fo.step.clip = c.clip;
   fo.step.autocast = amp.enabled();
   fo.step.channels_last = c.channels_last;
+  fo.detect_anomaly = c.detect_anomaly;
+  fo.max_skipped_steps = c.max_skipped_steps;
+  if (c.detect_anomaly) log << "detect-anomaly: every op's output and gradient is checked for inf/NaN (slow)\n";
   fo.callbacks.on_epoch_begin = [&](int64_t epoch, int64_t per_epoch) {
     reset_peak_memory(device);
     curve.epoch_begin();
@@ -300,6 +321,9 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     log << line << std::endl;
     memory.after_epoch(es.epoch, log);
     log << "memory epoch " << es.epoch << ": " << format_tag_peaks(device) << "\n";
+    if (es.undefined_batches > 0)
+      log << "train: " << es.undefined_batches << " batches left out in epoch " << es.epoch
+          << " (their loss is undefined: empty, or every target of class weight 0)\n";
     if (train.bad_count() > 0 || (data.val && data.val->bad_count() > 0))
       log << "data: " << train.bad_count() + (data.val ? data.val->bad_count() : 0)
           << " bad samples skipped so far (listed above)\n";

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/autograd/anomaly_mode.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/ops/ops.h"
@@ -85,6 +86,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       MemoryScope module_scope(MemoryTag::temporary, n->module);
       out = n->apply(std::move(in));
     }
+    if (anomaly_mode_enabled()) check_op_gradients(n->name(), n->module, out);
     if (!retain_graph) n->release_saved();
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];

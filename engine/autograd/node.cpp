@@ -1,6 +1,7 @@
 // Recording of ops into the graph, saved tensors, and leaf gradient accumulation.
 #include "engine/autograd/node.h"
 
+#include "engine/autograd/anomaly_mode.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/ops.h"
 
@@ -101,6 +102,7 @@ static void attach_outputs(const std::shared_ptr<FunctionNode>& node, const std:
 std::shared_ptr<FunctionNode> record_op(const char* op, const std::vector<Tensor>& inputs,
                                         const std::vector<Tensor>& outputs, FunctionNode::Backward backward) {
   if (!any_requires_grad(inputs)) return nullptr;
+  if (anomaly_mode_enabled()) check_op_outputs(op, inputs, outputs);
   auto node = std::make_shared<FunctionNode>(op, std::move(backward));
   node->module = memory_context().module;
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
@@ -125,6 +127,7 @@ std::shared_ptr<FunctionNode> record_inplace_op(const char* op, const Tensor& se
   inputs.insert(inputs.end(), others.begin(), others.end());
   if (!any_requires_grad(inputs)) return nullptr;
   check_inplace(op, self, others);
+  if (anomaly_mode_enabled()) check_op_outputs(op, others, {self});
   auto node = std::make_shared<FunctionNode>(op, std::move(backward));
   node->module = memory_context().module;
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));

@@ -31,8 +31,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                  x.str());
       check_same_device(x, *t, "batch_norm");
     }
-  if (training) KILN_CHECK(N * HW > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
-                           x.str());
+  if (training)
+    KILN_CHECK(N * HW > 1, "batch_norm",
+               memory_context().module.empty() ? std::string() : " in " + memory_context().module,
+               ": expected more than 1 value per channel when training, got input ", x.str(), " (", N,
+               " sample of ", HW, " value per channel: the image is too small for the model at this batch size; "
+               "use larger images or a larger batch)");
   else
     KILN_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
   Tensor xs = contiguous(x.detach(), fmt);                // what backward keeps (16-bit when half)

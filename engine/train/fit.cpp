@@ -6,10 +6,40 @@
 #include <cmath>
 #include <optional>
 
+#include "engine/core/generator.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/ops.h"
 #include "engine/train/evaluate.h"
 
 namespace kiln::train {
+
+namespace {
+
+// The default cross-entropy's loss is undefined (0/0) for targets that are all the ignore_index
+// or of class weight 0. Labels in range make that possible only with a zero class weight, so
+// without one no predicate is installed (and no targets are read back).
+bool has_zero_weight(const Tensor& class_weights) {
+  if (!class_weights.defined() || class_weights.device().is_meta()) return false;
+  const std::vector<float> w = to_device(class_weights, Device::cpu()).to_vector<float>();
+  return std::find(w.begin(), w.end(), 0.0f) != w.end();
+}
+
+// "first non-finite value: conv2d in conv1: ... = sample 17 of x.npy" for the error.
+std::string located(const NonFiniteError& e, const SourceBatch& batch, const std::string& source) {
+  if (e.op.empty()) return "re-running the step under anomaly detection found no non-finite value (not reproducible)";
+  std::string s = "first non-finite value: " + std::string(e.what());
+  int64_t row = e.row;
+  for (int64_t r = 0; row < 0 && r < batch.x.size(0); ++r)  // --detect-anomaly: the op did not look at rows
+    if (!all_finite(narrow(batch.x, 0, r, 1))) {
+      row = r;
+      s += str_cat("; the batch's row ", r, " holds ", non_finite_kind(narrow(batch.x, 0, r, 1)));
+    }
+  if (row >= 0 && row < (int64_t)batch.indices.size())
+    s += str_cat(" = sample ", batch.indices[(size_t)row], " of ", source);
+  return s;
+}
+
+}  // namespace
 
 int64_t steps_per_epoch(int64_t samples, int64_t batch, bool drop_last) {
   KILN_CHECK(batch >= 1, "fit: batch must be >= 1, got ", batch);
@@ -35,6 +65,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
   const int64_t total_steps = per_epoch * o.epochs;
   FitResult result;
   int64_t step = o.start_step;
+  int64_t skipped_in_a_row = 0;  // loss scaler skips
   std::optional<MemoryWatch> watch;
   for (int64_t epoch = o.start_epoch; epoch < o.epochs; ++epoch) {
     model.train();
@@ -42,11 +73,15 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     const auto t_epoch = Clock::now();
     train.start_epoch(epoch, o.batch, true);
     double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    int64_t correct = 0, seen = 0, loss_rows = 0;  // loss_rows: rows of finite losses (amp skips aside)
     EpochStats es;
     es.epoch = epoch + 1;
     StepOptions so = o.step;
-    if (!so.loss) so.loss = cross_entropy_loss(o.class_weights);
+    if (!so.loss) {
+      so.loss = cross_entropy_loss(o.class_weights);
+      if (!so.loss_undefined && has_zero_weight(o.class_weights))
+        so.loss_undefined = cross_entropy_undefined(o.class_weights);
+    }
     int64_t s = 0;
     // Loss and correct predictions stay on the device through the step; train_step reads both
     // back in its one host read per step (a GPU step waits for the device once, not per micro-batch).
@@ -57,13 +92,13 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       loss_sum = o.start_sums.loss_sum;
       correct = o.start_sums.correct;
       seen = o.start_sums.seen;
+      loss_rows = o.start_sums.seen;  // the state file keeps seen; it differs only after an --amp skip in this epoch
     }
-    if (!so.hooks.on_non_finite)
-      so.hooks.on_non_finite = [&](const MicroBatch& b) {
-        throw Error(str_cat("train: loss became ", b.loss_value, " at epoch ", epoch + 1, ", step ", s + 1,
-                            " (try a smaller --lr, --clip or --warmup)"));
-      };
     SourceBatch batch;
+    // Where a non-finite step happened, for the one error that stops the run.
+    auto at_step = [&] {
+      return str_cat("step ", step + 1, " (epoch ", epoch + 1, ", batch ", s + 1, " of ", per_epoch, ")");
+    };
     for (; train.next(&batch); ++s) {
       if (s >= per_epoch) continue;  // drop_last: the short last batch is read and left out
       FitStep fs;
@@ -76,15 +111,60 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       so.accum = std::min<int64_t>(o.step.accum, batch.x.size(0));
       fs.lr = es.lr = so.lr >= 0 ? so.lr : optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups()[0].lr;
       if (o.callbacks.before_step) o.callbacks.before_step(fs);
-      const StepResult r =
-          train_step(model, optimizer, scaler, Batch{batch.x, batch.y}, so);
+      const RngState rng_before = global_rng();  // a re-run of the step draws the same numbers
+      const Batch b{batch.x, batch.y};
+      StepResult r;
+      if (batch.x.size(0) == 0) {  // every sample of the batch was bad: nothing to learn from
+        r.stepped = false;
+        r.undefined = true;
+        r.undefined_micro_batches = 1;
+        r.loss = std::nan("");
+        r.loss_scale = scaler.current_scale();
+      } else {
+        try {
+          std::optional<AnomalyModeGuard> anomaly;
+          if (o.detect_anomaly) anomaly.emplace(true);
+          r = train_step(model, optimizer, scaler, b, so);
+        } catch (const NonFiniteError& e) {  // detect_anomaly: the op that produced it threw
+          throw Error(str_cat("train: a non-finite value at ", at_step(), " (--detect-anomaly); ",
+                              located(e, batch, train.source()), " (the parameters were not updated)"));
+        } catch (const NonFiniteStep& e) {
+          global_rng() = rng_before;
+          const NonFiniteError where = locate_non_finite(model, scaler, b, so);
+          // An inf/NaN the step was given (batch, parameter) is no matter of --lr.
+          const bool given = std::string(where.what()).find("already held") != std::string::npos;
+          throw Error(str_cat("train: ", e.cause, " at ", at_step(), "; ", located(where, batch, train.source()),
+                              " (the parameters were not updated", given ? "" : "; try a smaller --lr, --clip or --warmup",
+                              ")"));
+        }
+      }
+      es.undefined_batches += r.undefined_micro_batches;
+      if (scaler.enabled() && !r.stepped && !r.undefined) {
+        ++skipped_in_a_row;
+        if (o.max_skipped_steps > 0 && skipped_in_a_row >= o.max_skipped_steps) {
+          global_rng() = rng_before;
+          const NonFiniteError where = locate_non_finite(model, scaler, b, so);
+          throw Error(str_cat("train: ", skipped_in_a_row,
+                              " consecutive steps skipped by the loss scaler (inf/NaN gradients), the last at ",
+                              at_step(), ", loss scale now ", scaler.current_scale(), "; in that step the ",
+                              located(where, batch, train.source()),
+                              " (raise --max-skipped-steps, lower --lr, or train without --amp)"));
+        }
+      } else if (r.stepped) {
+        skipped_in_a_row = 0;
+      }
       ++step;
       ++es.steps;
-      loss_sum += r.loss * (double)r.samples;
-      if (o.classification) correct += (int64_t)std::llround(r.metric);
-      seen += r.samples;
+      if (!r.undefined) {
+        if (std::isfinite(r.loss)) {  // an overflow under a loss scaler: its step is skipped
+          loss_sum += r.loss * (double)r.used_samples;
+          loss_rows += r.used_samples;
+        }
+        if (o.classification && std::isfinite(r.metric)) correct += (int64_t)std::llround(r.metric);
+        seen += r.used_samples;
+      }
       fs.result = &r;
-      fs.mean_loss = loss_sum / (double)std::max<int64_t>(seen, 1);
+      fs.mean_loss = loss_sum / (double)std::max<int64_t>(loss_rows, 1);
       fs.seen = seen;
       fs.loss_sum = loss_sum;
       fs.correct = correct;
@@ -97,9 +177,12 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       }
     }
     batch = SourceBatch();
+    KILN_CHECK(seen > 0 || es.undefined_batches > 0, "train: epoch ", epoch + 1, " of ",
+               train.source(), " delivered no readable sample (every one of its ", train.size(),
+               " samples was bad; see the reports above)");
     es.seconds = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     es.images_per_s = (double)seen / std::max(es.seconds, 1e-9);
-    es.train_loss = loss_sum / (double)std::max<int64_t>(seen, 1);
+    es.train_loss = loss_sum / (double)std::max<int64_t>(loss_rows, 1);
     es.train_acc = o.classification ? (double)correct / (double)std::max<int64_t>(seen, 1) : -1;
     if (scaler.enabled()) {
       es.loss_scale = scaler.current_scale();

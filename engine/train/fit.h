@@ -29,6 +29,9 @@ struct EpochStats {
   int64_t peak_memory = -1;      // bytes, -1 unknown (set by a caller's on_epoch_end)
   double loss_scale = -1;        // with a loss scaler: its scale after the epoch (-1 without)
   int64_t skipped_steps = -1;    // with a loss scaler: optimizer steps skipped on inf/NaN so far
+  // (Micro-)batches left out of this epoch because their loss is undefined by construction: empty,
+  // every target the ignore_index or of class weight 0 (StepOptions::loss_undefined).
+  int64_t undefined_batches = 0;
 };
 
 // Where training is, as the callbacks see it.
@@ -82,6 +85,18 @@ struct FitOptions {
   // Validation of one epoch; unset: evaluate_source (classification loss and accuracy).
   std::function<EvalResult(nn::Module& model, DataSource& val, int64_t epoch)> evaluate;
   StepOptions step;             // accum, clip, autocast, channels_last, loss, step hooks
+  // Non-finite values. Without a loss scaler (f32) a step whose loss or gradient holds inf/NaN
+  // stops the run with one kiln::Error naming the step, the first op and its module path: with
+  // detect_anomaly every op of every step is checked as it runs (engine/autograd/anomaly_mode.h);
+  // without, the failing step is re-run under anomaly detection (same batch, same random draws)
+  // to locate it. Either way it is thrown before the optimizer step, so no callback sees a
+  // non-finite model. With a loss scaler, skipping a step is its job, but max_skipped_steps
+  // consecutive skipped steps (0: no limit) end the run the same way (detect_anomaly with a scaler
+  // stops at the first overflow it would have skipped). An empty batch, or one whose loss is
+  // undefined by construction, is left out and counted (EpochStats::undefined_batches); an epoch
+  // that delivers no sample at all is an error.
+  bool detect_anomaly = false;
+  int64_t max_skipped_steps = 50;
   bool watch_memory = true;     // the leak watch after every step (restarts when the batch shape changes)
   MemoryWatchOptions watch;
   FitCallbacks callbacks;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "engine/autograd/anomaly_mode.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/tensor_io.h"
 
@@ -17,6 +18,13 @@ const std::string& meta_at(const SafetensorsFile& f, const std::string& key, con
   KILN_CHECK(it != f.metadata.end(), "--resume: ", path, " is not a kiln checkpoint (metadata '", key,
              "' missing)");
   return it->second;
+}
+// A model or optimizer state holding inf/NaN is never written: the file at `path` (the last good
+// one) stays as it was.
+void check_finite_state(const NamedTensors& state, const std::string& path, const char* what) {
+  for (const auto& [name, t] : state)
+    KILN_CHECK(all_finite(t), "train: not writing ", what, " ", path, ": ", name, " ", shape_str(t.sizes()),
+               " holds ", non_finite_kind(t), " (the file there, if any, is kept as it was)");
 }
 }  // namespace
 
@@ -51,6 +59,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["amp_growth_tracker"] = std::to_string(st.amp_growth_tracker);
     meta["amp_skipped_steps"] = std::to_string(st.amp_skipped_steps);
   }
+  check_finite_state(all, path, "the training state");
   save_safetensors(path, all, meta);
 }
 
@@ -122,6 +131,7 @@ CheckpointState load_checkpoint(const std::string& path, nn::Module& model, opti
 
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
                   int64_t num_classes, int64_t in_channels, int64_t image_size) {
+  check_finite_state(model.state_dict(), path, "the weights");
   save_safetensors(path, model.state_dict(),
                    {{"format", "kiln-weights-1"},
                     {"model", model_name},

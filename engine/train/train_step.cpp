@@ -17,6 +17,56 @@ LossFn cross_entropy_loss(const Tensor& class_weights) {
   return [class_weights](const Tensor& logits, const Tensor& y) { return cross_entropy(logits, y, class_weights); };
 }
 
+std::function<bool(const Tensor& y)> cross_entropy_undefined(const Tensor& class_weights) {
+  std::vector<float> w;
+  if (class_weights.defined() && !class_weights.device().is_meta())
+    w = to_device(class_weights, Device::cpu()).to_vector<float>();
+  return [w](const Tensor& y) {
+    for (int64_t t : to_device(y, Device::cpu()).to_vector<int64_t>())
+      if (t != -100 && (w.empty() || t < 0 || t >= (int64_t)w.size() || w[(size_t)t] != 0.0f)) return false;
+    return true;
+  };
+}
+
+namespace {
+
+struct MicroRange {
+  int64_t offset = 0, size = 0;
+  bool left_out = false;  // loss undefined by construction
+};
+
+// The step's micro-batches: consecutive rows, ceil(n / accum) each, the last one shorter.
+std::vector<MicroRange> micro_ranges(const Batch& batch, const StepOptions& o, bool meta) {
+  const int64_t n = batch.x.size(0), micro = (n + o.accum - 1) / o.accum;
+  std::vector<MicroRange> out;
+  for (int64_t mb = 0; mb < n; mb += micro) {
+    MicroRange m{mb, std::min(n, mb + micro) - mb, false};
+    if (!meta && o.loss_undefined) m.left_out = o.loss_undefined(narrow(batch.y, 0, m.offset, m.size));
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Forward and loss of one micro-batch (under autocast and the temporary tag), as both the step and
+// the anomaly re-run do it.
+void forward(nn::Module& model, MicroBatch& b, const LossFn& loss_fn, const StepOptions& o) {
+  if (o.channels_last && b.x.dim() == 4) b.x = contiguous(b.x, MemoryFormat::channels_last);
+  MemoryScope scope(MemoryTag::temporary);
+  AutocastGuard autocast(o.autocast, o.autocast_dtype);
+  b.output = model(b.x);
+  b.loss = loss_fn(b.output, b.y);
+}
+
+// The first parameter whose gradient holds inf/NaN, as "fc.weight (2, 16) holds NaN"; "" if none.
+std::string first_non_finite_grad(nn::Module& model) {
+  for (const auto& [name, p] : model.named_parameters())
+    if (p.grad().defined() && !all_finite(p.grad()))
+      return str_cat(name, " ", shape_str(p.grad().sizes()), " holds ", non_finite_kind(p.grad()));
+  return "";
+}
+
+}  // namespace
+
 StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler& scaler, const Batch& batch,
                       const StepOptions& o) {
   KILN_CHECK(batch.x.defined() && batch.y.defined() && batch.x.dim() >= 1 && batch.y.dim() >= 1 &&
@@ -28,32 +78,42 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
              "] for a batch of ", n, " rows (each micro-batch needs at least one row)");
   const bool meta = batch.x.device().is_meta();
   const LossFn& loss_fn = o.loss ? o.loss : cross_entropy_loss();
-  const int64_t micro = (n + o.accum - 1) / o.accum;
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
   StepResult r;
   r.samples = n;
+  const std::vector<MicroRange> ranges = micro_ranges(batch, o, meta);
+  int64_t used = 0;  // rows of the micro-batches that are not left out: the loss is their mean
+  for (const MicroRange& m : ranges) {
+    if (m.left_out) ++r.undefined_micro_batches;
+    else used += m.size;
+  }
+  model.zero_grad();
+  if (used == 0) {  // every micro-batch's loss is undefined: nothing to learn from, no step
+    r.undefined = true;
+    r.stepped = false;
+    r.loss = r.metric = nan;
+    r.loss_scale = scaler.current_scale();
+    if (o.hooks.on_step_end) o.hooks.on_step_end(r);
+    return r;
+  }
+  r.used_samples = used;
   // The step's running sums on the device, f64: [sum of loss * rows (, sum of metric)]. Read once
   // after the last micro-batch: on a GPU each read waits for the device.
   Tensor sums;
   std::vector<MicroBatch> kept;  // the micro-batches' rows and losses, for the non-finite report
-  model.zero_grad();
-  for (int64_t mb = 0, index = 0; mb < n; mb += micro, ++index) {
+  for (int64_t index = 0; index < (int64_t)ranges.size(); ++index) {
+    const MicroRange& m = ranges[index];
+    if (m.left_out) continue;
     MicroBatch b;
     b.index = index;
-    b.offset = mb;
-    b.size = std::min(n, mb + micro) - mb;
-    b.x = narrow(batch.x, 0, mb, b.size);
-    b.y = narrow(batch.y, 0, mb, b.size);
-    if (o.channels_last && b.x.dim() == 4) b.x = contiguous(b.x, MemoryFormat::channels_last);
-    {
-      MemoryScope scope(MemoryTag::temporary);
-      AutocastGuard autocast(o.autocast, o.autocast_dtype);
-      b.output = model(b.x);
-      b.loss = loss_fn(b.output, b.y);
-    }
+    b.offset = m.offset;
+    b.size = m.size;
+    b.x = narrow(batch.x, 0, m.offset, m.size);
+    b.y = narrow(batch.y, 0, m.offset, m.size);
+    forward(model, b, loss_fn, o);
     if (o.hooks.after_forward) o.hooks.after_forward(b);
-    scaler.scale(mul(b.loss, (double)b.size / (double)n)).backward();
+    scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
     {
       NoGradGuard no_grad;
       Tensor part = reshape(mul(to_dtype(b.loss.detach(), DType::f64), (double)b.size), {1});
@@ -70,27 +130,42 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   if (o.hooks.on_grad_ready)
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].grad().defined()) o.hooks.on_grad_ready(i, params[i]);
+  // Without a loss scaler (f32): the sum of every gradient element joins the step's one read. It is
+  // non-finite whenever one element is (and, rarely, when the sum alone overflows; the exact check
+  // then decides). One scalar per gradient, no full-size temporary; built on meta too.
+  const bool check_grads = !scaler.enabled() && o.check_finite;
+  Tensor grad_total;
+  if (check_grads) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) {
+      if (!p.grad().defined() || p.grad().numel() == 0) continue;
+      Tensor s = reshape(to_dtype(sum(p.grad()), DType::f64), {1});
+      grad_total = grad_total.defined() ? add(grad_total, s) : s;
+    }
+  }
   if (o.clip > 0) {
     if (scaler.enabled()) scaler.unscale_(params);
     r.grad_norm = optim::clip_grad_norm(params, o.clip);
   } else if (scaler.enabled()) {
     scaler.unscale_(params);  // found_inf is then final and joins the step's one read
   }
-  // The step's one host read: the loss (and metric) sums, with the scaler's found_inf under amp.
-  // The tensors are built on meta too, so the memory prediction allocates what the step does.
+  // The step's one host read: the loss (and metric) sums, with the scaler's found_inf under amp or
+  // the gradient sum without it. Built on meta too, so the memory prediction allocates the same.
   Tensor readback = sums;
-  if (scaler.enabled()) {
+  {
     NoGradGuard no_grad;
-    readback = cat({sums, reshape(to_dtype(scaler.found_inf_tensor(), DType::f64), {1})});
+    if (scaler.enabled()) readback = cat({sums, reshape(to_dtype(scaler.found_inf_tensor(), DType::f64), {1})});
+    else if (grad_total.defined()) readback = cat({sums, grad_total});
   }
   if (meta) {
     r.loss = r.metric = nan;
   } else {
     const std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
     if (scaler.enabled()) scaler.set_found_inf_read(v.back() != 0.0);
-    r.loss = v[0] / (double)n;
+    r.loss = v[0] / (double)used;
     r.metric = o.metric ? v[1] : nan;
-    if (!std::isfinite(r.loss)) {
+    // With a loss scaler an inf/NaN loss is an overflow like any other: its step is skipped.
+    if (!std::isfinite(r.loss) && !scaler.enabled()) {
       // The error path reads each micro-batch's loss to name the first non-finite one.
       for (MicroBatch& b : kept) {
         b.loss_value = to_device(b.loss, Device::cpu()).item();
@@ -101,9 +176,17 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
           o.hooks.on_non_finite(b);
           break;
         }
-        throw Error(str_cat("train_step: loss became ", b.loss_value, " in micro-batch ", b.index + 1, " (rows ",
-                            b.offset, "..", b.offset + b.size - 1, ")"));
+        throw NonFiniteStep(str_cat("train_step: loss became ", b.loss_value, " in micro-batch ", b.index + 1,
+                                    " (rows ", b.offset, "..", b.offset + b.size - 1, ")"),
+                            str_cat("non-finite loss (",
+                                    std::isnan(b.loss_value) ? "NaN" : b.loss_value > 0 ? "inf" : "-inf", ")"));
       }
+    }
+    if (grad_total.defined() && !std::isfinite(v.back())) {
+      const std::string which = first_non_finite_grad(model);
+      if (!which.empty())
+        throw NonFiniteStep(str_cat("train_step: the gradient of ", which, " (the loss was ", r.loss, ")"),
+                            "non-finite gradient (" + which + ")");
     }
   }
   kept.clear();
@@ -114,6 +197,46 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   r.loss_scale = scaler.current_scale();
   if (o.hooks.on_step_end) o.hooks.on_step_end(r);
   return r;
+}
+
+NonFiniteError locate_non_finite(nn::Module& model, optim::LossScaler& scaler, const Batch& batch,
+                                 const StepOptions& o) {
+  const bool meta = batch.x.device().is_meta();
+  const LossFn& loss_fn = o.loss ? o.loss : cross_entropy_loss();
+  if (meta) return NonFiniteError("", "", "");
+  AnomalyModeGuard on(true);
+  model.zero_grad();
+  try {
+    const std::vector<MicroRange> ranges = micro_ranges(batch, o, false);
+    int64_t used = 0;
+    for (const MicroRange& m : ranges)
+      if (!m.left_out) used += m.size;
+    for (int64_t index = 0; index < (int64_t)ranges.size(); ++index) {
+      const MicroRange& m = ranges[index];
+      if (m.left_out) continue;
+      MicroBatch b;
+      b.x = narrow(batch.x, 0, m.offset, m.size);
+      b.y = narrow(batch.y, 0, m.offset, m.size);
+      forward(model, b, loss_fn, o);
+      scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
+    }
+    // Every op's gradient was finite; a sum of them (accumulation over uses or micro-batches) may
+    // still overflow.
+    if (const std::string which = first_non_finite_grad(model); !which.empty())
+      throw NonFiniteError("gradient accumulation", "", "the accumulated gradient of " + which);
+  } catch (const NonFiniteError& e) {
+    model.zero_grad();
+    // A non-finite batch: the op that first met it says so; name the row as well.
+    for (int64_t row = 0; row < batch.x.size(0); ++row)
+      if (!all_finite(narrow(batch.x, 0, row, 1)))
+        return NonFiniteError(e.op, e.module,
+                              str_cat(e.what(), "; the batch's row ", row, " holds ",
+                                      non_finite_kind(narrow(batch.x, 0, row, 1))),
+                              row);
+    return e;
+  }
+  model.zero_grad();
+  return NonFiniteError("", "", "");
 }
 
 }  // namespace kiln::train

@@ -5,10 +5,15 @@
 //   per micro-batch (options.accum of them, views of the step's batch):
 //     [channels_last copy of the input]; under MemoryScope(temporary) and autocast (when
 //     options.autocast): output = model(x), loss = options.loss(output, y);  -> hooks.after_forward
+//     (a micro-batch whose loss is undefined by construction, options.loss_undefined(y), is left
+//      out: no forward, no backward; N counts the rows of the others; all left out: no step);
 //     scaler.scale(loss * m / N).backward();
 //     the loss (and options.metric) added on the device, no host read;          -> hooks.after_backward
-//   (not meta) the step's one host read: the summed loss and metric; a non-finite loss goes to
-//     hooks.on_non_finite with the first non-finite micro-batch (default: throw);
+//   (not meta) the step's one host read: the summed loss and metric, with the loss scaler's
+//     found_inf or, without a scaler (options.check_finite), the sum of every gradient; without a
+//     scaler a non-finite loss goes to hooks.on_non_finite with the first non-finite micro-batch
+//     (default: throw NonFiniteStep), a non-finite gradient throws NonFiniteStep, before anything
+//     is updated;
 //   hooks.on_grad_ready per parameter (after the last micro-batch's backward, parameter order);
 //   clip (options.clip > 0): scaler.unscale_ then clip_grad_norm;
 //   lr (options.lr >= 0) into every parameter group; scaler.step(optimizer step), scaler.update();
@@ -21,6 +26,7 @@
 #include <string>
 
 #include "data/array_dataset.h"
+#include "engine/autograd/anomaly_mode.h"
 #include "engine/nn/module.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
@@ -32,6 +38,9 @@ namespace kiln::train {
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 // Mean cross-entropy over (B, K) logits and (B) i64 labels, optionally class-weighted.
 LossFn cross_entropy_loss(const Tensor& class_weights = Tensor());
+// StepOptions::loss_undefined for that loss: every target is the ignore_index (-100) or has class
+// weight 0 (a host copy of the targets is read).
+std::function<bool(const Tensor& y)> cross_entropy_undefined(const Tensor& class_weights = Tensor());
 
 // One micro-batch as the hooks see it.
 struct MicroBatch {
@@ -50,8 +59,11 @@ struct StepResult {
   int64_t micro_batches = 0;
   double loss = 0;            // mean loss over the step's rows (NaN on the meta device)
   double metric = 0;          // the sum of options.metric over the micro-batches (NaN on meta or without)
+  int64_t used_samples = 0;   // rows not left out (loss_undefined): the loss is their mean
   double grad_norm = -1;      // before clipping; -1 without clipping, NaN on the meta device
-  bool stepped = true;        // false: the scaler skipped the optimizer step (inf/NaN gradient)
+  bool stepped = true;        // false: no optimizer step (the scaler skipped it, or every micro-batch was left out)
+  int64_t undefined_micro_batches = 0;  // left out: loss undefined by construction (options.loss_undefined)
+  bool undefined = false;     // every micro-batch was left out: no step, the scaler untouched
   double loss_scale = 1;      // the scaler's scale after update()
 };
 
@@ -60,7 +72,7 @@ struct StepHooks {
   std::function<void(const MicroBatch&)> after_backward;  // gradients of this micro-batch added
   // Per parameter, once its gradient is complete for this step (data-parallel buckets).
   std::function<void(size_t index, const Tensor& param)> on_grad_ready;
-  // A non-finite loss value; the default (unset) throws kiln::Error naming the micro-batch.
+  // A non-finite loss value without a loss scaler; the default (unset) throws NonFiniteStep.
   std::function<void(const MicroBatch&)> on_non_finite;
   std::function<void(const StepResult&)> on_step_end;
 };
@@ -76,12 +88,34 @@ struct StepOptions {
   // Optional per-micro-batch scalar on the device (fit: the correct predictions), summed on the
   // device and read back with the loss in the step's one host read (StepResult::metric).
   std::function<Tensor(const MicroBatch&)> metric;
+  // True when the loss of these targets is undefined by construction (0/0: every target is the
+  // ignore_index or has class weight 0); such a micro-batch is left out and counted. Unset: never.
+  std::function<bool(const Tensor& y)> loss_undefined;
+  // Without a loss scaler: check that every gradient is finite before the update (one scalar per
+  // gradient, one device read).
+  bool check_finite = true;
   StepHooks hooks;
+};
+
+// A step that met a non-finite loss or gradient without a loss scaler (f32 training), thrown
+// before the optimizer, the scaler or any hook after backward saw it: the parameters are unchanged.
+class NonFiniteStep : public Error {
+ public:
+  NonFiniteStep(const std::string& msg, std::string cause) : Error(msg), cause(std::move(cause)) {}
+  std::string cause;  // "non-finite loss (NaN)" / "non-finite gradient (fc.weight (2, 16) holds NaN)"
 };
 
 // One optimizer step over `batch` (x: (N, ...) and y: (N, ...) on the model's device). The loss of
 // a micro-batch of m rows is weighted m / N, so the gradients are those of the full-batch mean.
 StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler& scaler,
                       const Batch& batch, const StepOptions& options);
+
+// The same forward and backward as train_step (micro-batches, autocast, loss scale) under anomaly
+// detection, without clipping, optimizer or scaler update: the NonFiniteError of the first op that
+// produced an inf/NaN (forward output or gradient; with the first row of the batch that holds one,
+// if any, in row and the message); an empty op when nothing non-finite showed up. Gradients are left in the parameters; the module's buffers
+// (BatchNorm statistics) see one more forward. Used by train::fit to locate a non-finite step.
+NonFiniteError locate_non_finite(nn::Module& model, optim::LossScaler& scaler, const Batch& batch,
+                                 const StepOptions& options);
 
 }  // namespace kiln::train
