@@ -13,21 +13,16 @@
 #include <nlohmann/json.hpp>
 
 #include "data/decode.h"
+#include "support/chromium.h"
 #include "support/cli/run_kiln.h"
 
+using kiln_test::check_screenshot;
 using kiln_test::contains;
+using kiln_test::have_chromium;
+using kiln_test::read_all;
 using kiln_test::run_kiln;
 
 namespace {
-
-std::string read_all(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-bool have_chromium() { return std::system("command -v chromium > /dev/null 2>&1") == 0; }
 
 // Screenshot of file://html into png; returns chromium's exit status.
 int screenshot(const std::string& html, const std::string& png) {
@@ -36,24 +31,6 @@ int screenshot(const std::string& html, const std::string& png) {
                           "/chrome-profile --screenshot=" + png + " --window-size=1200,1600 file://" + html +
                           " > /dev/null 2>&1";
   return std::system(cmd.c_str());
-}
-
-void check_screenshot(const std::string& png) {
-  REQUIRE(std::filesystem::exists(png));
-  kiln::Image im = kiln::decode_image(png);
-  CHECK(im.w == 1200);
-  CHECK(im.h == 1600);
-  std::set<uint32_t> colours;
-  size_t non_white = 0;
-  for (int y = 0; y < im.h; y += 2)
-    for (int x = 0; x < im.w; x += 2) {
-      const uint8_t* p = im.row(y) + (size_t)x * im.c;
-      colours.insert((uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2]);
-      non_white += (p[0] < 240 || p[1] < 240 || p[2] < 240);
-    }
-  MESSAGE(png, ": ", colours.size(), " colours, ", non_white, " non-white samples");
-  CHECK(colours.size() > 20);         // text, the tag colours of the timeline and the segment map
-  CHECK(non_white > 10000);           // the stacked timeline alone covers far more than this
 }
 
 void check_page(const std::string& page) {
@@ -88,7 +65,7 @@ TEST_CASE("memory report: kiln mem --report renders in headless chromium") {
   // The page shows the predicted peak the command printed (exact bytes in the title attribute).
   CHECK(contains(page, "title='" + std::to_string(j["peak_allocated"].get<int64_t>()) + " B'"));
   REQUIRE(screenshot(html, png) == 0);
-  check_screenshot(png);
+  check_screenshot(png, 1200, 1600, 20, 10000);  // text, the tag colours of the timeline and the segment map; the stacked timeline alone covers > 10000
 }
 
 TEST_CASE("memory report: kiln train --memory-report has measured beside predicted") {
@@ -108,5 +85,5 @@ TEST_CASE("memory report: kiln train --memory-report has measured beside predict
   CHECK(contains(page, "measured (first step)"));
   CHECK(contains(page, "Measured allocator trace"));
   REQUIRE(screenshot(html, png) == 0);
-  check_screenshot(png);
+  check_screenshot(png, 1200, 1600, 20, 10000);  // text, the tag colours of the timeline and the segment map; the stacked timeline alone covers > 10000
 }

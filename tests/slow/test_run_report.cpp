@@ -16,22 +16,17 @@
 #include <nlohmann/json.hpp>
 
 #include "data/decode.h"
+#include "support/chromium.h"
 #include "support/cli/run_kiln.h"
 
+using kiln_test::check_screenshot;
 using kiln_test::contains;
+using kiln_test::have_chromium;
+using kiln_test::read_all;
 using kiln_test::run_kiln;
 using nlohmann::json;
 
 namespace {
-
-std::string read_all(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-bool have_chromium() { return std::system("command -v chromium > /dev/null 2>&1") == 0; }
 
 std::string chromium(const std::string& dir) {
   return "timeout 120 chromium --headless --disable-gpu --no-sandbox --hide-scrollbars --user-data-dir=" + dir +
@@ -89,24 +84,6 @@ std::vector<std::map<int64_t, json>> ledger_curves(const std::string& path) {
     }
   }
   return curves;
-}
-
-void check_screenshot(const std::string& png) {
-  REQUIRE(std::filesystem::exists(png));
-  kiln::Image im = kiln::decode_image(png);
-  CHECK(im.w == 1200);
-  CHECK(im.h == 1600);
-  std::set<uint32_t> colours;
-  size_t non_white = 0;
-  for (int y = 0; y < im.h; y += 2)
-    for (int x = 0; x < im.w; x += 2) {
-      const uint8_t* p = im.row(y) + (size_t)x * im.c;
-      colours.insert((uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2]);
-      non_white += (p[0] < 240 || p[1] < 240 || p[2] < 240);
-    }
-  MESSAGE(png, ": ", colours.size(), " colours, ", non_white, " non-white samples");
-  CHECK(colours.size() > 20);   // text, two runs' curve colours, the memory tags
-  CHECK(non_white > 10000);     // the stacked memory timelines alone cover more than this
 }
 
 }  // namespace
@@ -194,5 +171,5 @@ TEST_CASE("run report: two runs overlaid, hover values from the DOM match the le
   const std::string cmd = chromium(dir) + "--screenshot=" + png + " --window-size=1200,1600 file://" + html +
                           " > /dev/null 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
-  check_screenshot(png);
+  check_screenshot(png, 1200, 1600, 20, 10000);  // text, two runs' curve colours, the memory tags; the stacked memory timelines alone cover > 10000
 }
