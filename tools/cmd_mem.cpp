@@ -17,7 +17,7 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
       ->capture_default_str();
   m->add_option("--momentum", c.train.momentum, "SGD momentum (> 0 keeps a momentum buffer)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  m->add_option("--recompute,--checkpoint", o.checkpoint,
+  m->add_option("--recompute,--checkpoint", o.recompute,
                 "recompute-on-backward segments N (0: off) or auto (fit the budget); --checkpoint is the old name")
       ->capture_default_str();
   m->add_flag("--amp", c.train.amp, "mixed precision as kiln train --amp: f16 autocast + dynamic loss scaling");
@@ -32,7 +32,7 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
 }
 
 void add_train_memory_options(CLI::App* t, TrainConfig& c) {
-  t->add_option("--recompute,--checkpoint", c.checkpoint,
+  t->add_option("--recompute,--checkpoint", c.recompute,
                 "recompute-on-backward segments N (0: off) or auto (the fewest recomputed stages that fit "
                 "--device-memory or the device); --checkpoint is the old name (training state: --checkpoint-every)")
       ->capture_default_str();

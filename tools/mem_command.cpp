@@ -28,7 +28,7 @@ void print_text(const MemPrediction& p, std::ostream& out) {
       << "x" << p.config.image_size << "x" << p.config.image_size << ", "
       << (t.num_classes > 0 ? t.num_classes : p.config.num_classes) << " classes, " << t.optimizer
       << (t.optimizer == "sgd" && t.momentum > 0 ? " (momentum)" : "") << ", checkpoint "
-      << (p.config.checkpoint > 0 ? std::to_string(p.config.checkpoint) + " of " + std::to_string(p.num_stages) +
+      << (p.config.recompute > 0 ? std::to_string(p.config.recompute) + " of " + std::to_string(p.num_stages) +
                                         " stages"
                                   : "off")
       << (t.amp ? ", amp f16" : "") << ", device " << p.target << " (predicted on meta)\n";
@@ -149,7 +149,7 @@ void print_cuda(const MemPrediction& p, const CudaExtras& e, int64_t budget, std
 
 }  // namespace
 
-int parse_checkpoint_option(const std::string& text) {
+int parse_recompute_option(const std::string& text) {
   if (text == "auto") return -1;
   char* end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
@@ -163,19 +163,19 @@ void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
   const Device target = c.train.device == "auto" ? resolve_device("auto") : Device::parse(c.train.device);
   const int64_t budget = o.device_memory.empty() ? device_budget(target) : (int64_t)parse_bytes(o.device_memory);
   nlohmann::json extra;
-  const int ck = parse_checkpoint_option(o.checkpoint);
+  const int ck = parse_recompute_option(o.recompute);
   if (ck < 0) {
     std::vector<std::pair<int, int64_t>> tried;
-    c.checkpoint = choose_checkpoint(c, budget, &tried);
-    extra["checkpoint_auto"] = {{"budget", budget}, {"chosen", c.checkpoint}};
+    c.recompute = choose_recompute(c, budget, &tried);
+    extra["checkpoint_auto"] = {{"budget", budget}, {"chosen", c.recompute}};
     for (auto& [s, pk] : tried) extra["checkpoint_auto"]["tried"].push_back({{"segments", s}, {"peak_reserved", pk}});
     if (!o.json) {
       out << "--checkpoint auto: budget " << human(budget) << "; tried";
       for (auto& [s, pk] : tried) out << " " << s << ":" << human(pk);
-      out << " -> " << c.checkpoint << " segments\n";
+      out << " -> " << c.recompute << " segments\n";
     }
   } else {
-    c.checkpoint = ck;
+    c.recompute = ck;
   }
   c.detail = !o.report.empty();
   MemPrediction p = predict_memory(c);

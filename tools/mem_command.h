@@ -11,7 +11,7 @@ namespace kiln {
 
 struct MemCommandOptions {
   MemConfig config;
-  std::string checkpoint = "0";  // "N" or "auto"
+  std::string recompute = "0";  // "N" or "auto"
   std::string device_memory;     // "8G": the budget (default: the device's capacity)
   bool json = false;
   bool max_batch = false;
@@ -20,7 +20,7 @@ struct MemCommandOptions {
 };
 
 // "0", "4" or "auto" -> segments (-1 for auto); throws kiln::Error naming the option otherwise.
-int parse_checkpoint_option(const std::string& text);
+int parse_recompute_option(const std::string& text);
 
 void run_mem_command(const MemCommandOptions& o, std::ostream& out);
 

@@ -27,12 +27,12 @@ MemPrediction predict_memory(const MemConfig& c) {
              c.train.batch, " and --accum ", c.train.accum, " must be >= 1 with accum <= batch");
   KILN_CHECK(c.image_size >= 1 && c.in_channels >= 1, "mem: bad --image-size ", c.image_size, " or --in-channels ",
              c.in_channels);
-  KILN_CHECK(c.checkpoint >= 0, "mem: --checkpoint must be >= 0, got ", c.checkpoint);
+  KILN_CHECK(c.recompute >= 0, "mem: --checkpoint must be >= 0, got ", c.recompute);
   train::PredictOptions o;
   o.batch = c.train.batch;
   o.input_shape = {c.in_channels, c.image_size, c.image_size};
   o.loss_weight_classes = c.train.class_weights.empty() ? 0 : num_classes_of(c);
-  o.recompute = c.checkpoint;
+  o.recompute = c.recompute;
   o.amp = c.train.amp;
   o.scaler.init_scale = c.train.amp_init_scale;
   o.scaler.growth_interval = c.train.amp_growth_interval;
@@ -56,7 +56,7 @@ int recomputed_stages(int stages, int segments) {
   return (int)b.back().first;
 }
 
-int choose_checkpoint(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried) {
+int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried) {
   const int stages = model_num_stages(c);
   std::vector<int> candidates = {0};
   for (int s = 2; s <= stages; ++s) candidates.push_back(s);
@@ -64,7 +64,7 @@ int choose_checkpoint(const MemConfig& c, int64_t budget, std::vector<std::pair<
   int64_t best_peak = 0, smallest = INT64_MAX;
   for (int s : candidates) {
     MemConfig k = c;
-    k.checkpoint = s;
+    k.recompute = s;
     k.detail = false;
     const int64_t peak = predict_memory(k).peak_reserved;
     if (tried) tried->emplace_back(s, peak);
@@ -114,7 +114,7 @@ nlohmann::json MemPrediction::to_json() const {
           {"num_classes", t.num_classes > 0 ? t.num_classes : config.num_classes},
           {"optimizer", t.optimizer},
           {"momentum", t.momentum},
-          {"checkpoint", config.checkpoint},
+          {"checkpoint", config.recompute},
           {"amp", t.amp},
           {"num_stages", num_stages},
           {"device", target},

@@ -23,7 +23,7 @@ struct MemConfig {
   int64_t image_size = 32;
   int64_t in_channels = 3;
   int64_t num_classes = 10;   // used when train.num_classes is 0
-  int checkpoint = 0;         // recompute segments (0: off)
+  int recompute = 0;         // recompute segments (0: off)
   bool detail = false;        // also record the timeline and the segment map at the peak (one more step)
 };
 
@@ -42,7 +42,7 @@ int model_num_stages(const MemConfig& c);
 // Chooses the checkpoint segment count (0 = off) with the least recomputation whose predicted peak
 // reserved bytes fit `budget`; checks 0, then 2..num_stages. Throws kiln::Error with the smallest
 // peak found when none fits. `tried` receives (segments, peak reserved) per candidate.
-int choose_checkpoint(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried = nullptr);
+int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried = nullptr);
 // Stages re-run in backward with `segments` segments over `stages` stages (all but the last segment).
 int recomputed_stages(int stages, int segments);
 

@@ -91,10 +91,10 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
   }
 
   // --recompute auto: the fewest recomputed stages that fit.
-  if (c.checkpoint == 0 && model_num_stages(c) >= 2) {
+  if (c.recompute == 0 && model_num_stages(c) >= 2) {
     std::vector<std::pair<int, int64_t>> tried;
     try {
-      const int s = choose_checkpoint(c, budget, &tried);
+      const int s = choose_recompute(c, budget, &tried);
       int64_t p = 0;
       for (const auto& [seg, peak] : tried)
         if (seg == s) p = peak;

@@ -32,15 +32,15 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
   mc.image_size = height;
   mc.in_channels = channels;
   mc.num_classes = num_classes;
-  int ck = parse_checkpoint_option(c.checkpoint);
+  int ck = parse_recompute_option(c.recompute);
   if (ck < 0) {
     KILN_CHECK(height == width, "--checkpoint auto needs square images, got ", height, "x", width);
     const int64_t budget = device_budget(device);
-    ck = choose_checkpoint(mc, budget);
+    ck = choose_recompute(mc, budget);
     log << "checkpoint auto: " << ck << " segments (budget " << human(budget) << ")\n";
   }
   segments_ = ck;
-  mc.checkpoint = ck;
+  mc.recompute = ck;
   if (height != width) {
     log << "memory: no prediction for non-square images (" << height << "x" << width << ")\n";
     return;

@@ -89,7 +89,7 @@ nlohmann::json TrainConfig::to_json() const {
   j["resume_override"] = resume_override;
   j["out"] = out;
   j["limit"] = limit;
-  j["checkpoint"] = checkpoint;
+  j["checkpoint"] = recompute;  // the ledger key keeps its old name
   j["memory_report"] = memory_report;
   j["report"] = report;
   j["curve_every"] = curve_every;

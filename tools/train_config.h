@@ -57,7 +57,7 @@ struct TrainConfig {
   bool resume_override = false;  // --resume-override: flags that differ from the saved state win
   std::string out = "runs";
   int64_t limit = -1;  // >= 0: use only the first N training samples
-  std::string checkpoint = "0";  // recompute segments: "N" or "auto" (tools/lib/mem_train.h)
+  std::string recompute = "0";  // recompute segments: "N" or "auto" (tools/mem_train.h)
   std::string memory_report;     // HTML memory report path (empty: none)
   std::string report;            // HTML training report path, rewritten after each epoch (empty: none)
   int64_t curve_every = 50;      // optimizer steps between curve points in OUT/runs.jsonl

@@ -121,7 +121,7 @@ TEST_CASE("kiln mem --json: accounts add up and checkpointing trades activations
   o.json = true;
   std::ostringstream plain_out, ck_out;
   kiln::run_mem_command(o, plain_out);
-  o.checkpoint = "4";
+  o.recompute = "4";
   kiln::run_mem_command(o, ck_out);
   const auto plain = nlohmann::json::parse(plain_out.str()), ck = nlohmann::json::parse(ck_out.str());
   CHECK(plain["parameters"].get<int64_t>() > 40ll << 20);  // ResNet18's 11.2 M f32 parameters
@@ -158,16 +158,16 @@ TEST_CASE("--checkpoint auto picks the least recomputation that fits") {
   std::vector<std::pair<int, int64_t>> tried;
   const int64_t plain = kiln::predict_memory(c).peak_reserved;
   // Generous budget: no checkpointing.
-  CHECK(kiln::choose_checkpoint(c, plain, &tried) == 0);
+  CHECK(kiln::choose_recompute(c, plain, &tried) == 0);
   // Just below the plain peak: the chosen count fits, and every count with less recompute does not.
   tried.clear();
-  const int chosen = kiln::choose_checkpoint(c, plain - 1, &tried);
+  const int chosen = kiln::choose_recompute(c, plain - 1, &tried);
   CHECK(chosen >= 2);
   const int stages = kiln::model_num_stages(c);
   for (auto& [s, peak] : tried) {
     if (s == chosen) CHECK(peak <= plain - 1);
     else if (kiln::recomputed_stages(stages, s) < kiln::recomputed_stages(stages, chosen)) CHECK(peak > plain - 1);
   }
-  CHECK_THROWS_WITH_AS(kiln::choose_checkpoint(c, 1 << 20, nullptr), doctest::Contains("no segment count fits"),
+  CHECK_THROWS_WITH_AS(kiln::choose_recompute(c, 1 << 20, nullptr), doctest::Contains("no segment count fits"),
                        kiln::Error);
 }

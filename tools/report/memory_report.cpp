@@ -174,7 +174,7 @@ std::string render_memory_report(const MemPrediction& p, const MemMeasured& m) {
        "margin:0 4px 0 12px;vertical-align:middle}\n</style></head><body>\n";
   o << "<h1>kiln memory report</h1>\n<p id=config>" << esc(t.model) << ", batch " << t.batch << " (accum "
     << t.accum << "), " << p.config.in_channels << "x" << p.config.image_size << "x" << p.config.image_size << ", "
-    << esc(t.optimizer) << ", checkpoint " << (p.config.checkpoint > 0 ? std::to_string(p.config.checkpoint) : "off")
+    << esc(t.optimizer) << ", checkpoint " << (p.config.recompute > 0 ? std::to_string(p.config.recompute) : "off")
     << ", device " << esc(p.target) << "</p>\n";
 
   o << "<h2 id=accounts>Predicted vs measured</h2>\n<table><tr><th>account</th><th>predicted</th>"
