@@ -320,11 +320,11 @@ TEST_CASE("kiln train: a run that throws appends its end record with status fail
   auto r = run_kiln("train --model small_cnn --data " + data + " --epochs 2 --batch 4 --optimizer sgd --lr 1e30 "
                     "--threads 1 --device cpu --out " + out);
   REQUIRE(r.status != 0);
-  REQUIRE(contains(r.output, "kiln: error: train: loss became"));
+  REQUIRE(contains(r.output, "kiln: error: train: non-finite loss"));
   const auto ends = kiln_test::ledger_end_records(out + "/runs.jsonl");
   REQUIRE(ends.size() == 1);
   CHECK(ends[0]["status"] == "failed");
-  CHECK(contains(ends[0]["error"].get<std::string>(), "train: loss became"));
+  CHECK(contains(ends[0]["error"].get<std::string>(), "train: non-finite loss"));
   CHECK(ends[0]["config"]["lr"] == 1e30);
   auto runs = run_kiln("runs " + out + " --json");
   REQUIRE_MESSAGE(runs.status == 0, runs.output);
