@@ -1,6 +1,6 @@
 // Helpers for the tests that render kiln's HTML pages in headless Chromium (Debian's chromium): is it
 // installed, read a file whole, and check that a screenshot is a PNG of the expected size with a drawing on
-// it (many colours, not a flat background). Test-only; no kiln logic here.
+// it (many colours, not a flat background), and that a page fetches nothing. Test-only; no kiln logic here.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -44,6 +44,18 @@ inline void check_screenshot(const std::string& png, int w, int h, size_t min_co
   MESSAGE(png, ": ", colours.size(), " colours, ", non_white, " non-white samples");
   CHECK(colours.size() > min_colours);
   CHECK(non_white > min_non_white);
+}
+
+// A self-contained page: the only URLs are the SVG namespace (a name, not a fetch), no <link>, no src=.
+inline void check_no_network(const std::string& page) {
+  size_t urls = 0, ns = 0;
+  for (size_t p = page.find("http"); p != std::string::npos; p = page.find("http", p + 1)) ++urls;
+  for (size_t p = page.find("http://www.w3.org/2000/svg"); p != std::string::npos;
+       p = page.find("http://www.w3.org/2000/svg", p + 1))
+    ++ns;
+  CHECK(urls == ns);
+  CHECK(page.find("<link") == std::string::npos);
+  CHECK(page.find("src=") == std::string::npos);
 }
 
 }  // namespace kiln_test
