@@ -268,8 +268,29 @@ inline uint8_t clamp255(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v)
 
 // Reduced inverse DCTs: libjpeg's jidctred.c arithmetic (13-bit constants, 2 extra bits between
 // the passes), with its shortcuts for all-zero columns and rows.
+//
+// libjpeg-turbo runs the 4x4 and 2x2 IDCTs in SSE2 where it can: 16-bit dequantization (pmullw
+// wraps), 32-bit sums, pass-1 results saturated to 16 bits, outputs saturated to [0, 255]; its C
+// code dequantizes in int and wraps outputs through the range-limit table. On any file made from
+// real pixels the two agree with the 64-bit arithmetic here. A corrupt or hostile file can push a
+// block outside that common domain (found by fuzz_jpeg_progressive: a dequantized DC of ~40000);
+// the IDCTs then report it (InRange::ok false) and the file is left to TurboJPEG, so the result is
+// TurboJPEG's whatever path it takes. The domain: every dequantized coefficient and pass-1 value
+// within int16, every sum within int32, every descaled output within [-512, 511] (where the
+// wrapping table and saturation give the same byte).
 constexpr int kConstBits = 13, kPass1Bits = 2;
 inline int32_t descale(int64_t x, int n) { return (int32_t)((x + ((int64_t)1 << (n - 1))) >> n); }
+struct InRange {
+  bool ok = true;
+  void i16(int64_t v) { ok &= v >= -32767 && v <= 32767; }
+  void i32(int64_t v) { ok &= v >= -2147483647LL && v <= 2147483647LL; }
+  int32_t out(int64_t sum, int n) {  // a pass-2 sum descaled to a sample centred on 0
+    i32(sum);
+    const int32_t x = descale(sum, n);
+    ok &= x >= -512 && x <= 511;
+    return x;
+  }
+};
 
 inline uint8_t idct_1x1(int16_t dc_coef, uint16_t q0) {
   const int32_t dc = descale((int32_t)dc_coef * q0, 3);
@@ -294,60 +315,72 @@ struct BlockView {
 
 // A column or row whose AC terms are all zero takes jidctred.c's shortcut values, which equal
 // what the full formulas give.
-void idct_2x2(const BlockView& b, uint8_t* out, size_t stride) {
+void idct_2x2(const BlockView& b, uint8_t* out, size_t stride, InRange& r) {
   const uint8_t* rl = range_limit().t;
   int32_t ws[2][8] = {};  // [output row][input column]
   for (int col : {0, 1, 3, 5, 7}) {
     const int64_t top = b.dq(0, col);
+    r.i16(top);
     if (!b.col_has_ac(col)) {
       ws[0][col] = ws[1][col] = (int32_t)(top * (1 << kPass1Bits));
+      r.i16(ws[0][col]);
       continue;
     }
+    const int64_t z1 = b.dq(7, col), z2 = b.dq(5, col), z3 = b.dq(3, col), z4 = b.dq(1, col);
+    r.i16(z1), r.i16(z2), r.i16(z3), r.i16(z4);
     const int64_t even = top * (1 << (kConstBits + 2));  // a shift of a negative value is UB in C++17
-    const int64_t odd = b.dq(7, col) * -5906 + b.dq(5, col) * 6967 + b.dq(3, col) * -10426 + b.dq(1, col) * 29692;
+    const int64_t odd = z1 * -5906 + z2 * 6967 + z3 * -10426 + z4 * 29692;
+    r.i32(even + odd), r.i32(even - odd);
     ws[0][col] = descale(even + odd, kConstBits - kPass1Bits + 2);
     ws[1][col] = descale(even - odd, kConstBits - kPass1Bits + 2);
+    r.i16(ws[0][col]), r.i16(ws[1][col]);
   }
-  for (int r = 0; r < 2; ++r) {
-    const int32_t* w = ws[r];
-    uint8_t* o = out + r * stride;
+  for (int row = 0; row < 2; ++row) {
+    const int32_t* w = ws[row];
+    uint8_t* o = out + row * stride;
     if ((w[1] | w[3] | w[5] | w[7]) == 0) {
-      o[0] = o[1] = rl[descale(w[0], kPass1Bits + 3) & 1023];
+      o[0] = o[1] = rl[r.out(w[0], kPass1Bits + 3) & 1023];
       continue;
     }
     const int64_t even = (int64_t)w[0] * (1 << (kConstBits + 2));
     const int64_t odd = (int64_t)w[7] * -5906 + (int64_t)w[5] * 6967 + (int64_t)w[3] * -10426 + (int64_t)w[1] * 29692;
-    o[0] = rl[descale(even + odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
-    o[1] = rl[descale(even - odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
+    o[0] = rl[r.out(even + odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
+    o[1] = rl[r.out(even - odd, kConstBits + kPass1Bits + 3 + 2) & 1023];
   }
 }
 
-void idct_4x4(const BlockView& b, uint8_t* out, size_t stride) {
+void idct_4x4(const BlockView& b, uint8_t* out, size_t stride, InRange& r) {
   const uint8_t* rl = range_limit().t;
   int32_t ws[4][8] = {};
   for (int col : {0, 1, 2, 3, 5, 6, 7}) {
     const int64_t top = b.dq(0, col);
+    r.i16(top);
     if (!b.col_has_ac(col)) {
       ws[0][col] = ws[1][col] = ws[2][col] = ws[3][col] = (int32_t)(top * (1 << kPass1Bits));
+      r.i16(ws[0][col]);
       continue;
     }
-    const int64_t t0 = top * (1 << (kConstBits + 1));
-    const int64_t t2 = b.dq(2, col) * 15137 + b.dq(6, col) * -6270;
-    const int64_t t10 = t0 + t2, t12 = t0 - t2;
+    const int64_t d2 = b.dq(2, col), d6 = b.dq(6, col);
     const int64_t z1 = b.dq(7, col), z2 = b.dq(5, col), z3 = b.dq(3, col), z4 = b.dq(1, col);
+    r.i16(d2), r.i16(d6), r.i16(z1), r.i16(z2), r.i16(z3), r.i16(z4);
+    const int64_t t0 = top * (1 << (kConstBits + 1));
+    const int64_t t2 = d2 * 15137 + d6 * -6270;
+    const int64_t t10 = t0 + t2, t12 = t0 - t2;
     const int64_t o0 = z1 * -1730 + z2 * 11893 + z3 * -17799 + z4 * 8697;
     const int64_t o2 = z1 * -4176 + z2 * -4926 + z3 * 7373 + z4 * 20995;
+    r.i32(t10 + o2), r.i32(t10 - o2), r.i32(t12 + o0), r.i32(t12 - o0);
     const int n = kConstBits - kPass1Bits + 1;
     ws[0][col] = descale(t10 + o2, n);
     ws[3][col] = descale(t10 - o2, n);
     ws[1][col] = descale(t12 + o0, n);
     ws[2][col] = descale(t12 - o0, n);
+    for (int k = 0; k < 4; ++k) r.i16(ws[k][col]);
   }
-  for (int r = 0; r < 4; ++r) {
-    const int32_t* w = ws[r];
-    uint8_t* o = out + r * stride;
+  for (int row = 0; row < 4; ++row) {
+    const int32_t* w = ws[row];
+    uint8_t* o = out + row * stride;
     if ((w[1] | w[2] | w[3] | w[5] | w[6] | w[7]) == 0) {
-      o[0] = o[1] = o[2] = o[3] = rl[descale(w[0], kPass1Bits + 3) & 1023];
+      o[0] = o[1] = o[2] = o[3] = rl[r.out(w[0], kPass1Bits + 3) & 1023];
       continue;
     }
     const int64_t t0 = (int64_t)w[0] * (1 << (kConstBits + 1));
@@ -357,10 +390,10 @@ void idct_4x4(const BlockView& b, uint8_t* out, size_t stride) {
     const int64_t o0 = z1 * -1730 + z2 * 11893 + z3 * -17799 + z4 * 8697;
     const int64_t o2 = z1 * -4176 + z2 * -4926 + z3 * 7373 + z4 * 20995;
     const int n = kConstBits + kPass1Bits + 3 + 1;
-    o[0] = rl[descale(t10 + o2, n) & 1023];
-    o[3] = rl[descale(t10 - o2, n) & 1023];
-    o[1] = rl[descale(t12 + o0, n) & 1023];
-    o[2] = rl[descale(t12 - o0, n) & 1023];
+    o[0] = rl[r.out(t10 + o2, n) & 1023];
+    o[3] = rl[r.out(t10 - o2, n) & 1023];
+    o[1] = rl[r.out(t12 + o0, n) & 1023];
+    o[2] = rl[r.out(t12 - o0, n) & 1023];
   }
 }
 
@@ -893,6 +926,7 @@ bool Decoder::finish(Image* out) {
       if (comp_[i].coef_bits[k] != 0) return false;
 
   if (!prepare_output()) return false;
+  InRange range;  // false once a block leaves the domain where libjpeg's C and SIMD IDCTs agree
   for (int i = 0; i < ncomp_; ++i) {
     const Component& c = comp_[i];
     if (!c.used) continue;
@@ -904,15 +938,23 @@ bool Decoder::finish(Image* out) {
         if (nz == 0) {
           // No AC term the IDCT reads: every output pixel is the 1x1 value (jidctred.c's
           // all-zero shortcuts compute exactly this).
+          // At 1/8 scale TurboJPEG runs this same C arithmetic, for any value; at 1/4 and 1/2 the
+          // SIMD IDCT's 16-bit steps must not have wrapped or saturated.
+          if (c.s > 1) {
+            const int64_t dq = (int64_t)c.dc[b] * c.q[0];
+            range.i16(dq * (1 << kPass1Bits));
+            range.out(dq, 3);
+          }
           const uint8_t v = idct_1x1(c.dc[b], c.q[0]);
           for (int r = 0; r < c.s; ++r) std::memset(o + r * stride_[i], v, (size_t)c.s);
           continue;
         }
         const BlockView v{c.dc[b], c.ac + b * (size_t)c.slots, nz, c.slot_of_pos, c.col_ac, c.q};
-        if (c.s == 2) idct_2x2(v, o, stride_[i]);
-        else idct_4x4(v, o, stride_[i]);
+        if (c.s == 2) idct_2x2(v, o, stride_[i], range);
+        else idct_4x4(v, o, stride_[i], range);
       }
   }
+  if (!range.ok) return false;
   color_convert(out);
   return true;
 }

@@ -2,7 +2,7 @@
 # Sets everything up and runs every test: the Release build's suites (unit, gradcheck, parity
 # against PyTorch, cuda (skipped with one line when no GPU), slow), then the CPU code again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, built with clang (unit suite, and each libFuzzer
-# target of tests/fuzz for ~5 s over its seed corpus).
+# target of tests/fuzz over its seed corpus, fixed seed and input count).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -21,7 +21,7 @@ cmake --build build-asan -j"$jobs" --target kiln_tests_unit kiln_cli kiln_fuzz
 # dozen whole ResNet18 meta-device runs) and the ResNet18 recompute equality cases (bit-for-bit numerics of
 # whole-network passes, minutes under the sanitizers; the small_cnn recompute cases, which run the same
 # recompute code, stay in), and the PTX check (it runs nvcc, no kiln code). The fuzz label runs each libFuzzer
-# target for 5 s (scripts/fuzz.sh runs them longer).
+# target over its corpus with a fixed seed and input count (scripts/fuzz.sh explores with random seeds).
 asan_skip="checkpoint auto picks|checkpointed resnet18_small|checkpoint under autocast recomputes|checkpointing lowers the peak|the stages of resnet18|cuda ptx"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j"$jobs" -L "unit|fuzz" -E "$asan_skip" --output-on-failure)
 echo "all tests passed in $(( $(date +%s) - start )) s"

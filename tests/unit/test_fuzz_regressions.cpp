@@ -93,3 +93,46 @@ TEST_CASE("fuzz regression: a PNG with an empty IDAT chunk is one DecodeError, c
   // stb_image stops at the chunk after the empty IDAT: one DecodeError naming the file.
   CHECK_THROWS_WITH_AS(decode_image_bytes(data, n, "found.png"), doctest::Contains("found.png"), DecodeError);
 }
+
+// fuzz_jpeg_progressive, a wrong answer: a progressive file whose chroma quantization table starts
+// with 255 (the fuzzer's input: a DC quantizer of 255 times a DC of ~160) gave dequantized values
+// beyond int16. libjpeg-turbo's SSE2 reduced IDCT multiplies in 16 bits (it wraps) and saturates
+// its results where kiln's decoder used 64-bit arithmetic and libjpeg's wrapping table, so the two
+// gave different pixels (248 against 0). The decoder now hands such a block to TurboJPEG. Made here
+// the same way: a saturated-colour photo encoded progressive, its chroma DC quantizer patched to 255.
+TEST_CASE("fuzz regression: a progressive file with dequantized values beyond int16 decodes as TurboJPEG does") {
+  Image im = synth_photo(48, 40, 5);
+  for (size_t i = 0; i < im.px.size(); i += 3) im.px[i] = 255, im.px[i + 1] = 0, im.px[i + 2] = 0;  // pure red
+  std::string b = encode_jpeg(im, 90, true);
+  const auto* data = reinterpret_cast<const uint8_t*>(b.data());
+  Image fast;
+  REQUIRE(decode_jpeg_progressive_scaled(data, b.size(), 4, 3, &fast));  // in range before the patch
+  // Every 8-bit quantization table with id 1 (chroma): its first (DC) entry becomes 255.
+  int patched = 0;
+  for (size_t p = 2; p + 4 < b.size() && !((uint8_t)b[p] == 0xff && (uint8_t)b[p + 1] == 0xda);) {
+    REQUIRE((uint8_t)b[p] == 0xff);
+    const size_t len = ((uint8_t)b[p + 2] << 8) | (uint8_t)b[p + 3];
+    if ((uint8_t)b[p + 1] == 0xdb)
+      for (size_t q = p + 4; q < p + 2 + len; q += 65)
+        if (b[q] == 1) b[q + 1] = (char)255, ++patched;
+    p += 2 + len;
+  }
+  REQUIRE(patched == 1);
+  for (int denom : {4, 8}) {
+    CAPTURE(denom);
+    Image out;
+    const bool took = decode_jpeg_progressive_scaled(data, b.size(), denom, 3, &out);
+    // At 1/4 the 4:2:0 chroma goes through the 4x4 IDCT: handed back. (At 1/8 libjpeg keeps 4:2:0
+    // chroma at 2x2, handed back too; a 1x1 block takes TurboJPEG's C arithmetic for any value.)
+    if (denom == 4) CHECK_FALSE(took);
+    DecodeOptions opt;
+    opt.apply_exif = false;
+    opt.min_w = (48 + denom - 1) / denom, opt.min_h = (40 + denom - 1) / denom;
+    const Image with_fast = decode_image_bytes(data, b.size(), "patched.jpg", opt);
+    opt.fast_paths = false;
+    const Image turbo = decode_image_bytes(data, b.size(), "patched.jpg", opt);
+    REQUIRE(turbo.w == opt.min_w);
+    CHECK(with_fast.px == turbo.px);
+    if (took) CHECK(out.px == turbo.px);
+  }
+}
