@@ -97,13 +97,17 @@ void normalize(ArrayDataset& d, double mean, double std) {
   for (float& v : d.images) v = (v - m) * inv;
 }
 
-void image_stats(const ArrayDataset& d, double* mean, double* std) {
+// Mean and std of the first `count` samples' pixels (count < 0: all of them).
+void image_stats(const ArrayDataset& d, double* mean, double* std, int64_t count = -1) {
+  const size_t used = count < 0 ? d.images.size()
+                                : (size_t)(std::min(count, d.n) * d.sample_numel());
   double s = 0, s2 = 0;
-  for (float v : d.images) {
+  for (size_t i = 0; i < used; ++i) {
+    const float v = d.images[i];
     s += v;
     s2 += (double)v * v;
   }
-  const double cnt = std::max<double>(1.0, (double)d.images.size());
+  const double cnt = std::max<double>(1.0, (double)used);
   *mean = s / cnt;
   *std = std::sqrt(std::max(0.0, s2 / cnt - *mean * *mean));
   if (*std < 1e-12) *std = 1.0;  // constant images: leave the scale alone
@@ -164,14 +168,15 @@ struct IdxFolder {
 };
 
 // Loads an IDX folder's splits and normalizes both with the statistics of its training images
-// (of its test images when it has no training files).
-IdxFolder read_idx_folder(const std::string& folder, bool want_train, bool want_test) {
+// (of its test images when it has no training files); stats_count >= 0: of its first stats_count
+// training images only (--limit: the samples that are trained on).
+IdxFolder read_idx_folder(const std::string& folder, bool want_train, bool want_test, int64_t stats_count = -1) {
   MnistFiles f = find_mnist_files(folder);
   IdxFolder r;
   ArrayDataset stats_src;
   if (f.has_train()) stats_src = read_idx_pair(f.train_images, f.train_labels, "train");
   else stats_src = read_idx_pair(f.test_images, f.test_labels, "t10k");
-  image_stats(stats_src, &r.mean, &r.std);
+  image_stats(stats_src, &r.mean, &r.std, stats_count);
   if (want_test && f.has_test() && f.has_train()) {
     r.test = read_idx_pair(f.test_images, f.test_labels, "t10k");
     normalize(*r.test, r.mean, r.std);
@@ -218,7 +223,8 @@ DataSplits load_training_data(const std::string& path, const std::string& val_pa
   if (s.format == "idx") {
     KILN_CHECK(find_mnist_files(path).has_train(), "data: ", path,
                ": IDX folder has no training files (train-images-idx3-ubyte + train-labels-idx1-ubyte)");
-    IdxFolder f = read_idx_folder(path, true, val_path.empty());
+    // With --limit the statistics are those of the samples trained on (and in the ledger).
+    IdxFolder f = read_idx_folder(path, true, val_path.empty(), limit);
     s.train = std::move(f.train_or_first);
     s.val = std::move(f.test);
     s.mean = f.mean;

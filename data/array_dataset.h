@@ -4,7 +4,9 @@
 //   - a folder with x.npy (N,C,H,W f32, or N,H,W,C u8 -> /255 as f32 NCHW) and y.npy (N i64 or i32).
 // IDX pixels become x/255, then (x - mean) / std with the mean and std of the folder's TRAINING
 // images (one value each, computed once at load; the same numbers normalize the t10k split, a
-// --val folder and `kiln predict`, so train and inference see the same input distribution).
+// --val folder and `kiln predict`, so train and inference see the same input distribution). With a
+// training limit (--limit N) they are those of the N samples trained on, as the run ledger says;
+// `kiln predict` still takes the whole training split's (weights files do not store them yet).
 // Array (.npy) data is used as given (u8 only scaled to [0,1]) with no augmentation.
 // Batches are gathered by index into fresh tensors tagged MemoryTag::data. Shuffling is a
 // Philox-driven Fisher-Yates permutation that depends only on (seed, epoch), so a resumed run

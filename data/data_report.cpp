@@ -98,7 +98,8 @@ bool contact_sheet(const ImageDataset& ds, const std::vector<FileResult>& res, i
   return true;
 }
 
-void report_split(const std::string& title, const ImageDataset& ds, const DataReportOptions& opt, int workers,
+// Returns whether any file could be read (its pixels are in means/stds).
+bool report_split(const std::string& title, const ImageDataset& ds, const DataReportOptions& opt, int workers,
                   std::ostream& out, std::vector<double>* means, std::vector<double>* stds) {
   out << "== " << title << ": " << ds.root << " (" << ds.size() << " files, " << ds.classes.size()
       << " classes)\n";
@@ -161,6 +162,7 @@ void report_split(const std::string& title, const ImageDataset& ds, const DataRe
     }
     out << "contact sheets: " << written << " written to " << opt.out_dir << "/\n";
   }
+  return n_ok > 0;
 }
 
 }  // namespace
@@ -182,16 +184,28 @@ int run_data_report(const DataReportOptions& opt) {
     return 1;
   }
   std::vector<double> mean(3, 0), stdv(3, 0);
+  bool readable = false;
   for (size_t k = 0; k < splits.size(); ++k) {
     std::vector<double> m(3, 0), s(3, 0);
-    report_split(splits[k].first, splits[k].second, opt, workers, out, &m, &s);
-    if (k == 0) mean = m, stdv = s;  // statistics of the training split
+    const bool any = report_split(splits[k].first, splits[k].second, opt, workers, out, &m, &s);
+    if (k == 0) mean = m, stdv = s, readable = any;  // statistics of the training split
     out << "\n";
   }
+  // The suggestion must be a flag `kiln train` accepts: no statistics without a readable file, and
+  // a std that prints as 0 (a constant channel) would be refused ("stds must be > 0").
+  if (!readable) {
+    out << "per-channel mean/std (" << splits[0].first << "): no readable image, nothing to compute; train with\n"
+        << "  --normalize none  (or imagenet)\n";
+    return 0;
+  }
+  bool constant = false;
+  for (double& s : stdv)
+    if (s < 5e-5) s = 1.0, constant = true;
   out << std::fixed << std::setprecision(4) << "per-channel mean/std (" << splits[0].first
       << ", RGB on [0, 1]):\n  --normalize " << mean[0] << "," << mean[1] << "," << mean[2] << ":" << stdv[0] << ","
       << stdv[1] << "," << stdv[2] << "\n"
       << std::defaultfloat;
+  if (constant) out << "  (a channel is constant: its std is given as 1, the scale left alone)\n";
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include "data/dataset.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,18 @@ static bool parse_int(const std::string& s, int64_t* v) {
 
 static constexpr int64_t kMaxCsvClasses = 1000000;
 
+// A label that reads as a number but is no integer ("0.0", "1e3", "-2.5"): neither a class index
+// nor a name kiln would take silently.
+static bool non_integer_number(const std::string& s) {
+  if (s.empty() || !std::any_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+// The label rule (README "--data"): every label an integer -> class indices 0..max; otherwise
+// every label a name -> the sorted names are the classes. A mixture, or a number that is not an
+// integer, is an error naming the line. Every line has exactly two columns, path and label.
 ImageDataset csv_dataset(const std::string& csv_path) {
   std::ifstream in(csv_path);
   KILN_CHECK(in.good(), "csv data set ", csv_path, ": cannot open");
@@ -155,18 +168,36 @@ ImageDataset csv_dataset(const std::string& csv_path) {
     auto f = csv_fields(line);
     KILN_CHECK(f.size() >= 2 && !f[0].empty(), "csv data set ", csv_path, ":", ln,
                ": expected 'path,label', got '", line, "'");
+    KILN_CHECK(f.size() == 2, "csv data set ", csv_path, ":", ln, ": ", f.size(),
+               " columns, expected 2 (path,label): '", line, "'");
     rows.push_back({f[0], f[1], ln});
   }
   KILN_CHECK(!rows.empty(), "csv data set ", csv_path, ": no rows");
   int64_t v;
-  std::string h0 = lower(rows[0].path);
-  bool header = h0 == "path" || h0 == "file" || h0 == "filename" || h0 == "image";
+  const std::string h0 = lower(rows[0].path), h1 = lower(rows[0].label);
+  bool header = h0 == "path" || h0 == "file" || h0 == "filename" || h0 == "image" || h1 == "label" ||
+                h1 == "class" || h1 == "target";
   if (!header && !parse_int(rows[0].label, &v) && rows.size() > 1) {
-    header = std::all_of(rows.begin() + 1, rows.end(), [&](const Row& r) { return parse_int(r.label, &v); });
+    // A first line whose label alone is no integer is a header ("img,y") unless its path is a file:
+    // then it is a sample whose name label mixes with the integers below (an error).
+    std::error_code ec;
+    const fs::path p0(rows[0].path);
+    const bool is_file = fs::is_regular_file(p0.is_absolute() ? p0 : fs::path(csv_path).parent_path() / p0, ec);
+    header = !is_file &&
+             std::all_of(rows.begin() + 1, rows.end(), [&](const Row& r) { return parse_int(r.label, &v); });
   }
   if (header) rows.erase(rows.begin());
   KILN_CHECK(!rows.empty(), "csv data set ", csv_path, ": only a header, no samples");
-  bool numeric = std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return parse_int(r.label, &v); });
+  for (const Row& r : rows)
+    KILN_CHECK(!non_integer_number(r.label), "csv data set ", csv_path, ":", r.line, ": label '", r.label,
+               "' is a number but not an integer (labels are class indices 0, 1, ... or names, one kind for the "
+               "whole list)");
+  const bool numeric = parse_int(rows[0].label, &v);
+  for (const Row& r : rows)
+    KILN_CHECK(parse_int(r.label, &v) == numeric, "csv data set ", csv_path, ":", r.line, ": label '", r.label,
+               "' is ", numeric ? "a name" : "an integer", " but line ", rows[0].line, "'s label '", rows[0].label,
+               "' is ", numeric ? "an integer" : "a name",
+               " (labels are class indices 0, 1, ... or names, one kind for the whole list)");
   ImageDataset ds;
   ds.root = csv_path;
   fs::path base = fs::path(csv_path).parent_path();

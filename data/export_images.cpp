@@ -1,11 +1,14 @@
 // Array data set -> JPEG image folder (see export_images.h).
 #include "data/export_images.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "data/array_dataset.h"
 #include "data/jpeg_encode.h"
@@ -57,6 +60,65 @@ int64_t write_split(const ArrayDataset& d, double mean, double std, const fs::pa
   return d.n;
 }
 
+// What an export is made from, as the marker records it.
+nlohmann::json export_request(const ExportImagesOptions& o) {
+  auto folder = [](const std::string& p) -> nlohmann::json {
+    if (p.empty()) return nullptr;
+    std::error_code ec;
+    const fs::path abs = fs::weakly_canonical(fs::absolute(p), ec);
+    nlohmann::json files = nlohmann::json::object();  // name -> bytes, the folder's own files
+    for (const auto& e : fs::directory_iterator(p, ec))
+      if (e.is_regular_file(ec)) files[e.path().filename().string()] = (int64_t)e.file_size(ec);
+    return {{"path", abs.string()}, {"files", files}};
+  };
+  return {{"data", folder(o.data)}, {"val", folder(o.val)}, {"quality", o.quality}};
+}
+
+// The differences between a marker and a request, "" when none.
+std::string request_differences(const std::string& marker_text, const nlohmann::json& asked) {
+  const nlohmann::json m = nlohmann::json::parse(marker_text, nullptr, false);
+  if (m.is_discarded() || !m.is_object() || !m.contains("request"))
+    return "its marker does not record the data, split and quality (an older kiln)";
+  const nlohmann::json& had = m["request"];
+  std::string d;
+  auto add = [&](const std::string& s) { d += (d.empty() ? "" : "; ") + s; };
+  auto path = [](const nlohmann::json& f) { return f.is_object() ? f.value("path", std::string()) : std::string(); };
+  for (const char* key : {"data", "val"}) {
+    const std::string flag = std::string("--") + key, a = path(had.value(key, nlohmann::json())),
+                      b = path(asked[key]);
+    if (a != b)
+      add(str_cat(flag, " ", a.empty() ? "(none)" : a, " there, ", b.empty() ? "(none)" : b, " asked"));
+    else if (!a.empty() && had[key].value("files", nlohmann::json()) != asked[key]["files"])
+      add(str_cat(flag, " ", a, ": its files changed since (names or sizes)"));
+  }
+  if (had.value("quality", -1) != asked["quality"].get<int>())
+    add(str_cat("--quality ", had.value("quality", -1), " there, ", asked["quality"].get<int>(), " asked"));
+  return d;
+}
+
+// The first entry of `out` that kiln's export did not write, "" when it holds only that.
+std::string foreign_entry(const fs::path& out) {
+  std::error_code ec;
+  auto digits = [](const std::string& s, size_t n) {
+    return !s.empty() && (n == 0 || s.size() == n) &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == kMarker) continue;
+    if ((name != "train" && name != "test") || !e.is_directory(ec)) return e.path().string();
+    for (const auto& cls : fs::directory_iterator(e.path(), ec)) {
+      if (!cls.is_directory(ec) || !digits(cls.path().filename().string(), 0)) return cls.path().string();
+      for (const auto& f : fs::directory_iterator(cls.path(), ec)) {
+        const std::string fn = f.path().filename().string();
+        if (!f.is_regular_file(ec) || fn.size() != 10 || fn.substr(6) != ".jpg" || !digits(fn.substr(0, 6), 6))
+          return f.path().string();
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 ExportImagesResult export_images(const ExportImagesOptions& o) {
@@ -65,19 +127,38 @@ ExportImagesResult export_images(const ExportImagesOptions& o) {
   KILN_CHECK(o.quality >= 1 && o.quality <= 100, "export-images: --quality must be 1..100, got ", o.quality);
   ExportImagesResult r;
   const fs::path out(o.out);
+  const nlohmann::json asked = export_request(o);
   if (!o.force && fs::exists(out / kMarker)) {
-    r.skipped = true;
-    return r;
+    std::ifstream f(out / kMarker);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    r.replaced = request_differences(text, asked);
+    if (r.replaced.empty()) {
+      r.skipped = true;
+      return r;
+    }
+    const std::string foreign = foreign_entry(out);
+    KILN_CHECK(foreign.empty(), "export-images: ", o.out, " holds an export of other settings (", r.replaced,
+               ") and files kiln did not write (", foreign,
+               "); give another --out, or --force to write this export over it");
   }
   DataSplits s = load_training_data(o.data, o.val);
+  if (fs::exists(out / kMarker) && foreign_entry(out).empty()) {  // the old export's images go, not just its marker
+    fs::remove(out / kMarker);
+    fs::remove_all(out / "train");
+    fs::remove_all(out / "test");
+  }
   int64_t max_label = s.train.max_label();
   if (s.val) max_label = std::max(max_label, s.val->max_label());
   r.classes = max_label + 1;
   fs::remove(out / kMarker);
   r.train = write_split(s.train, s.mean, s.std, out / "train", r.classes, o.quality);
   if (s.val) r.test = write_split(*s.val, s.mean, s.std, out / "test", r.classes, o.quality);
-  const std::string marker = str_cat("kiln export-images of ", o.data, ": ", r.train, " train, ", r.test,
-                                     " test images, ", r.classes, " classes, JPEG quality ", o.quality, "\n");
+  const nlohmann::json mj = {{"kiln_export", 1},
+                             {"request", asked},
+                             {"train", r.train},
+                             {"test", r.test},
+                             {"classes", r.classes}};
+  const std::string marker = mj.dump(1) + "\n";
   atomic_write_file((out / kMarker).string(), marker.data(), marker.size());
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

@@ -164,7 +164,7 @@ bool ImageLoader::next(ImageBatch& out) {
     ++delivered_;
     lk.unlock();
     cv_.notify_all();
-    if (r.n == 0) continue;  // every sample of this batch was bad
+    if (r.n == 0 && !opt_.keep_empty_batches) continue;  // every sample of this batch was bad
     out = std::move(r);
     return true;
   }

@@ -42,6 +42,9 @@ struct ImageLoaderOptions {
   std::function<void(void*, size_t)> release;
   // Called once per distinct bad path, from a worker thread. Default: one line on stderr.
   std::function<void(const std::string& path, const std::string& reason)> on_bad_sample;
+  // A batch whose every sample was bad: delivered with n = 0 (true: a trainer counts it as a step,
+  // so its step numbers and a resumed run's batch position agree) or left out (false).
+  bool keep_empty_batches = false;
 };
 
 struct ImageBatch {

@@ -69,6 +69,13 @@ class ImageSource : public DataSource {
       return false;
     }
     collect_bad();
+    if (ib.n == 0) {  // training: every sample of this batch was bad; fit counts it as a step, left out
+      MemoryScope scope(MemoryTag::data);
+      out->x = empty({0, ib.c, ib.h, ib.w}, ib.dtype == PixelDType::f16 ? DType::f16 : DType::f32, device_);
+      out->y = empty({0}, DType::i64, device_);
+      out->indices.clear();
+      return true;
+    }
     out->x = batch_to_device(ib.buffer.get(), {ib.n, ib.c, ib.h, ib.w}, ib.buffer, device_, mem_.pinned);
     {
       MemoryScope scope(MemoryTag::data);
@@ -96,6 +103,9 @@ class ImageSource : public DataSource {
     lo.alloc = mem_.alloc;
     lo.release = mem_.release;
     lo.on_bad_sample = [](const std::string&, const std::string&) {};  // reported from the main thread
+    // Training: an all-bad batch is still a step of the epoch (train::fit leaves it out and counts it),
+    // so a state saved after step k resumes at the loader's batch k (skip_batches).
+    lo.keep_empty_batches = train_;
     if (train_) {
       lo.sampler.kind = o_.balance ? SamplerKind::weighted : SamplerKind::random;
       lo.sampler.balance = o_.balance;
@@ -223,6 +233,28 @@ void check_trainable(const ImageDataset& train, const std::string& data, bool fr
                       train.samples[0].path, folder ? ")" : "; CSV paths are relative to the CSV's folder)"));
 }
 
+// "train has 3 (a, b, c), --val has 3 (a, b, d); only in train: c; only in --val: d" (at most 12
+// names a list).
+std::string class_difference(const std::vector<std::string>& train, const std::vector<std::string>& val) {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 12; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 12) s += str_cat(", ... (", v.size() - 12, " more)");
+    return s;
+  };
+  const std::set<std::string> a(train.begin(), train.end()), b(val.begin(), val.end());
+  std::vector<std::string> only_train, only_val;
+  for (const std::string& n : train)
+    if (!b.count(n)) only_train.push_back(n);
+  for (const std::string& n : val)
+    if (!a.count(n)) only_val.push_back(n);
+  std::string s = str_cat("train has ", train.size(), " (", list(train), "), --val has ", val.size(), " (", list(val),
+                          ")");
+  if (!only_train.empty()) s += "; only in train: " + list(only_train);
+  if (!only_val.empty()) s += "; only in --val: " + list(only_val);
+  return s;
+}
+
 }  // namespace
 
 TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
@@ -245,8 +277,7 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   if (!c.val.empty()) {
     val = open_image_dataset(c.val);
     KILN_CHECK(val.classes == train.classes || std::filesystem::is_regular_file(c.val), "--val ", c.val,
-               ": its classes differ from the training data's (", train.classes.size(), " vs ", val.classes.size(),
-               " class folders)");
+               ": its classes differ from the training data's: ", class_difference(train.classes, val.classes));
     has_val = true;
   }
   KILN_CHECK(train.size() > 0, "--data ", c.data, ": no training images");

@@ -30,8 +30,7 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
     augment_options()[&o] = t->add_option("--augment", o.augment,
                   "training augmentation: none (default), flip, rrc (RandomResizedCrop scale 0.08-1 + flip; what "
                   "--augment alone means) or rrc:MIN_SCALE")
-        ->expected(0, 1)
-        ->default_str("rrc")  // what --augment without a value gives (CLI11 fills it in)
+        ->expected(0, 1)  // no default_str: CLI11 would print it as the default; finish_image_options fills rrc in
         ->group(g);
     t->add_flag("--balance", o.balance, "sample classes equally (weighted sampler, inverse class frequencies)")
         ->group(g);

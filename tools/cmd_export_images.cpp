@@ -13,7 +13,8 @@ CLI::App* add_export_images_command(CLI::App& app, kiln::ExportImagesOptions& o)
   e->add_option("--val", o.val, "data written as test/ (default: the IDX t10k split)");
   e->add_option("--out", o.out, "output folder")->required();
   e->add_option("--quality", o.quality, "JPEG quality 1..100")->capture_default_str();
-  e->add_flag("--force", o.force, "export again even when OUT already holds a complete export");
+  e->add_flag("--force", o.force,
+              "export again even when OUT already holds this export, and over files kiln did not write");
   return e;
 }
 
@@ -23,6 +24,9 @@ int run_export_images_command(const kiln::ExportImagesOptions& o) {
     std::printf("export-images: %s already holds a complete export (--force to write it again)\n", o.out.c_str());
     return 0;
   }
+  if (!r.replaced.empty())
+    std::printf("export-images: %s held an export of other settings (%s); exported again\n", o.out.c_str(),
+                r.replaced.c_str());
   std::printf("export-images: %lld train + %lld test images, %lld classes, JPEG quality %d -> %s (%.1f s)\n",
               (long long)r.train, (long long)r.test, (long long)r.classes, o.quality, o.out.c_str(), r.seconds);
   return 0;

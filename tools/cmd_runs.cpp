@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "engine/core/error.h"
+#include "engine/core/usage_error.h"
 #include "tools/cli_commands.h"
 #include "tools/report/run_report.h"
 #include "tools/runs_table.h"
@@ -40,7 +41,7 @@ std::vector<nlohmann::json> selected_rows(const std::vector<kiln::train::LedgerR
 }  // namespace
 
 int run_runs_command(const RunsOptions& o) {
-  KILN_CHECK(!(o.json && o.csv), "runs: --json and --csv are exclusive");
+  KILN_USAGE_CHECK(!(o.json && o.csv), "runs: --json and --csv are exclusive");
   std::vector<std::string> warnings;
   const auto runs = read_runs(o.paths.empty() ? std::vector<std::string>{"runs"} : o.paths, warnings);
   for (const std::string& w : warnings) std::cerr << "kiln runs: " << w << "\n";
@@ -88,7 +89,7 @@ void add_train_report_options(CLI::App* train, kiln::TrainConfig& c) {
 
 kiln::LedgerHook train_report_hook(const kiln::TrainConfig& c) {
   if (c.report.empty()) return {};
-  KILN_CHECK(!c.out.empty(), "train --report: the report is drawn from OUT/runs.jsonl, so --out must not be empty");
+  KILN_USAGE_CHECK(!c.out.empty(), "train --report: the report is drawn from OUT/runs.jsonl, so --out must not be empty");
   const std::string path = c.report;
   return [path](const std::string& ledger, const std::string&) {
     std::vector<std::string> warnings;

@@ -2,13 +2,21 @@
 // CLI11. Parses and validates options, then hands over to the rest of tools/ (the kiln_tools library, so
 // tests can call it). Every
 // failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
-// "kiln: error: ..." on stderr and a non-zero exit status.
+// "kiln: error: ..." on stderr and a non-zero exit status, the same scheme for every subcommand:
+//   0  done (also --help)
+//   1  a run or data error (a file that cannot be read or written, bad data, out of memory, a
+//      training failure, a --resume state that contradicts the flags)
+//   2  a usage error: an unknown command or flag, a missing or malformed value, flags that
+//      contradict each other (CLI11's parse errors, and kiln::UsageError found after parsing)
+// A `kiln train` refused before its first step still appends its ledger line (tools/train_loop.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
 
 #include "engine/core/error.h"
+#include "engine/core/usage_error.h"
+#include "models/registry.h"
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
 #include "tools/cli_commands.h"
@@ -19,8 +27,29 @@
 
 namespace {
 
+constexpr int kExitRunError = 1;
+constexpr int kExitUsage = 2;
+
+// Runs the flag checks that follow parsing; a kiln::Error from them is a usage error.
+template <typename F>
+void usage_checks(F&& checks) {
+  try {
+    checks();
+  } catch (const kiln::UsageError&) {
+    throw;
+  } catch (const kiln::Error& e) {
+    throw kiln::UsageError(e.what());
+  }
+}
+
+std::string model_list() {
+  std::string list;
+  for (const std::string& n : kiln::models::model_names()) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
-  t->add_option("--model", c.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
+  t->add_option("--model", c.model, "model name: " + model_list())->required();
   t->add_option("--data", c.data,
                 "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
                 "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64), an image folder (class subfolders; train/ + val/ "
@@ -114,7 +143,7 @@ int main(int argc, char** argv) {
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
-  predict->add_option("--model", pc.model, "model name")->required();
+  predict->add_option("--model", pc.model, "model name: " + model_list())->required();
   predict->add_option("--weights", pc.weights, "weights (safetensors)")->required()->check(CLI::ExistingFile);
   predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();
@@ -146,7 +175,7 @@ int main(int argc, char** argv) {
                  "or devices; "
                  "see kiln --help)\n",
                  argv[1]);
-    return 2;
+    return kExitUsage;
   }
   try {
     app.parse(argc, argv);
@@ -156,16 +185,23 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "kiln: error: %s (see kiln --help)\n", e.what());
-    return e.get_exit_code() != 0 ? e.get_exit_code() : 2;
+    return kExitUsage;  // CLI11's own codes (105, 106, 114, ...) differ per error; kiln has one
   }
 
   try {
     if (train->parsed()) {
-      if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");
-      kiln::parse_checkpoint_every(checkpoint_every, &tc);
-      kiln::LrSchedule::parse(tc.schedule, tc.warmup);  // validate before loading anything
-      kiln_cli::finish_image_options(tc.image);
-      tc.alloc.validate();
+      try {
+        usage_checks([&] {
+          if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");
+          kiln::parse_checkpoint_every(checkpoint_every, &tc);
+          kiln::LrSchedule::parse(tc.schedule, tc.warmup);  // validate before loading anything
+          kiln_cli::finish_image_options(tc.image);
+          tc.alloc.validate();
+        });
+      } catch (const kiln::UsageError& e) {
+        kiln::record_refused_run(tc, e.what());
+        throw;
+      }
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
       kiln::run_training(tc, std::cout, std::cerr, kiln_cli::train_report_hook(tc));
       if (!tc.report.empty()) std::cout << "report: " << tc.report << "\n";
@@ -173,7 +209,7 @@ int main(int argc, char** argv) {
       kiln::run_mem_command(mo, std::cout);
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
-      kiln_cli::finish_image_options(pc.image);
+      usage_checks([&] { kiln_cli::finish_image_options(pc.image); });
       kiln::run_predict(pc, std::cout);
     } else if (data_cmd->parsed()) {
       return kiln_cli::run_data_command(dc);
@@ -186,10 +222,14 @@ int main(int argc, char** argv) {
     } else {
       std::cout << kiln::format_device_report(kiln::query_devices());
     }
+  } catch (const kiln::UsageError& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cout.flush();
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
-    return 1;
+    return kExitRunError;
   }
   return 0;
 }

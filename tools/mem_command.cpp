@@ -1,6 +1,8 @@
 // `kiln mem` (see mem_command.h).
 #include "tools/mem_command.h"
 
+#include "engine/core/usage_error.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +52,9 @@ void print_text(const MemPrediction& p, std::ostream& out) {
   std::snprintf(line, sizeof line, "  %-40s %12s  %14lld B\n", "peak reserved", human(p.peak_reserved).c_str(),
                 (long long)p.peak_reserved);
   out << line;
+  out << "  (input data is one batch, x and y, as an in-memory data set (IDX, npy) holds it: exact there. An image\n"
+         "  folder's loader holds 1 to --prefetch + 2 batch buffers of that size, as far as its workers decode ahead,\n"
+         "  so its measured peak allocated can exceed this one by up to (--prefetch + 1) x input data)\n";
   out << "activations saved per layer (module that allocated them):\n";
   for (const auto& [m, b] : p.layer_activations) {
     std::snprintf(line, sizeof line, "  %-40s %12s  %5.1f%%\n", m.c_str(), human(b).c_str(),
@@ -153,7 +158,7 @@ int parse_recompute_option(const std::string& text) {
   if (text == "auto") return -1;
   char* end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
-  KILN_CHECK(!text.empty() && end == text.c_str() + text.size() && v >= 0 && v <= 1000, "--checkpoint '", text,
+  KILN_USAGE_CHECK(!text.empty() && end == text.c_str() + text.size() && v >= 0 && v <= 1000, "--checkpoint '", text,
              "': expected a segment count >= 0 or auto");
   return (int)v;
 }

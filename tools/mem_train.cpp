@@ -54,6 +54,10 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
   log << "memory predicted (meta run): peak allocated " << human(prediction_.peak_allocated) << " (first step "
       << human(prediction_.first.allocated) << "), reserved " << human(prediction_.peak_reserved)
       << "; params " << human(prediction_.params) << ", activations " << human(prediction_.activations) << "\n";
+  if (image_size_applies)  // the loader's batch buffers: how many are live depends on its workers' timing
+    log << "memory: image data: the loader holds 1 to --prefetch + 2 = " << c.image.prefetch + 2 << " batch buffers of "
+        << human(prediction_.data) << " (the prediction counts 1), so the measured peak allocated may exceed the "
+        << "prediction by up to " << human((c.image.prefetch + 1) * prediction_.data) << "\n";
   // Stop before the real model is built when the step cannot fit (--force runs anyway).
   const int64_t budget = device_budget(device);
   if (prediction_.peak_reserved > budget) {

@@ -1,6 +1,8 @@
 // Model factory and optimizer adapter for the command layer (see train_components.h).
 #include "tools/train_components.h"
 
+#include "engine/core/usage_error.h"
+
 #include <algorithm>
 
 #include "engine/optim/adamw.h"
@@ -14,7 +16,7 @@ void check_model_name(const std::string& name) {
   if (std::find(names.begin(), names.end(), name) != names.end()) return;
   std::string list;
   for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw Error(str_cat("--model '", name, "': unknown model (known: ", list, ")"));
+  throw UsageError(str_cat("--model '", name, "': unknown model (known: ", list, ")"));
 }
 
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {

@@ -1,6 +1,8 @@
 // The --data dispatch to data/'s sources and evaluation over any source (see train_data.h).
 #include "tools/train_data.h"
 
+#include "engine/core/usage_error.h"
+
 #include <filesystem>
 
 #include "data/array_source.h"
@@ -28,11 +30,11 @@ std::string data_kind(const std::string& path) {
 }
 
 TrainData open_train_data(const TrainConfig& c, Device device) {
-  KILN_CHECK(c.limit != 0, "--limit 0: no samples to train on (give a positive count, or leave --limit out)");
+  KILN_USAGE_CHECK(c.limit != 0, "--limit 0: no samples to train on (give a positive count, or leave --limit out)");
   const std::string kind = data_kind(c.data);
   if (kind == "images") {
     if (ImageSizeSchedule::parse(c.image.image_size).progressive())
-      KILN_CHECK(c.model != "small_cnn", "--image-size ", c.image.image_size,
+      KILN_USAGE_CHECK(c.model != "small_cnn", "--image-size ", c.image.image_size,
                  ": small_cnn takes one input size (its classifier is sized for it); progressive resizing needs a "
                  "model with global pooling (resnet18, resnet34, ...)");
     ImageDataOptions o;

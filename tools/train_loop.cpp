@@ -6,6 +6,8 @@
 // the last one smaller (no sample dropped): --batch N on N samples is exactly one step.
 #include "tools/train_loop.h"
 
+#include "engine/core/usage_error.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <optional>
 
 #include "data/array_dataset.h"
+#include "data/image_options.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/generator.h"
 #include "engine/io/atomic_file.h"
@@ -68,6 +71,20 @@ nlohmann::json epoch_json(const EpochStats& e) {
   return j;
 }
 
+// The sizes a schedule gives in `epochs` epochs: "16 for epochs 1-2" or "16 for epochs 1-5, 20 for epoch 6".
+std::string sizes_used(const ImageSizeSchedule& sched, int64_t epochs) {
+  std::string out;
+  for (int64_t e = 0; e < epochs;) {
+    const int size = sched.at_epoch(e);
+    int64_t end = e;
+    while (end + 1 < epochs && sched.at_epoch(end + 1) == size) ++end;
+    out += str_cat(out.empty() ? "" : ", ", size, end > e ? " for epochs " : " for epoch ", e + 1);
+    if (end > e) out += str_cat("-", end + 1);
+    e = end + 1;
+  }
+  return out;
+}
+
 // --out is created when missing; --save's folder must exist. Both must take a new file.
 void check_output_folders(const TrainConfig& c) {
   if (!c.out.empty()) {
@@ -87,15 +104,46 @@ void check_output_folders(const TrainConfig& c) {
 
 }  // namespace
 
+void record_refused_run(const TrainConfig& c, const std::string& error, const LedgerHook& on_ledger) {
+  if (c.out.empty()) return;
+  std::error_code ec;
+  if (!fs::is_directory(c.out, ec) || ::access(c.out.c_str(), W_OK) != 0) return;
+  try {
+    train::RunLedger ledger((fs::path(c.out) / "runs.jsonl").string());
+    ledger.finish({{"command", "train"}, {"config", c.to_json()}, {"steps", 0}, {"epochs", nlohmann::json::array()}},
+                  "refused", error);
+    if (on_ledger) on_ledger(ledger.path(), ledger.run_id());
+  } catch (const std::exception& e) {
+    std::cerr << "runs.jsonl: could not record the refused run: " << e.what() << "\n";
+  }
+}
+
 TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, const LedgerHook& on_ledger) {
   return run_training(c, log, progress, &progress == &std::cerr && ::isatty(2), on_ledger);
 }
 
+namespace {
+TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
+                                 const LedgerHook& on_ledger, bool* ledger_started);
+}  // namespace
+
 TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
                          const LedgerHook& on_ledger) {
+  bool ledger_started = false;  // from the start record on, a failure is the run's own end line
+  try {
+    return run_training_started(c, log, progress, progress_tty, on_ledger, &ledger_started);
+  } catch (const std::exception& e) {
+    if (!ledger_started) record_refused_run(c, e.what(), on_ledger);
+    throw;
+  }
+}
+
+namespace {
+TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
+                                 const LedgerHook& on_ledger, bool* ledger_started) {
   const auto t_start = Clock::now();
-  KILN_CHECK(c.epochs >= 1 && c.batch >= 1 && c.accum >= 1, "train: --epochs, --batch and --accum must be >= 1");
-  KILN_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
+  KILN_USAGE_CHECK(c.epochs >= 1 && c.batch >= 1 && c.accum >= 1, "train: --epochs, --batch and --accum must be >= 1");
+  KILN_USAGE_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
   check_output_folders(c);  // before any data is read: a run must not train and then fail to save
@@ -127,6 +175,17 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
              num_classes);
   KILN_CHECK(c.class_weights.empty() || (int64_t)c.class_weights.size() == num_classes, "--class-weights: ",
              c.class_weights.size(), " weights for ", num_classes, " classes");
+  // A schedule --epochs cuts short: the sizes actually used, and a warning (its last size is never trained).
+  if (data.format == "images") {
+    const ImageSizeSchedule sched = ImageSizeSchedule::parse(c.image.image_size);
+    if (sched.progressive() && sched.at_epoch(c.epochs - 1) != sched.final_size()) {
+      const std::string used = sizes_used(sched, c.epochs);
+      log << "warning: --image-size " << c.image.image_size << " never reaches " << sched.final_size()
+          << " within --epochs " << c.epochs << ": " << used << "\n";
+      for (std::string& note : data.notes)
+        if (note.rfind("progressive resizing: ", 0) == 0) note = "image size " + used;
+    }
+  }
   log << "data: " << train.source() << ", " << train.size() << " samples (" << train_channels << "x" << train_size
       << "x" << train_size << ")";
   if (data.val) log << "; val " << data.val->source() << ", " << data.val->size() << " samples";
@@ -201,7 +260,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
       KILN_CHECK(st.step_in_epoch < steps_per_epoch, "--resume: ", c.resume, " was saved after step ",
                  st.step_in_epoch, " of an epoch, but an epoch has ", steps_per_epoch, " steps");
       start_step_in_epoch = st.step_in_epoch;
-      start_sums = {st.epoch_loss_sum, st.epoch_correct, st.epoch_seen};
+      start_sums = {st.epoch_loss_sum, st.epoch_correct, st.epoch_seen, st.epoch_undefined_batches};
     }
     log << "resume: " << c.resume << " at epoch " << start_epoch;
     if (start_step_in_epoch > 0) log << " + " << start_step_in_epoch << "/" << steps_per_epoch << " steps";
@@ -233,6 +292,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   ledger.start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"data", data.ledger},
                 {"image_size", train_size}, {"model_parameters", model->num_parameters()},
                 {"start_epoch", start_epoch}, {"steps_per_epoch", steps_per_epoch}, {"memory", memory.to_json()}});
+  *ledger_started = true;
   FirstStepRecorder first_step(c.alloc, device);
   std::unique_ptr<ProgressLine> bar;
   train::FitOptions fo;
@@ -278,6 +338,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     st.epoch_loss_sum = sums.loss_sum;
     st.epoch_correct = sums.correct;
     st.epoch_seen = sums.seen;
+    st.epoch_undefined_batches = sums.undefined_batches;
     if (amp.enabled()) {
       st.has_amp = true;
       st.amp_scale = amp.scaler().current_scale();
@@ -292,7 +353,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     // Every --checkpoint-every Nsteps; one due at an epoch's last step is written at the epoch's end.
     if (!state_path.empty() && c.checkpoint_steps > 0 && step % c.checkpoint_steps == 0 &&
         fs.step_in_epoch + 1 < fs.steps_per_epoch)
-      save_state(fs.epoch, fs.step_in_epoch + 1, {fs.loss_sum, fs.correct, fs.seen});
+      save_state(fs.epoch, fs.step_in_epoch + 1, {fs.loss_sum, fs.correct, fs.seen, fs.undefined_batches});
     memory.after_step(log);
     bar->set_suffix(amp.progress_text());
     bar->update(fs.step_in_epoch + 1, fs.mean_loss, fs.seen);
@@ -410,5 +471,6 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   result.ledger_line = j;
   return result;
 }
+}  // namespace
 
 }  // namespace kiln

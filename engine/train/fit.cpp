@@ -93,6 +93,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       correct = o.start_sums.correct;
       seen = o.start_sums.seen;
       loss_rows = o.start_sums.seen;  // the state file keeps seen; it differs only after an --amp skip in this epoch
+      es.undefined_batches = o.start_sums.undefined_batches;
     }
     SourceBatch batch;
     // Where a non-finite step happened, for the one error that stops the run.
@@ -168,6 +169,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       fs.seen = seen;
       fs.loss_sum = loss_sum;
       fs.correct = correct;
+      fs.undefined_batches = es.undefined_batches;
       if (o.callbacks.on_step_end) o.callbacks.on_step_end(fs);
       if (o.watch_memory) {
         if (!watch) watch.emplace(batch.x.device(), o.watch);

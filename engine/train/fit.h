@@ -48,12 +48,14 @@ struct FitStep {
   // resumed epoch reports the numbers of an uninterrupted one (FitOptions::start_sums).
   double loss_sum = 0;          // sum of loss * samples
   int64_t correct = 0;
+  int64_t undefined_batches = 0;  // batches left out so far (empty, or a loss undefined by construction)
 };
 
 // The sums of an epoch's first steps, for a run resumed mid-epoch.
 struct EpochSums {
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
+  int64_t undefined_batches = 0;
 };
 
 struct FitCallbacks {

@@ -104,7 +104,8 @@ void RunLedger::step(nlohmann::json point) { append("step", point); }
 void RunLedger::epoch(nlohmann::json fields) { append("epoch", fields); }
 
 void RunLedger::finish(nlohmann::json fields, const std::string& status, const std::string& error) {
-  KILN_CHECK(status == "ok" || status == "failed", "runs.jsonl: run status must be ok or failed, got '", status, "'");
+  KILN_CHECK(status == "ok" || status == "failed" || status == "refused",
+             "runs.jsonl: run status must be ok, failed or refused, got '", status, "'");
   if (!fields.is_object()) fields = nlohmann::json::object();
   if (!fields.contains("time")) fields["time"] = utc_now("%Y-%m-%dT%H:%M:%SZ");
   fields["status"] = status;

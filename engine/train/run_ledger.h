@@ -3,7 +3,8 @@
 //   {"record":"start","run":ID,...}   once, before its first step (so a killed run is still listed)
 //   {"record":"step","run":ID,...}    a curve point every N optimizer steps (CurveRecorder)
 //   {"record":"epoch","run":ID,...}   after each epoch (its train/val loss and accuracy)
-//   {"record":"end","run":ID,"status":"ok"|"failed",...}  the full record of the run (+ "error")
+//   {"record":"end","run":ID,"status":"ok"|"failed"|"refused",...}  the full record of the run (+ "error";
+//                                    "refused": stopped before its first step, the only line of that run)
 // Lines written before the ledger had records (no "record" key) are complete runs without curves.
 // The reader never throws on content: a torn or foreign line is skipped with a warning naming the
 // file and line. This file must not know the command line or print; callers choose what to record.
@@ -32,7 +33,7 @@ class RunLedger {
   void start(nlohmann::json fields);
   void step(nlohmann::json point);    // "record":"step"
   void epoch(nlohmann::json fields);  // "record":"epoch"
-  // "record":"end" with status "ok" or "failed" (error: the failure's message).
+  // "record":"end" with status "ok", "failed" or "refused" (error: the failure's message).
   void finish(nlohmann::json fields, const std::string& status, const std::string& error = "");
 
  private:
@@ -63,7 +64,7 @@ class CurveRecorder {
 // One run as read back: its records merged by run id, in the order the runs started.
 struct LedgerRun {
   std::string id, file;
-  std::string status;  // ok | failed | killed (start without end) | running (its process is alive)
+  std::string status;  // ok | failed | refused | killed (start without end) | running (its process is alive)
   std::string error;   // failed runs
   nlohmann::json start;                // null for old ledgers
   nlohmann::json end;                  // null when killed or running

@@ -51,6 +51,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["epoch_loss_sum"] = sum;
     meta["epoch_correct"] = std::to_string(st.epoch_correct);
     meta["epoch_seen"] = std::to_string(st.epoch_seen);
+    meta["epoch_undefined_batches"] = std::to_string(st.epoch_undefined_batches);
   }
   if (st.has_amp) {
     char scale[64];
@@ -88,6 +89,7 @@ CheckpointFile read_checkpoint(const std::string& path, const std::string& model
     st.epoch_loss_sum = std::stod(optional_meta("epoch_loss_sum"));
     st.epoch_correct = std::stoll(optional_meta("epoch_correct"));
     st.epoch_seen = std::stoll(optional_meta("epoch_seen"));
+    st.epoch_undefined_batches = std::stoll(optional_meta("epoch_undefined_batches"));
     if (f.metadata.count("amp_scale")) {
       st.has_amp = true;
       st.amp_scale = std::stod(meta_at(f, "amp_scale", path));
@@ -97,7 +99,8 @@ CheckpointFile read_checkpoint(const std::string& path, const std::string& model
   } catch (const std::logic_error&) {
     throw Error(str_cat("--resume: ", path, ": malformed epoch/step/rng/amp metadata"));
   }
-  KILN_CHECK(st.epoch >= 0 && st.step >= 0 && st.step_in_epoch >= 0 && st.epoch_seen >= 0 && st.epoch_correct >= 0,
+  KILN_CHECK(st.epoch >= 0 && st.step >= 0 && st.step_in_epoch >= 0 && st.epoch_seen >= 0 && st.epoch_correct >= 0 &&
+                 st.epoch_undefined_batches >= 0,
              "--resume: ", path, ": negative epoch/step metadata");
   auto cfg = f.metadata.find("config");
   if (cfg != f.metadata.end()) {

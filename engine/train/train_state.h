@@ -6,7 +6,7 @@
 // (optimizer steps done), rng_seed / rng_offset (engine/core/generator.h) and the run's
 // configuration as JSON (`config`, whatever the caller passes); a file saved mid-epoch also
 // step_in_epoch (steps of the next epoch done) and that epoch's sums so far (epoch_loss_sum,
-// epoch_correct, epoch_seen); under --amp also amp_scale,
+// epoch_correct, epoch_seen, epoch_undefined_batches); under --amp also amp_scale,
 // amp_growth_tracker and amp_skipped_steps (the LossScaler's state, restored by --resume). A weights
 // file (--save) is the plain state_dict with torchvision names, plus metadata (model, num_classes,
 // in_channels, image_size) that `kiln predict` uses to rebuild the model.
@@ -33,6 +33,7 @@ struct CheckpointState {
   int64_t step_in_epoch = 0;
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0, epoch_seen = 0;
+  int64_t epoch_undefined_batches = 0;  // batches of those steps left out (all samples bad, ...)
   // The --amp loss scaler's state (has_amp: the run that saved it used --amp).
   bool has_amp = false;
   double amp_scale = 0;

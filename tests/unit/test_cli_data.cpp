@@ -3,6 +3,7 @@
 // the (seed, epoch) permutation; IDX normalization on a tiny hand-made IDX folder.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -101,6 +102,35 @@ TEST_CASE("cli data: IDX folder with t10k as validation, normalized with the tra
   CHECK(s.val->images[1] == doctest::Approx(-1.0));
   ArrayDataset inf = load_inference_data(d);
   CHECK(inf.n == 1);  // the t10k split
+}
+
+TEST_CASE("cli data: with --limit, IDX mean/std (normalization, start line, ledger) are those of the samples used") {
+  // 4 training images of 8x8: one black, three white. All: mean 0.75; the first 2: mean 0.5, std 0.5.
+  const std::string d = kiln_test::cli_temp_dir("idx_limit");
+  std::vector<uint8_t> px(4 * 64, 255);
+  std::fill(px.begin(), px.begin() + 64, 0);
+  write_idx_u8(d + "/train-images-idx3-ubyte", {4, 8, 8}, px);
+  write_idx_u8(d + "/train-labels-idx1-ubyte", {4}, {0, 1, 0, 1});
+  write_idx_u8(d + "/t10k-images-idx3-ubyte", {2, 8, 8}, std::vector<uint8_t>(128, 255));
+  write_idx_u8(d + "/t10k-labels-idx1-ubyte", {2}, {0, 1});
+  DataSplits all = load_training_data(d);
+  CHECK(all.mean == doctest::Approx(0.75));
+  DataSplits two = load_training_data(d, "", 2);
+  CHECK(two.train.n == 2);
+  CHECK(two.mean == doctest::Approx(0.5));
+  CHECK(two.std == doctest::Approx(0.5));
+  CHECK(two.train.images[0] == doctest::Approx(-1.0));  // black: (0 - 0.5) / 0.5
+  REQUIRE(two.val);
+  CHECK(two.val->images[0] == doctest::Approx(1.0));  // t10k normalized with the same numbers
+  const std::string out = kiln_test::cli_temp_dir("idx_limit_out");
+  auto r = kiln_test::run_kiln("train --model small_cnn --data " + d + " --limit 2 --batch 2 --epochs 1 --threads 1 "
+                               "--device cpu --out " + out);
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  CHECK_MESSAGE(contains(r.output, "normalized (x/255 - 0.5) / 0.5"), r.output);
+  const nlohmann::json j = kiln_test::last_ledger_line(out + "/runs.jsonl");
+  CHECK(j["data"]["train_samples"] == 2);
+  CHECK(j["data"]["mean"].get<double>() == doctest::Approx(0.5));
+  CHECK(j["data"]["std"].get<double>() == doctest::Approx(0.5));
 }
 
 TEST_CASE("cli data: batches and epoch permutations") {

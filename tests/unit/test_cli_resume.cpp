@@ -240,3 +240,42 @@ TEST_CASE("kiln train: an image folder with --augment rrc resumed mid-epoch give
   CHECK(contains(resumed.output, "at epoch 0 + 4/6 steps, step 4"));
   check_same_bytes(a + "/w.safetensors", b + "/w.safetensors", true);
 }
+
+TEST_CASE("kiln train: batches emptied by bad files count as steps, so a resumed run gives the uninterrupted run's bytes") {
+  // 2 classes x 6 good JPEGs plus 6 truncated ones, batch 1: 18 steps an epoch, 6 of them empty (every
+  // sample bad). The state after step 6 of epoch 1 follows at least one empty batch (epoch_seen < 6),
+  // so a step counter that skipped empty batches would resume at another loader batch.
+  const std::string root = kiln_test::cli_temp_dir("resume_bad_batches");
+  const std::string bad = kiln_test::make_image_folder(root, 2, 6, 16, 1, true);
+  for (int i = 0; i < 5; ++i)
+    fs::copy_file(bad, root + "/train/class" + std::to_string(i % 2) + "/zz_bad" + std::to_string(i) + ".jpg");
+  auto args = [&](const std::string& out, const std::string& extra) {
+    return "train --model small_cnn --data " + root + " --channels 1 --image-size 12 --epochs 2 --batch 1 "
+           "--workers 1 --optimizer sgd --lr 0.05 --momentum 0.9 --seed 9 --threads 1 --device cpu "
+           "--checkpoint-every 6steps --out " + out + " --save " + out + "/w.safetensors " + extra;
+  };
+  const std::string a = kiln_test::cli_temp_dir("resume_bad_a"), b = kiln_test::cli_temp_dir("resume_bad_b");
+  auto ra = run_kiln(args(a, ""));
+  REQUIRE_MESSAGE(ra.status == 0, ra.output);
+  CHECK(contains(ra.output, "18 steps/epoch"));
+  const nlohmann::json la = kiln_test::last_ledger_line(a + "/runs.jsonl");
+  CHECK(la["steps"] == 36);
+  REQUIRE(la["epochs"].size() == 2);
+  CHECK(la["epochs"][0]["undefined_batches"] == 6);  // each bad file is one empty batch
+  CHECK(la["epochs"][1]["undefined_batches"] == 6);
+  const int64_t state_bytes = (int64_t)fs::file_size(a + "/checkpoint.safetensors");
+  // Killed in the second state write (after step 12): the first, after step 6, is kept.
+  auto killed = run_kiln(args(b, ""), "KILN_TEST_KILL_WRITE_AT=" + std::to_string(state_bytes + state_bytes / 2));
+  CHECK((killed.status == -1 || killed.status == 128 + 9));
+  const kiln::SafetensorsFile st = kiln::read_safetensors(b + "/checkpoint.safetensors");
+  REQUIRE(st.metadata.at("step_in_epoch") == "6");
+  CHECK(std::stoll(st.metadata.at("epoch_seen")) < 6);  // the case this test is for: an empty batch came first
+  auto resumed = run_kiln(args(b, "--resume " + b + "/checkpoint.safetensors"));
+  REQUIRE_MESSAGE(resumed.status == 0, resumed.output);
+  CHECK(contains(resumed.output, "at epoch 0 + 6/18 steps, step 6"));
+  check_same_bytes(a + "/w.safetensors", b + "/w.safetensors", true);
+  const nlohmann::json lb = kiln_test::last_ledger_line(b + "/runs.jsonl");
+  CHECK(lb["steps"] == 36);
+  CHECK(lb["epochs"][0]["undefined_batches"] == la["epochs"][0]["undefined_batches"]);
+  CHECK(lb["epochs"][1]["train_loss"] == la["epochs"][1]["train_loss"]);
+}

@@ -211,3 +211,52 @@ TEST_CASE("csv data set: header detection, relative paths, class names, quoted f
   CHECK_THROWS_AS(csv_dataset(d / "empty.csv"), Error);
   CHECK(open_image_dataset(d / "names.csv").size() == 3);
 }
+
+TEST_CASE("csv data set: one label rule (all integers: indices; else all names, sorted), mixtures and extra columns are errors") {
+  TempDir d;
+  auto contains = [](const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; };
+  auto error_of = [&](const std::string& name, const std::string& text) {
+    write_bytes(d / name, text);
+    try {
+      csv_dataset(d / name);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  // Integers are class indices: 0 and 7 make classes 0..7.
+  write_bytes(d / "ints.csv", "a.jpg,0\nb.jpg,7\n");
+  ImageDataset di = csv_dataset(d / "ints.csv");
+  CHECK(di.classes.size() == 8);
+  CHECK(di.samples[1].label == 7);
+  // Names, sorted: dog -> 1, cat -> 0.
+  write_bytes(d / "names.csv", "a.jpg,dog\nb.jpg,cat\n");
+  CHECK(csv_dataset(d / "names.csv").samples[0].label == 1);
+  // A mixture names the line and the first line's kind (was: names "1", "cat", "dog").
+  std::string e = error_of("mix.csv", "a.jpg,1\nb.jpg,cat\nc.jpg,dog\n");
+  CHECK_MESSAGE(contains(e, "mix.csv:2: label 'cat' is a name but line 1's label '1' is an integer"), e);
+  e = error_of("mix2.csv", "path,label\na.jpg,cat\nb.jpg,0\n");
+  CHECK_MESSAGE(contains(e, "mix2.csv:3: label '0' is an integer but line 2's label 'cat' is a name"), e);
+  // A first line whose path is a file is a sample, not a header "img,y": its name label mixes.
+  write_bytes(d / "real.jpg", "x");
+  e = error_of("mix3.csv", "real.jpg,cat\nb.jpg,0\nc.jpg,1\n");
+  CHECK_MESSAGE(contains(e, "mix3.csv:2: label '0' is an integer but line 1's label 'cat' is a name"), e);
+  write_bytes(d / "hdr.csv", "img,y\nb.jpg,0\nc.jpg,1\n");  // a header of any words above integers
+  CHECK(csv_dataset(d / "hdr.csv").size() == 2);
+  // A number that is not an integer never becomes a name.
+  for (const char* label : {"0.0", "1e3", "-2.5", "3."}) {
+    CAPTURE(label);
+    e = error_of("float.csv", std::string("a.jpg,0\nb.jpg,") + label + "\n");
+    CHECK_MESSAGE(contains(e, std::string("float.csv:2: label '") + label + "' is a number but not an integer"), e);
+  }
+  e = error_of("float1.csv", "a.jpg,0.0\nb.jpg,1.0\n");
+  CHECK_MESSAGE(contains(e, "float1.csv:1: label '0.0' is a number but not an integer"), e);
+  // An extra column: file, line and column count.
+  e = error_of("extra.csv", "a.jpg,0\nb.jpg,1,0.5\n");
+  CHECK_MESSAGE(contains(e, "extra.csv:2: 3 columns, expected 2 (path,label)"), e);
+  e = error_of("extra_hdr.csv", "path,label,weight\na.jpg,0,1\n");
+  CHECK_MESSAGE(contains(e, "extra_hdr.csv:1: 3 columns, expected 2"), e);
+  // A quoted comma is one column.
+  write_bytes(d / "quoted.csv", "\"a,b.jpg\",cat\nc.jpg,dog\n");
+  CHECK(csv_dataset(d / "quoted.csv").size() == 2);
+}
