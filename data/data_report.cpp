@@ -176,11 +176,13 @@ int run_data_report(const DataReportOptions& opt) {
       DatasetSplits s = image_folder_splits(opt.path);
       splits.push_back({"train", std::move(s.train)});
       splits.push_back({s.eval_name, std::move(s.eval)});
+    } else if (fs::is_directory(opt.path) && fs::is_directory(fs::path(opt.path) / "train")) {
+      splits.push_back({"train", open_image_dataset((fs::path(opt.path) / "train").string())});  // as kiln train does
     } else {
       splits.push_back({"data", open_image_dataset(opt.path)});
     }
   } catch (const std::exception& e) {
-    out << "kiln data: " << e.what() << "\n";
+    (opt.err ? *opt.err : std::cerr) << "kiln: error: data: " << e.what() << "\n";
     return 1;
   }
   std::vector<double> mean(3, 0), stdv(3, 0);

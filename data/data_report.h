@@ -18,6 +18,7 @@ struct DataReportOptions {
   int stats_min_side = 224;  // JPEGs are DCT-decoded down to >= this shorter side for the statistics
   int tile = 160;            // contact-sheet tile size (pixels)
   std::ostream* out = nullptr;  // report text (default std::cout)
+  std::ostream* err = nullptr;  // "kiln: error: data: ..." when the set cannot be opened (default std::cerr)
 };
 
 // Returns 0 when the data set could be listed (whatever was found in it), 1 when it could not

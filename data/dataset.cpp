@@ -146,6 +146,8 @@ static constexpr int64_t kMaxCsvClasses = 1000000;
 // A label that reads as a number but is no integer ("0.0", "1e3", "-2.5"): neither a class index
 // nor a name kiln would take silently.
 static bool non_integer_number(const std::string& s) {
+  int64_t v;
+  if (parse_int(s, &v)) return false;
   if (s.empty() || !std::any_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
   char* end = nullptr;
   std::strtod(s.c_str(), &end);

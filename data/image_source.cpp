@@ -271,6 +271,11 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
     val = std::move(s.eval);
     has_val = true;
     split_note = "train/ + " + s.eval_name + "/";
+  } else if (std::filesystem::is_directory(c.data) &&
+             std::filesystem::is_directory(std::filesystem::path(c.data) / "train")) {
+    // train/ without val/ or test/ beside it: the training split alone (was: one class named "train").
+    train = open_image_dataset((std::filesystem::path(c.data) / "train").string());
+    split_note = "train/ (no val/ or test/ beside it: no validation unless --val)";
   } else {
     train = open_image_dataset(c.data);
   }

@@ -60,7 +60,17 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   model->to(device);
   NamedTensors state;
   for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, device));
-  model->load_state_dict(state, true);
+  try {
+    model->load_state_dict(state, true);
+  } catch (const Error& e) {
+    // A model whose classifier is sized for its input (small_cnn) fits only images of the trained size.
+    const int64_t trained = meta_int("image_size"), given = data.image_size(0);
+    if (trained <= 0 || trained == given) throw;
+    throw Error(str_cat("predict: ", c.weights, " was trained on ", trained, " px images and ", c.model,
+                        "'s layers are sized for them, but the data is ", given, " px: ",
+                        images ? str_cat("pass --image-size ", trained) : std::string("give data of that size"),
+                        " (", e.what(), ")"));
+  }
 
   std::ostringstream csv;
   csv << (images ? "index,path,label,predicted" : "index,label,predicted");

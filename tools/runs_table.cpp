@@ -252,7 +252,8 @@ void print_runs_table(const std::vector<json>& rows, std::ostream& out) {
   }
   for (const json& r : rows)
     if (r["error"].is_string())
-      out << "failed " << r["run"].get<std::string>() << ": " << r["error"].get<std::string>() << "\n";
+      out << (r["status"] == "refused" ? "refused " : "failed ") << r["run"].get<std::string>() << ": "
+          << r["error"].get<std::string>() << "\n";
 }
 
 void print_runs_csv(const std::vector<json>& rows, std::ostream& out) {

@@ -130,7 +130,7 @@ TEST_CASE("cli refused run: a run stopped before its first step still appends it
   // kiln runs lists them.
   const CliRun runs = run_kiln("runs " + out);
   CHECK(runs.status == 0);
-  CHECK(count_of(runs.output, "refused") == lines);
+  CHECK(count_of(runs.output, "\nrefused ") == lines);  // "refused RUN: error" under the table
   // No --out folder: nothing is created for a refused run.
   const std::string missing = out + "/not_there";
   CHECK(run_kiln(small_train(missing) + " --checkpoint-every 5min").status == 2);
@@ -216,12 +216,15 @@ TEST_CASE("cli help and errors that misled: --augment's default, resnet34_small,
   const CliRun help = run_kiln("train --help");
   REQUIRE(help.status == 0);
   CHECK(contains(help.output, "resnet34_small"));
+  CHECK(contains(run_kiln("mem --help").output, "resnet34_small"));
+  CHECK(contains(run_kiln("predict --help").output, "resnet34_small"));
   const size_t at = help.output.find("--augment");
   REQUIRE(at != std::string::npos);
   const std::string augment_line = help.output.substr(at, help.output.find('\n', at) - at);
   CAPTURE(augment_line);
-  CHECK_FALSE(contains(augment_line, "rrc"));  // the flag's column shows no default value
-  CHECK(contains(help.output, "none (default)"));
+  CHECK(contains(augment_line, "--augment TEXT "));
+  CHECK_FALSE(contains(augment_line, "=rrc"));  // was "--augment TEXT=rrc", as if rrc were the default
+  CHECK(contains(augment_line, "none (default)"));
 
   // --val with other classes: each side's classes named.
   const std::string root = cli_temp_dir("faults_val");
@@ -283,7 +286,7 @@ TEST_CASE("cli memory on an image folder: the data tag is 1 to --prefetch + 2 ba
                                  std::to_string(prefetch + 2) + " batch buffers"));
     const nlohmann::json m = last_ledger_line(out + "/runs.jsonl")["memory"];
     const int64_t data = m["predicted"]["input_data"];
-    CHECK(data == 4 * (16 * 16 * 4 + 8));  // x (4, 1, 16, 16) f32 and y (4) i64
+    CHECK(data == 4096 + 512);  // x (4, 1, 16, 16) f32, y (4) i64: 32 B in the allocator's 512-B rounding
     const int64_t pred_peak = std::max(m["predicted"]["first_step"]["peak_allocated"].get<int64_t>(),
                                        m["predicted"]["steady_step"]["peak_allocated"].get<int64_t>());
     REQUIRE(m["measured_epochs"].size() == 1);
@@ -297,4 +300,29 @@ TEST_CASE("cli memory on an image folder: the data tag is 1 to --prefetch + 2 ba
     for (const char* tag : {"param", "grad", "optimizer"})
       CHECK(e["measured_tag_peak"][tag] == m["predicted"]["steady_step"]["tag_peak"][tag]);
   }
+}
+
+TEST_CASE("cli new user: predict at another image size names both sizes; a folder with train/ alone trains on it") {
+  const std::string root = cli_temp_dir("faults_predict_size");
+  make_image_folder(root, 2, 4, 16, 1, false);
+  const std::string w = root + "/w.safetensors";
+  const CliRun t = run_kiln("train --model small_cnn --data " + root + "/train --channels 1 --image-size 16 "
+                            "--epochs 1 --batch 8 --threads 1 --device cpu --out " + root + "/out --save " + w);
+  REQUIRE_MESSAGE(t.status == 0, t.output);
+  const CliRun p = run_kiln("predict --model small_cnn --weights " + w + " --data " + root + "/val --image-size 24 "
+                            "--threads 1 --out " + root + "/p.csv");
+  CHECK(p.status == 1);
+  CHECK_MESSAGE(contains(p.output, "was trained on 16 px images and small_cnn's layers are sized for them, but the "
+                                   "data is 24 px: pass --image-size 16"),
+                p.output);
+  CHECK(run_kiln("predict --model small_cnn --weights " + w + " --data " + root + "/val --threads 1 --out " + root +
+                 "/p.csv").status == 0);
+  // train/ without val/ or test/: its classes, not one class named "train".
+  fs::remove_all(root + "/val");
+  const CliRun only = run_kiln("train --model small_cnn --data " + root + " --channels 1 --image-size 16 --epochs 1 "
+                               "--batch 8 --threads 1 --device cpu --out " + root + "/out2");
+  CHECK_MESSAGE(only.status == 0, only.output);
+  CHECK(contains(only.output, "8 samples"));
+  CHECK(contains(only.output, "splits: train/ (no val/ or test/ beside it"));
+  CHECK(contains(only.output, "2 classes"));
 }

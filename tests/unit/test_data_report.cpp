@@ -74,6 +74,8 @@ TEST_CASE("data report: counts, imbalance, bad files, exact mean/std, contact sh
   std::ostringstream e;
   o.path = d / "missing";
   o.out = &e;
+  o.err = &e;
   CHECK(run_data_report(o) == 1);
+  CHECK(e.str().rfind("kiln: error: data: ", 0) == 0);
   CHECK(e.str().find(d / "missing") != std::string::npos);
 }
