@@ -302,7 +302,7 @@ TEST_CASE("cli memory on an image folder: the data tag is 1 to --prefetch + 2 ba
   }
 }
 
-TEST_CASE("cli new user: predict at another image size names both sizes; a folder with train/ alone trains on it") {
+TEST_CASE("cli new user: predict at another image size names both sizes, and a folder with train/ alone trains on it") {
   const std::string root = cli_temp_dir("faults_predict_size");
   make_image_folder(root, 2, 4, 16, 1, false);
   const std::string w = root + "/w.safetensors";

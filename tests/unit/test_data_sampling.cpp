@@ -212,7 +212,7 @@ TEST_CASE("csv data set: header detection, relative paths, class names, quoted f
   CHECK(open_image_dataset(d / "names.csv").size() == 3);
 }
 
-TEST_CASE("csv data set: one label rule (all integers: indices; else all names, sorted), mixtures and extra columns are errors") {
+TEST_CASE("csv data set: one label rule (all integers are indices, else all are names, sorted), mixtures and extra columns are errors") {
   TempDir d;
   auto contains = [](const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; };
   auto error_of = [&](const std::string& name, const std::string& text) {

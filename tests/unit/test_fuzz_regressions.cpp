@@ -21,7 +21,12 @@ TEST_CASE("fuzz regression: a huge integer CSV label is one error, not billions 
   TempDir d;
   const std::string found(".p\0.,1999999999o\n\xff.,19999999990,1j", 34);  // the fuzzer's input
   write_bytes(d / "found.csv", found);
-  CHECK_THROWS_WITH_AS(csv_dataset(d / "found.csv"), doctest::Contains("label 19999999990 is too large"), Error);
+  // Its second line has a third column, an error of its own since CSV lists take exactly path,label;
+  // the same line with two columns reaches the label check.
+  CHECK_THROWS_WITH_AS(csv_dataset(d / "found.csv"), doctest::Contains("found.csv:2: 3 columns"), Error);
+  const std::string two(".p\0.,1999999999o\n\xff.,19999999990\n", 32);
+  write_bytes(d / "found2.csv", two);
+  CHECK_THROWS_WITH_AS(csv_dataset(d / "found2.csv"), doctest::Contains("label 19999999990 is too large"), Error);
   write_bytes(d / "big.csv", "a.jpg,0\nb.jpg,9223372036854775807\n");
   CHECK_THROWS_WITH_AS(csv_dataset(d / "big.csv"), doctest::Contains("big.csv:2: label 9223372036854775807"), Error);
   write_bytes(d / "edge.csv", "a.jpg,999999\n");  // the largest label kept
