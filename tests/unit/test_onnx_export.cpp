@@ -55,7 +55,7 @@ class Swish : public nn::Module {
 
 }  // namespace
 
-TEST_CASE("onnx export: small_cnn and resnet18 become the expected nodes; no Dropout; (N, K) output") {
+TEST_CASE("onnx export: small_cnn and resnet18 become the expected nodes, no Dropout, (N, K) output") {
   const std::string dir = kiln_test::cli_temp_dir("onnx_nodes");
   {
     nn::ModulePtr m = models::make_model("small_cnn", 10, 1, 28);
@@ -141,7 +141,7 @@ TEST_CASE("onnx export: the module keeps its training flag and buffers") {
   CHECK_FALSE(m->is_training());
 }
 
-TEST_CASE("kiln export: size, channels and classes come from the weights file; mistakes are one error") {
+TEST_CASE("kiln export: size, channels and classes come from the weights file, mistakes are one error") {
   const std::string dir = kiln_test::cli_temp_dir("onnx_cli");
   nn::ModulePtr m = models::make_model("small_cnn", 3, 1, 12);
   save_weights(dir + "/w.safetensors", *m, "small_cnn", 3, 1, 12);
