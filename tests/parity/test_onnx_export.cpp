@@ -56,7 +56,15 @@ void randomize_batch_norms(nn::Module& m) {
 struct Case {
   std::string name, model;
   int64_t channels, size, classes, opset;
+  std::string nodes;  // the op counts kiln export reports
 };
+
+const char* kSmallCnnNodes = "12 nodes (BatchNormalization 2, Conv 2, Flatten 1, Gemm 2, MaxPool 2, Relu 3)";
+// 20 convs (17 + 3 downsample), each with its BN, 1 + 2 per block ReLUs, 8 residual adds.
+const char* kResnet18Nodes =
+    "69 nodes (Add 8, BatchNormalization 20, Conv 20, Flatten 1, Gemm 1, GlobalAveragePool 1, MaxPool 1, Relu 17)";
+const char* kResnet18SmallNodes =  // no max-pool in the small stem
+    "68 nodes (Add 8, BatchNormalization 20, Conv 20, Flatten 1, Gemm 1, GlobalAveragePool 1, Relu 17)";
 
 }  // namespace
 
@@ -69,11 +77,11 @@ TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (small_cnn, re
   fs::create_directories(dir);
 
   const std::vector<Case> cases = {
-      {"small_cnn_opset17", "small_cnn", 1, 28, 10, 17},
-      {"small_cnn_opset13", "small_cnn", 3, 16, 4, 13},
-      {"resnet18_opset17", "resnet18", 3, 96, 12, 17},
-      {"resnet18_small_opset13", "resnet18_small", 3, 32, 5, 13},
-      {"resnet18_small_opset17", "resnet18_small", 1, 24, 3, 17},
+      {"small_cnn_opset17", "small_cnn", 1, 28, 10, 17, kSmallCnnNodes},
+      {"small_cnn_opset13", "small_cnn", 3, 16, 4, 13, kSmallCnnNodes},
+      {"resnet18_opset17", "resnet18", 3, 96, 12, 17, kResnet18Nodes},
+      {"resnet18_small_opset13", "resnet18_small", 3, 32, 5, 13, kResnet18SmallNodes},
+      {"resnet18_small_opset17", "resnet18_small", 1, 24, 3, 17, kResnet18SmallNodes},
   };
   nlohmann::json spec;
   spec["cases"] = nlohmann::json::array();
@@ -103,6 +111,7 @@ TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (small_cnn, re
     std::ostringstream log;
     kiln_cli::run_export_command(o, log);
     MESSAGE(log.str());
+    CHECK(log.str().find(c.nodes) != std::string::npos);
 
     // kiln's eval-mode logits of a random batch of 3 (the module is the one export saw, same weights).
     m->eval();
