@@ -1,6 +1,6 @@
 // OnnxGraph: the inference graph that ONNX export builds, one module at a time. Each module type has an
 // exporter (engine/export/onnx_exporters.h) that turns the module into ONNX nodes through this class:
-//   OnnxValue y = g.node(path, "Conv", {x.name, w, b}, {OnnxAttr::ints("strides", {s, s})}, probe);
+//   OnnxValue y = g.node(path, "Conv", {x.name, w, b}, {OnnxAttr::ints("strides", {s, s})}, out_shape);
 // Composite modules call g.module(child, path, x) on their children, which finds the child's exporter by
 // type name (Module::type_name) and fails with one error naming the module path and type when none exists.
 //
@@ -68,8 +68,8 @@ class OnnxGraph {
   // A parameter or buffer as an f32 initializer named `name` (its state_dict name); returns the name.
   std::string initializer(const std::string& name, const Tensor& t);
 
-  // Adds node `op` named `path` (made unique) with the given inputs; its output value is named after the
-  // node and shaped like probe(x) (a kiln op on a batch-1 zero tensor of x's shape).
+  // Adds node `op` named `path` (made unique) with the given inputs; its one output value is named after
+  // the node and has out_shape (from probe, or an input's shape for shape-preserving ops).
   OnnxValue node(const std::string& path, const std::string& op, const std::vector<std::string>& inputs,
                  const std::vector<OnnxAttr>& attrs, const Shape& out_shape);
   // The output shape of fn on a batch-1 zero tensor shaped like x (no autograd, eval mode of the caller).
