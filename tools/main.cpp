@@ -1,4 +1,4 @@
-// The `kiln` command: subcommands train, predict, mem, data, export-images, runs, report and devices over
+// The `kiln` command: subcommands train, predict, mem, data, export, export-images, runs, report and devices over
 // CLI11. Parses and validates options, then hands over to the rest of tools/ (the kiln_tools library, so
 // tests can call it). Every
 // failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
@@ -20,6 +20,7 @@
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
 #include "tools/cli_commands.h"
+#include "tools/cmd_export.h"
 #include "engine/core/devices.h"
 #include "tools/predict.h"
 #include "tools/train_config.h"
@@ -159,6 +160,8 @@ int main(int argc, char** argv) {
   CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
   kiln::ExportImagesOptions ec;
   CLI::App* export_cmd = kiln_cli::add_export_images_command(app, ec);
+  kiln_cli::ExportOnnxOptions xo;
+  CLI::App* export_onnx_cmd = kiln_cli::add_export_command(app, xo);
 
   kiln_cli::RunsOptions ro;
   CLI::App* runs_cmd = kiln_cli::add_runs_command(app, ro);
@@ -169,9 +172,9 @@ int main(int argc, char** argv) {
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices" &&
-      first != "mem" && first != "data" && first != "export-images" && first != "runs" && first != "report") {
+      first != "mem" && first != "data" && first != "export" && first != "export-images" && first != "runs" && first != "report") {
     std::fprintf(stderr,
-                 "kiln: error: unknown command '%s' (expected train, predict, mem, data, export-images, runs, report "
+                 "kiln: error: unknown command '%s' (expected train, predict, mem, data, export, export-images, runs, report "
                  "or devices; "
                  "see kiln --help)\n",
                  argv[1]);
@@ -213,6 +216,8 @@ int main(int argc, char** argv) {
       kiln::run_predict(pc, std::cout);
     } else if (data_cmd->parsed()) {
       return kiln_cli::run_data_command(dc);
+    } else if (export_onnx_cmd->parsed()) {
+      kiln_cli::run_export_command(xo, std::cout);
     } else if (export_cmd->parsed()) {
       return kiln_cli::run_export_images_command(ec);
     } else if (runs_cmd->parsed()) {

@@ -12,6 +12,7 @@ class ReLU : public Module {
  public:
   explicit ReLU(bool inplace = false) : Module("ReLU"), inplace_(inplace) {}
   Tensor forward(const Tensor& x) override;  // inplace: relu_ on x itself (x must not be a leaf needing grad)
+  bool inplace() const { return inplace_; }
 
  private:
   bool inplace_;
@@ -22,6 +23,9 @@ class MaxPool2d : public Module {
   // stride 0 means stride = kernel (PyTorch's default)
   explicit MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);
   Tensor forward(const Tensor& x) override;  // (N, C, H, W) -> (N, C, H', W')
+  int64_t kernel() const { return k_; }
+  int64_t stride() const { return s_; }
+  int64_t padding() const { return p_; }
 
  private:
   int64_t k_, s_, p_;
@@ -32,6 +36,8 @@ class AdaptiveAvgPool2d : public Module {
   AdaptiveAvgPool2d(int64_t out_h, int64_t out_w) : Module("AdaptiveAvgPool2d"), oh_(out_h), ow_(out_w) {}
   explicit AdaptiveAvgPool2d(int64_t out) : AdaptiveAvgPool2d(out, out) {}
   Tensor forward(const Tensor& x) override;  // (N, C, H, W) -> (N, C, out_h, out_w)
+  int64_t out_h() const { return oh_; }
+  int64_t out_w() const { return ow_; }
 
  private:
   int64_t oh_, ow_;
@@ -53,6 +59,8 @@ class Flatten : public Module {
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
       : Module("Flatten"), start_(start_dim), end_(end_dim) {}
   Tensor forward(const Tensor& x) override;  // (N, C, H, W) -> (N, C*H*W) by default
+  int64_t start_dim() const { return start_; }
+  int64_t end_dim() const { return end_; }
 
  private:
   int64_t start_, end_;

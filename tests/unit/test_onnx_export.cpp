@@ -1,0 +1,207 @@
+// ONNX export without an ONNX runtime (engine/export/, `kiln export`): the nodes small_cnn and ResNet's
+// blocks become (counted by op type, no Dropout), an opset outside 13..17 and a module type with no exporter
+// each give one clear error (the latter naming the module's path and type), export leaves the module's
+// training flag and buffers alone, and the command reads size, channels and classes from the weights
+// file. The numbers (onnxruntime against kiln) are the parity test tests/parity/test_onnx_export.cpp.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "engine/io/safetensors.h"
+#include "engine/io/tensor_io.h"
+#include "engine/nn/conv2d.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/sequential.h"
+#include "engine/train/train_state.h"
+#include "models/registry.h"
+#include "models/resnet.h"
+#include "support/cli/run_kiln.h"
+#include "tools/cmd_export.h"
+
+#ifdef KILN_WITH_ONNX
+#include "engine/export/onnx_export.h"
+
+using namespace kiln;
+using kiln_test::contains;
+namespace fs = std::filesystem;
+using onnx_export::export_onnx;
+using onnx_export::OnnxExportOptions;
+
+namespace {
+
+OnnxExportOptions opts(int64_t c, int64_t s, int64_t opset = 17) {
+  OnnxExportOptions o;
+  o.channels = c;
+  o.height = o.width = s;
+  o.opset = opset;
+  return o;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A module type with no ONNX exporter.
+class Swish : public nn::Module {
+ public:
+  Swish() : Module("Swish") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+// conv, BasicBlock(64 -> 64), BasicBlock(64 -> 128, stride 2: downsample), pool, flatten, dropout, fc.
+std::shared_ptr<nn::Sequential> tiny_resnet() {
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Conv2d>(3, 64, 3, 1, 1, false))
+      .push_back(std::make_shared<models::BasicBlock>(64, 64, 1))
+      .push_back(std::make_shared<models::BasicBlock>(64, 128, 2))
+      .push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1))
+      .push_back(std::make_shared<nn::Flatten>())
+      .push_back(std::make_shared<nn::Dropout>(0.5))
+      .push_back(std::make_shared<nn::Linear>(128, 5));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("onnx export: small_cnn and ResNet blocks become the expected nodes, no Dropout, (N, K) output") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_nodes");
+  {
+    nn::ModulePtr m = models::make_model("small_cnn", 10, 1, 28);
+    auto r = export_onnx(*m, opts(1, 28), dir + "/small.onnx");
+    const std::map<std::string, int64_t> want = {{"BatchNormalization", 2}, {"Conv", 2}, {"Flatten", 1},
+                                                 {"Gemm", 2},  {"MaxPool", 2}, {"Relu", 3}};
+    CHECK(r.op_counts == want);
+    CHECK(r.nodes == 12);
+    CHECK(r.output_shape == Shape{1, 10});
+    CHECK(r.initializer_bytes == 4 * (m->num_parameters() + 2 * (32 + 64)));  // + running mean/var
+    CHECK(fs::file_size(dir + "/small.onnx") == (uintmax_t)r.file_bytes);
+    CHECK(r.file_bytes > r.initializer_bytes);
+  }
+  {
+    // ResNet's blocks (with and without downsample) in a small net; the resnets themselves are counted
+    // in the parity test (their 11M-parameter initialization is too slow for this label).
+    auto m = tiny_resnet();
+    auto r = export_onnx(*m, opts(3, 8, 13), dir + "/tiny.onnx");
+    const std::map<std::string, int64_t> want = {{"Add", 2},     {"BatchNormalization", 5}, {"Conv", 6},
+                                                 {"Flatten", 1}, {"GlobalAveragePool", 1},  {"Gemm", 1},
+                                                 {"Relu", 4}};
+    CHECK(r.op_counts == want);
+    CHECK(r.nodes == 20);
+    CHECK(r.output_shape == Shape{1, 5});
+  }
+}
+
+TEST_CASE("onnx export: an opset outside 13..17 is one clear error, and no file is written") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_opset");
+  nn::ModulePtr m = models::make_model("small_cnn", 10, 1, 28);
+  for (int64_t opset : {12, 18, 0}) {
+    CAPTURE(opset);
+    const std::string e = error_of([&] { export_onnx(*m, opts(1, 28, opset), dir + "/m.onnx"); });
+    CHECK(contains(e, "opset " + std::to_string(opset) + " is not supported"));
+    CHECK(contains(e, "13 to 17"));
+    CHECK_FALSE(fs::exists(dir + "/m.onnx"));
+  }
+  for (int64_t opset : {13, 14, 15, 16, 17}) {
+    CAPTURE(opset);
+    CHECK(export_onnx(*m, opts(1, 28, opset), dir + "/ok.onnx").nodes == 12);
+  }
+}
+
+TEST_CASE("onnx export: a module type with no exporter is named with its path") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_unknown");
+  auto inner = std::make_shared<nn::Sequential>();
+  inner->push_back(std::make_shared<nn::ReLU>()).push_back(std::make_shared<Swish>());
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Conv2d>(3, 4, 3, 1, 1)).push_back(inner).push_back(std::make_shared<nn::Flatten>());
+  const std::string e = error_of([&] { export_onnx(*m, opts(3, 8), dir + "/m.onnx"); });
+  CHECK(contains(e, "module '1.1' of type Swish has no ONNX exporter"));
+  CHECK(contains(e, "Conv2d"));  // lists the types that have one
+  CHECK_FALSE(fs::exists(dir + "/m.onnx"));
+  // A model whose output is not (N, K) logits.
+  auto conv_only = std::make_shared<nn::Sequential>();
+  conv_only->push_back(std::make_shared<nn::Conv2d>(3, 4, 3, 1, 1));
+  CHECK(contains(error_of([&] { export_onnx(*conv_only, opts(3, 8), dir + "/c.onnx"); }), "(N, K) logits"));
+}
+
+TEST_CASE("onnx export: the module keeps its training flag and buffers") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_mode");
+  nn::ModulePtr m = tiny_resnet();
+  m->train(true);
+  auto buffer = [&](const std::string& name) {
+    for (const auto& [n, t] : m->state_dict())
+      if (n == name) return t.to_vector<float>();
+    FAIL("no " << name);
+    return std::vector<float>();
+  };
+  const std::vector<float> mean = buffer("1.bn1.running_mean"), var = buffer("2.downsample.1.running_var");
+  export_onnx(*m, opts(3, 16), dir + "/m.onnx");
+  CHECK(m->is_training());
+  for (const auto& [name, sub] : m->named_modules()) CHECK(sub->is_training());
+  CHECK(buffer("1.bn1.running_mean") == mean);
+  CHECK(buffer("2.downsample.1.running_var") == var);
+  m->eval();
+  export_onnx(*m, opts(3, 16), dir + "/m.onnx");
+  CHECK_FALSE(m->is_training());
+}
+
+TEST_CASE("kiln export: size, channels and classes come from the weights file, mistakes are one error") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_cli");
+  nn::ModulePtr m = models::make_model("small_cnn", 3, 1, 12);
+  save_weights(dir + "/w.safetensors", *m, "small_cnn", 3, 1, 12);
+  kiln_cli::ExportOnnxOptions o;
+  o.model = "small_cnn";
+  o.weights = dir + "/w.safetensors";
+  o.onnx = dir + "/m.onnx";
+  std::ostringstream out;
+  kiln_cli::run_export_command(o, out);
+  CHECK(contains(out.str(), "input 'input' f32 (N, 1, 12, 12), output 'logits' f32 (N, 3)"));
+  CHECK(contains(out.str(), "12 nodes"));
+  CHECK(fs::exists(o.onnx));
+
+  kiln_cli::ExportOnnxOptions bad = o;
+  bad.opset = 18;
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "--opset 18 is not supported"));
+  bad = o;
+  bad.model = "resnet18";
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "holds a small_cnn, not a resnet18"));
+  bad = o;
+  bad.image_size = 16;  // small_cnn's fc1 depends on the size: the weights do not fit
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "fc1.weight"));
+
+  // A weights file without kiln's metadata needs the flags.
+  save_safetensors(dir + "/bare.safetensors", m->state_dict(), {});
+  bad = o;
+  bad.weights = dir + "/bare.safetensors";
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "no num_classes metadata; pass --num-classes"));
+  bad.num_classes = 3;
+  bad.channels = 1;
+  bad.image_size = 12;
+  kiln_cli::run_export_command(bad, out);
+
+  // The command line: one error line, non-zero status.
+  kiln_test::CliRun r = kiln_test::run_kiln("export --model small_cnn --weights " + o.weights + " --onnx " + dir +
+                                            "/x.onnx --opset 12");
+  CHECK(r.status != 0);
+  CHECK(contains(r.output, "kiln: error: export: --opset 12 is not supported (kiln writes opsets 13 to 17)"));
+}
+
+#else
+
+TEST_CASE("onnx export: built without KILN_ONNX, kiln export says so") {
+  kiln_cli::ExportOnnxOptions o;
+  std::ostringstream out;
+  try {
+    kiln_cli::run_export_command(o, out);
+    FAIL("expected an error");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("without ONNX export") != std::string::npos);
+  }
+}
+
+#endif

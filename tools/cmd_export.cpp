@@ -1,0 +1,104 @@
+// `kiln export` (see cmd_export.h).
+#include "tools/cmd_export.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "engine/core/error.h"
+#include "engine/io/safetensors.h"
+#include "engine/io/tensor_io.h"
+#include "models/registry.h"
+#ifdef KILN_WITH_ONNX
+#include "engine/export/onnx_export.h"
+#endif
+
+namespace kiln_cli {
+
+CLI::App* add_export_command(CLI::App& app, ExportOnnxOptions& o) {
+  CLI::App* e = app.add_subcommand(
+      "export", "write a trained model as an ONNX file (input 'input' f32 (N,C,H,W), output 'logits' f32 (N,K))");
+  e->add_option("--model", o.model, "model name (as trained)")->required();
+  e->add_option("--weights", o.weights, "weights (safetensors from kiln train --save)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  e->add_option("--onnx", o.onnx, "ONNX file to write")->required();
+  e->add_option("--image-size", o.image_size, "input height = width (default: from the weights file)")
+      ->check(CLI::PositiveNumber);
+  e->add_option("--channels", o.channels, "input channels (default: from the weights file)")
+      ->check(CLI::PositiveNumber);
+  e->add_option("--num-classes", o.num_classes, "number of classes (default: from the weights file)")
+      ->check(CLI::PositiveNumber);
+  e->add_option("--opset", o.opset, "ONNX opset, 13 to 17")->capture_default_str();
+  return e;
+}
+
+#ifdef KILN_WITH_ONNX
+void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
+  using namespace kiln;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Check the opset before reading anything large.
+  KILN_CHECK(o.opset >= onnx_export::kMinOpset && o.opset <= onnx_export::kMaxOpset, "export: --opset ", o.opset,
+             " is not supported (kiln writes opsets ", onnx_export::kMinOpset, " to ", onnx_export::kMaxOpset, ")");
+  SafetensorsFile wf = read_safetensors(o.weights);
+  auto meta_int = [&](const char* key, int64_t flag, const char* option) -> int64_t {
+    if (flag > 0) return flag;
+    auto it = wf.metadata.find(key);
+    KILN_CHECK(it != wf.metadata.end(), "export: ", o.weights, " has no ", key, " metadata; pass ", option);
+    int64_t v = 0;
+    try {
+      v = std::stoll(it->second);
+    } catch (const std::exception&) {
+      v = 0;
+    }
+    KILN_CHECK(v > 0, "export: ", o.weights, " has a bad ", key, " '", it->second, "'; pass ", option);
+    return v;
+  };
+  auto mit = wf.metadata.find("model");
+  KILN_CHECK(mit == wf.metadata.end() || mit->second == o.model, "export: ", o.weights, " holds a ", mit->second,
+             ", not a ", o.model);
+  const int64_t num_classes = meta_int("num_classes", o.num_classes, "--num-classes");
+  const int64_t channels = meta_int("in_channels", o.channels, "--channels");
+  const int64_t size = meta_int("image_size", o.image_size, "--image-size");
+
+  nn::ModulePtr model = models::make_model(o.model, num_classes, channels, size);
+  NamedTensors state;
+  for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, Device::cpu()));
+  model->load_state_dict(state, true);
+
+  onnx_export::OnnxExportOptions eo;
+  eo.opset = o.opset;
+  eo.channels = channels;
+  eo.height = eo.width = size;
+  // Every string the weights file records (model, classes, preprocessing, ...), and the exported input size.
+  eo.metadata = wf.metadata;
+  eo.metadata["model"] = o.model;
+  eo.metadata["num_classes"] = std::to_string(num_classes);
+  eo.metadata["in_channels"] = std::to_string(channels);
+  eo.metadata["image_size"] = std::to_string(size);
+  eo.doc = str_cat("kiln ", o.model, ": input '", eo.input_name, "' f32 (N, ", channels, ", ", size, ", ", size,
+                   "), output '", eo.output_name, "' f32 (N, ", num_classes,
+                   ") logits (no softmax); preprocessing in metadata_props");
+  const auto t1 = std::chrono::steady_clock::now();
+  const onnx_export::OnnxExportResult r = onnx_export::export_onnx(*model, eo, o.onnx);
+  const auto t2 = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(t2 - t0).count();
+  const double s_export = std::chrono::duration<double>(t2 - t1).count();
+  std::string ops;
+  for (const auto& [op, n] : r.op_counts) ops += (ops.empty() ? "" : ", ") + op + " " + std::to_string(n);
+  // The total includes building the model (its random initialization) and reading the weights.
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%.1f MB in %.2f s (graph, check and write %.2f s)", (double)r.file_bytes / 1e6, s,
+                s_export);
+  out << "export: " << o.model << " -> " << o.onnx << ": opset " << o.opset << ", " << r.nodes << " nodes (" << ops
+      << "), input '" << eo.input_name << "' f32 (N, " << channels << ", " << size << ", " << size << "), output '"
+      << eo.output_name << "' f32 (N, " << r.output_shape[1] << "), " << buf << "\n";
+}
+#else
+void run_export_command(const ExportOnnxOptions&, std::ostream&) {
+  throw kiln::Error(
+      "export: this kiln was built without ONNX export (KILN_ONNX=OFF, or libonnx-dev / libprotobuf-dev were "
+      "missing at configure time): install them (scripts/setup.sh does) and reconfigure");
+}
+#endif
+
+}  // namespace kiln_cli
