@@ -87,9 +87,14 @@ void run_model_show(const ModelShowOptions& o, std::ostream& out) {
     train::PredictOptions po;
     po.batch = o.batch;
     po.input_shape = {in.in_channels, in.image_size, in.image_size};
-    TrainConfig tc;  // kiln train's defaults: SGD with momentum
-    mem = train::predict_step_memory([&] { return nn::ModulePtr(models::build_graph_model(text, source, in)); },
-                                     [&](nn::Module& m) { return build_optimizer(tc, m); }, po);
+    TrainConfig tc;  // kiln train's defaults: plain SGD
+    // A built-in model's own modules (in-place adds and ReLUs): the numbers of `kiln mem --model NAME`.
+    mem = train::predict_step_memory(
+        [&] {
+          return file ? nn::ModulePtr(models::build_graph_model(text, source, in))
+                      : build_model(o.model, in.num_classes, in.in_channels, in.image_size);
+        },
+        [&](nn::Module& m) { return build_optimizer(tc, m); }, po);
     for (const auto& [path, bytes] : mem.layer_activations) {
       act_total += bytes;
       bool placed = false;
@@ -115,19 +120,22 @@ void run_model_show(const ModelShowOptions& o, std::ostream& out) {
   }
   char buf[512];
   const std::string act_head = o.batch > 0 ? "activations @" + std::to_string(o.batch) : "";
-  std::snprintf(buf, sizeof buf, "%-*s  %-*s  %-*s  %12s  %11s  %s\n", (int)wn, "layer", (int)wt, "type", (int)ws,
-                "output shape", "params", "param bytes", act_head.c_str());
-  out << buf;
+  // One row: the activation column only with --batch (no trailing blanks without it).
+  auto row = [&](const std::string& n, const std::string& t, const std::string& sh, const std::string& p,
+                 const std::string& pb, const std::string& a) {
+    std::snprintf(buf, sizeof buf, "%-*s  %-*s  %-*s  %12s  %11s", (int)wn, n.c_str(), (int)wt, t.c_str(), (int)ws,
+                  sh.c_str(), p.c_str(), pb.c_str());
+    out << buf << (o.batch > 0 ? "  " + a : std::string()) << "\n";
+  };
+  row("layer", "type", "output shape", "params", "param bytes", act_head);
   int64_t params = 0, pbytes = 0;
   for (const models::GraphLayer& l : g->layers()) {
     std::string sh = "(";
     for (size_t i = 0; i < l.out_shape.size(); ++i) sh += (i ? ", " : "") + std::to_string(l.out_shape[i]);
     sh += ")";
     const std::string a = o.batch > 0 ? format_bytes((double)act[l.name]) : "";
-    std::snprintf(buf, sizeof buf, "%-*s  %-*s  %-*s  %12s  %11s  %s\n", (int)wn, l.name.c_str(), (int)wt,
-                  l.type.c_str(), (int)ws, sh.c_str(), l.params ? with_commas(l.params).c_str() : "-",
-                  l.param_bytes ? format_bytes((double)l.param_bytes).c_str() : "-", a.c_str());
-    out << buf;
+    row(l.name, l.type, sh, l.params ? with_commas(l.params) : "-",
+        l.param_bytes ? format_bytes((double)l.param_bytes) : "-", a);
     params += l.params;
     pbytes += l.param_bytes;
   }
@@ -135,8 +143,10 @@ void run_model_show(const ModelShowOptions& o, std::ostream& out) {
       << " of parameters and buffers (f32)\n";
   if (o.batch > 0) {
     out << "activations kept for backward at batch " << o.batch << ": " << format_bytes((double)act_total);
-    if (act_other > 0) out << " (" << format_bytes((double)act_other) << " outside the layers: loss)";
-    out << "; predicted peak of a training step (SGD momentum, cpu policy): " << format_bytes((double)mem.peak_allocated)
+    if (act_other > 0)
+      out << " (" << format_bytes((double)act_other) << " outside the listed layers: loss"
+          << (file ? "" : ", the built-in blocks' in-place adds") << ")";
+    out << "; predicted peak of a training step (kiln train's defaults: SGD, cpu policy): " << format_bytes((double)mem.peak_allocated)
         << " allocated, " << format_bytes((double)mem.peak_reserved) << " reserved\n";
   }
 }

@@ -2,7 +2,8 @@
 // output shapes, parameter counts and bytes) with, given --batch, the activation bytes each layer keeps
 // for backward at that batch (a meta-device training step, engine/train's memory predictor); --json
 // prints the model file of a built-in model. Built-in models are shown through their model-file form
-// (models/model_file_builtin.h), so the rows are the file's layers.
+// (models/model_file_builtin.h), so the rows are the file's layers; the activation column of a built-in
+// model comes from the built-in model's own meta run (the numbers `kiln mem` gives).
 #pragma once
 #include <CLI/CLI.hpp>
 
