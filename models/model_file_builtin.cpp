@@ -85,6 +85,46 @@ json resnet(const std::string& name, const std::vector<int64_t>& blocks, bool sm
 
 }  // namespace
 
+namespace {
+
+// {"name": .., "type": .., other fields, "layers": [ (one per line, indented) ]}
+void format_layer(const json& l, const std::string& indent, std::string& out) {
+  out += indent + "{";
+  bool first = true;
+  auto field = [&](const std::string& k, const json& v) {
+    out += (first ? "" : ", ") + json(k).dump() + ": " + v.dump();
+    first = false;
+  };
+  for (const char* k : {"name", "type"})
+    if (l.contains(k)) field(k, l[k]);
+  for (auto it = l.begin(); it != l.end(); ++it)
+    if (it.key() != "name" && it.key() != "type" && it.key() != "layers") field(it.key(), it.value());
+  if (l.contains("layers") && l["layers"].is_array()) {
+    out += std::string(first ? "" : ", ") + "\"layers\": [\n";
+    for (size_t i = 0; i < l["layers"].size(); ++i) {
+      format_layer(l["layers"][i], indent + "  ", out);
+      out += i + 1 < l["layers"].size() ? ",\n" : "\n";
+    }
+    out += indent + "]";
+  }
+  out += "}";
+}
+
+}  // namespace
+
+std::string format_model_json(const json& doc) {
+  if (!doc.is_object() || !doc.contains("layers") || !doc["layers"].is_array()) return doc.dump(2) + "\n";
+  std::string out = "{\n";
+  for (auto it = doc.begin(); it != doc.end(); ++it)
+    if (it.key() != "layers") out += "  " + json(it.key()).dump() + ": " + it.value().dump() + ",\n";
+  out += "  \"layers\": [\n";
+  for (size_t i = 0; i < doc["layers"].size(); ++i) {
+    format_layer(doc["layers"][i], "    ", out);
+    out += i + 1 < doc["layers"].size() ? ",\n" : "\n";
+  }
+  return out + "  ]\n}\n";
+}
+
 json builtin_model_json(const std::string& name) {
   if (name == "small_cnn") return small_cnn();
   if (name == "resnet18") return resnet(name, {2, 2, 2, 2}, false);

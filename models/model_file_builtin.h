@@ -12,4 +12,8 @@ namespace kiln::models {
 // Throws kiln::Error naming the built-in models that have a file form for any other name.
 nlohmann::json builtin_model_json(const std::string& name);
 
+// A model file as text people read: top-level fields first, then one layer per line ("name" and "type"
+// first), a block's or repeat's layers indented under it. Parses back to `doc`.
+std::string format_model_json(const nlohmann::json& doc);
+
 }  // namespace kiln::models

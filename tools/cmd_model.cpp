@@ -58,9 +58,9 @@ std::string read_text(const std::string& path) {
 
 void run_model_show(const ModelShowOptions& o, std::ostream& out) {
   const bool file = models::is_model_file_name(o.model);
-  const std::string text = file ? read_text(o.model) : models::builtin_model_json(o.model).dump(1);
+  const std::string text = file ? read_text(o.model) : models::format_model_json(models::builtin_model_json(o.model));
   if (o.json) {
-    out << (file ? text : text + "\n");
+    out << text;
     return;
   }
   models::ModelInput in;

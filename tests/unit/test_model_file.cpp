@@ -137,6 +137,14 @@ void check_round_trip(const RoundTrip& c) {
 TEST_CASE("model file: small_cnn round-trips (same names, same logits from the same weights)") {
   check_round_trip({"small_cnn", 1, 12, true});
   CHECK_THROWS_WITH_AS(models::builtin_model_json("vgg"), doctest::Contains("no model file form for 'vgg'"), Error);
+  // The printed form (kiln model show --json) parses back to the same document, one layer a line.
+  for (const char* n : {"small_cnn", "resnet18", "resnet34", "resnet18_small", "resnet34_small"}) {
+    CAPTURE(n);
+    const nlohmann::json j = models::builtin_model_json(n);
+    const std::string text = models::format_model_json(j);
+    CHECK(nlohmann::json::parse(text) == j);
+    CHECK(contains(text, "\n    {\"name\": \"conv1\", \"type\": \"conv2d\", "));
+  }
 }
 
 // ~20 s of weight initialization: kept out of the sanitizer run (scripts/test.sh asan_skip).
