@@ -1,6 +1,7 @@
 // Model factory by name.
 #include "models/registry.h"
 
+#include "models/model_file.h"
 #include "models/resnet.h"
 #include "models/small_cnn.h"
 
@@ -18,10 +19,11 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t num_clas
   else if (name == "resnet18_small") m = resnet18(num_classes, in_channels, true);
   else if (name == "resnet34_small") m = resnet34(num_classes, in_channels, true);
   else if (name == "small_cnn") m = small_cnn(num_classes, in_channels, image_size);
+  else if (is_model_file_name(name)) m = load_model_file(name, {num_classes, in_channels, image_size});
   if (!m) {
     std::string known;
     for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error(str_cat("unknown model '", name, "' (known: ", known, ")"));
+    throw Error(str_cat("unknown model '", name, "' (known: ", known, "; or a model file, NAME.json)"));
   }
   m->name_tensors();
   return m;

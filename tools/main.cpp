@@ -1,4 +1,4 @@
-// The `kiln` command: subcommands train, predict, mem, data, export, export-images, runs, report and devices over
+// The `kiln` command: subcommands train, predict, mem, model, data, export, export-images, runs, report and devices over
 // CLI11. Parses and validates options, then hands over to the rest of tools/ (the kiln_tools library, so
 // tests can call it). Every
 // failure — a CLI11 parse error, a kiln::Error, any std::exception — becomes one line
@@ -19,6 +19,7 @@
 #include "models/registry.h"
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
+#include "tools/cmd_model.h"
 #include "tools/cli_commands.h"
 #include "tools/cmd_export.h"
 #include "engine/core/devices.h"
@@ -50,7 +51,7 @@ std::string model_list() {
 }
 
 void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
-  t->add_option("--model", c.model, "model name: " + model_list())->required();
+  t->add_option("--model", c.model, "model name: " + model_list() + ", or a model file NAME.json")->required();
   t->add_option("--data", c.data,
                 "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
                 "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64), an image folder (class subfolders; train/ + val/ "
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
-  predict->add_option("--model", pc.model, "model name: " + model_list())->required();
+  predict->add_option("--model", pc.model, "model name (as trained): " + model_list() + ", or a model file NAME.json")->required();
   predict->add_option("--weights", pc.weights, "weights (safetensors)")->required()->check(CLI::ExistingFile);
   predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();
@@ -168,14 +169,18 @@ int main(int argc, char** argv) {
   kiln_cli::ReportOptions rpo;
   CLI::App* report_cmd = kiln_cli::add_report_command(app, rpo);
 
+  kiln::ModelShowOptions mso;
+  CLI::App* model_cmd = kiln::add_model_command(app, mso);
+
   app.add_subcommand("devices", "list compute devices, or say why no GPU is usable");
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "predict" && first != "devices" &&
-      first != "mem" && first != "data" && first != "export" && first != "export-images" && first != "runs" && first != "report") {
+      first != "mem" && first != "data" && first != "export" && first != "export-images" && first != "runs" &&
+      first != "report" && first != "model") {
     std::fprintf(stderr,
-                 "kiln: error: unknown command '%s' (expected train, predict, mem, data, export, export-images, runs, report "
-                 "or devices; "
+                 "kiln: error: unknown command '%s' (expected train, predict, mem, model, data, export, export-images, "
+                 "runs, report or devices; "
                  "see kiln --help)\n",
                  argv[1]);
     return kExitUsage;
@@ -214,6 +219,8 @@ int main(int argc, char** argv) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
       usage_checks([&] { kiln_cli::finish_image_options(pc.image); });
       kiln::run_predict(pc, std::cout);
+    } else if (model_cmd->parsed()) {
+      kiln::run_model_show(mso, std::cout);
     } else if (data_cmd->parsed()) {
       return kiln_cli::run_data_command(dc);
     } else if (export_onnx_cmd->parsed()) {

@@ -54,7 +54,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
     num_classes = std::stoll(it->second);
   }
   auto mit = wf.metadata.find("model");
-  KILN_CHECK(mit == wf.metadata.end() || mit->second == c.model, "predict: ", c.weights, " holds a ", mit->second,
+  KILN_CHECK(mit == wf.metadata.end() || same_model(mit->second, c.model), "predict: ", c.weights, " holds a ", mit->second,
              ", not a ", c.model);
   nn::ModulePtr model = build_model(c.model, num_classes, data.channels(), data.image_size(0));
   model->to(device);

@@ -4,19 +4,29 @@
 #include "engine/core/usage_error.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "engine/optim/adamw.h"
 #include "engine/optim/sgd.h"
+#include "models/model_file.h"
 #include "models/registry.h"
 
 namespace kiln {
 
 void check_model_name(const std::string& name) {
+  if (models::is_model_file_name(name)) {
+    KILN_CHECK(std::filesystem::is_regular_file(name), "--model ", name, ": no such model file");
+    return;
+  }
   const std::vector<std::string> names = models::model_names();
   if (std::find(names.begin(), names.end(), name) != names.end()) return;
   std::string list;
   for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw UsageError(str_cat("--model '", name, "': unknown model (known: ", list, ")"));
+  throw UsageError(str_cat("--model '", name, "': unknown model (known: ", list, "; or a model file, NAME.json)"));
+}
+
+bool same_model(const std::string& stored, const std::string& wanted) {
+  return stored == wanted || (models::is_model_file_name(stored) && models::is_model_file_name(wanted));
 }
 
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {

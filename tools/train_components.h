@@ -12,8 +12,12 @@
 
 namespace kiln {
 
-// Throws kiln::Error listing the known models when `name` is not one of them.
+// Throws kiln::Error listing the known models when `name` is not one of them (nor an existing model
+// file, NAME.json).
 void check_model_name(const std::string& name);
+// Whether a file's "model" metadata fits --model: the same name, or both model files (their layers
+// are then checked by the strict state-dict load, which names every difference).
+bool same_model(const std::string& stored, const std::string& wanted);
 // make_model(name, num_classes, in_channels, image_size) with the error naming the known models.
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size);
 

@@ -155,7 +155,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     init_file = read_safetensors(c.init);
     // A file kiln wrote names its model: another architecture is one line, not ~130 key names.
     const auto it = init_file->metadata.find("model");
-    KILN_CHECK(it == init_file->metadata.end() || it->second == c.model, "--init: ", c.init, " holds a ",
+    KILN_CHECK(it == init_file->metadata.end() || same_model(it->second, c.model), "--init: ", c.init, " holds a ",
                it->second, ", not a ", c.model);
   }
   std::string device_note;

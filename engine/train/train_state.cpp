@@ -6,6 +6,7 @@
 #include "engine/autograd/anomaly_mode.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/tensor_io.h"
+#include "models/model_file.h"
 
 namespace kiln {
 
@@ -18,6 +19,10 @@ const std::string& meta_at(const SafetensorsFile& f, const std::string& key, con
   KILN_CHECK(it != f.metadata.end(), "--resume: ", path, " is not a kiln checkpoint (metadata '", key,
              "' missing)");
   return it->second;
+}
+// A network read from a model file travels with its weights: the file's text under "model_json".
+void add_model_json(const nn::Module& model, std::map<std::string, std::string>& meta) {
+  if (const auto* g = dynamic_cast<const models::GraphModel*>(&model)) meta["model_json"] = g->json_text();
 }
 // A model or optimizer state holding inf/NaN is never written: the file at `path` (the last good
 // one) stays as it was.
@@ -60,6 +65,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["amp_growth_tracker"] = std::to_string(st.amp_growth_tracker);
     meta["amp_skipped_steps"] = std::to_string(st.amp_skipped_steps);
   }
+  add_model_json(model, meta);
   check_finite_state(all, path, "the training state");
   save_safetensors(path, all, meta);
 }
@@ -135,12 +141,13 @@ CheckpointState load_checkpoint(const std::string& path, nn::Module& model, opti
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
                   int64_t num_classes, int64_t in_channels, int64_t image_size) {
   check_finite_state(model.state_dict(), path, "the weights");
-  save_safetensors(path, model.state_dict(),
-                   {{"format", "kiln-weights-1"},
-                    {"model", model_name},
-                    {"num_classes", std::to_string(num_classes)},
-                    {"in_channels", std::to_string(in_channels)},
-                    {"image_size", std::to_string(image_size)}});
+  std::map<std::string, std::string> meta = {{"format", "kiln-weights-1"},
+                                              {"model", model_name},
+                                              {"num_classes", std::to_string(num_classes)},
+                                              {"in_channels", std::to_string(in_channels)},
+                                              {"image_size", std::to_string(image_size)}};
+  add_model_json(model, meta);
+  save_safetensors(path, model.state_dict(), meta);
 }
 
 }  // namespace kiln

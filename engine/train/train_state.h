@@ -59,6 +59,9 @@ void load_checkpoint_tensors(const CheckpointFile& f, nn::Module& model, optim::
 CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                                 const std::string& model_name, int64_t num_classes, Device device);
 
+// Weights for predict/--init: the state dict plus format, model, num_classes, in_channels and image_size
+// metadata. A model read from a model file (models::GraphModel) also stores the file's text as
+// "model_json", here and in save_checkpoint's training-state files.
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
                   int64_t num_classes, int64_t in_channels, int64_t image_size);
 

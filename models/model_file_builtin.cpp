@@ -1,0 +1,138 @@
+// Built-in models as model files (see model_file_builtin.h). The layouts mirror models/small_cnn.cpp
+// and models/resnet.cpp (torchvision's BasicBlock ResNets); test_model_file.cpp checks both agree.
+#include "models/model_file_builtin.h"
+
+#include "engine/core/error.h"
+
+namespace kiln::models {
+
+using nlohmann::json;
+
+namespace {
+
+json conv(const char* name, int64_t out, int64_t k, int64_t stride, int64_t pad, bool bias) {
+  json j = {{"type", "conv2d"}, {"out_channels", out}, {"kernel", k}};
+  if (name) j["name"] = name;
+  if (stride != 1) j["stride"] = stride;
+  if (pad != 0) j["padding"] = pad;
+  if (!bias) j["bias"] = false;
+  return j;
+}
+
+json layer(const char* name, const char* type) { return {{"name", name}, {"type", type}}; }
+
+json small_cnn() {
+  json l = json::array({conv("conv1", 32, 3, 1, 1, true), layer("bn1", "batch_norm"), layer("relu1", "relu"),
+                        {{"name", "pool1"}, {"type", "max_pool"}, {"kernel", 2}},
+                        conv("conv2", 64, 3, 1, 1, true), layer("bn2", "batch_norm"), layer("relu2", "relu"),
+                        {{"name", "pool2"}, {"type", "max_pool"}, {"kernel", 2}}, layer("flatten", "flatten"),
+                        {{"name", "fc1"}, {"type", "linear"}, {"out_features", 128}}, layer("relu3", "relu"),
+                        {{"name", "dropout"}, {"type", "dropout"}, {"p", 0.25}},
+                        {{"name", "fc2"}, {"type", "linear"}, {"out_features", "num_classes"}}});
+  return {{"format", "kiln-model-1"},
+          {"description", "small_cnn: two conv-bn-relu-maxpool blocks and two linear layers"},
+          {"layers", l}};
+}
+
+// torchvision's BasicBlock: conv1 (3x3, stride), bn1, relu, conv2, bn2, [downsample], add, relu.
+json basic_block(int64_t planes, int64_t stride, bool downsample) {
+  json l = json::array({conv("conv1", planes, 3, stride, 1, false), layer("bn1", "batch_norm"), layer("relu", "relu"),
+                        conv("conv2", planes, 3, 1, 1, false), layer("bn2", "batch_norm")});
+  if (downsample)
+    l.push_back({{"name", "downsample"},
+                 {"type", "block"},
+                 {"input", "input"},
+                 {"layers", json::array({conv(nullptr, planes, 1, stride, 0, false), {{"type", "batch_norm"}}})}});
+  l.push_back({{"name", "add"}, {"type", "add"}, {"inputs", {"bn2", downsample ? "downsample" : "input"}}});
+  l.push_back(layer("relu2", "relu"));
+  return l;
+}
+
+json resnet(const std::string& name, const std::vector<int64_t>& blocks, bool small_stem) {
+  json l = json::array();
+  l.push_back(small_stem ? conv("conv1", 64, 3, 1, 1, false) : conv("conv1", 64, 7, 2, 3, false));
+  l.push_back(layer("bn1", "batch_norm"));
+  l.push_back(layer("relu", "relu"));
+  if (!small_stem) l.push_back({{"name", "maxpool"}, {"type", "max_pool"}, {"kernel", 3}, {"stride", 2}, {"padding", 1}});
+  int64_t inplanes = 64;
+  const int64_t planes[4] = {64, 128, 256, 512};
+  for (int i = 0; i < 4; ++i) {
+    const std::string lname = "layer" + std::to_string(i + 1);
+    const int64_t stride = i == 0 ? 1 : 2;
+    const bool ds = stride != 1 || inplanes != planes[i];
+    int64_t start = 0;
+    if (ds) {  // block 0 differs from the rest: written on its own
+      l.push_back({{"name", lname + ".0"}, {"type", "block"}, {"layers", basic_block(planes[i], stride, true)}});
+      start = 1;
+    }
+    if (blocks[(size_t)i] > start) {
+      json r = {{"name", lname}, {"type", "repeat"}, {"count", blocks[(size_t)i] - start}};
+      if (start) r["start"] = start;
+      r["layers"] = basic_block(planes[i], 1, false);
+      l.push_back(r);
+    }
+    inplanes = planes[i];
+  }
+  l.push_back({{"name", "avgpool"}, {"type", "adaptive_avg_pool"}, {"output_size", 1}});
+  l.push_back(layer("flatten", "flatten"));
+  l.push_back({{"name", "fc"}, {"type", "linear"}, {"out_features", "num_classes"}});
+  return {{"format", "kiln-model-1"},
+          {"description", name + ": torchvision's layout and parameter names" +
+                              std::string(small_stem ? ", 3x3 stride-1 stem without max-pool" : "")},
+          {"init", "kaiming_fan_out"},
+          {"layers", l}};
+}
+
+}  // namespace
+
+namespace {
+
+// {"name": .., "type": .., other fields, "layers": [ (one per line, indented) ]}
+void format_layer(const json& l, const std::string& indent, std::string& out) {
+  out += indent + "{";
+  bool first = true;
+  auto field = [&](const std::string& k, const json& v) {
+    out += (first ? "" : ", ") + json(k).dump() + ": " + v.dump();
+    first = false;
+  };
+  for (const char* k : {"name", "type"})
+    if (l.contains(k)) field(k, l[k]);
+  for (auto it = l.begin(); it != l.end(); ++it)
+    if (it.key() != "name" && it.key() != "type" && it.key() != "layers") field(it.key(), it.value());
+  if (l.contains("layers") && l["layers"].is_array()) {
+    out += std::string(first ? "" : ", ") + "\"layers\": [\n";
+    for (size_t i = 0; i < l["layers"].size(); ++i) {
+      format_layer(l["layers"][i], indent + "  ", out);
+      out += i + 1 < l["layers"].size() ? ",\n" : "\n";
+    }
+    out += indent + "]";
+  }
+  out += "}";
+}
+
+}  // namespace
+
+std::string format_model_json(const json& doc) {
+  if (!doc.is_object() || !doc.contains("layers") || !doc["layers"].is_array()) return doc.dump(2) + "\n";
+  std::string out = "{\n";
+  for (auto it = doc.begin(); it != doc.end(); ++it)
+    if (it.key() != "layers") out += "  " + json(it.key()).dump() + ": " + it.value().dump() + ",\n";
+  out += "  \"layers\": [\n";
+  for (size_t i = 0; i < doc["layers"].size(); ++i) {
+    format_layer(doc["layers"][i], "    ", out);
+    out += i + 1 < doc["layers"].size() ? ",\n" : "\n";
+  }
+  return out + "  ]\n}\n";
+}
+
+json builtin_model_json(const std::string& name) {
+  if (name == "small_cnn") return small_cnn();
+  if (name == "resnet18") return resnet(name, {2, 2, 2, 2}, false);
+  if (name == "resnet34") return resnet(name, {3, 4, 6, 3}, false);
+  if (name == "resnet18_small") return resnet(name, {2, 2, 2, 2}, true);
+  if (name == "resnet34_small") return resnet(name, {3, 4, 6, 3}, true);
+  throw Error(str_cat("no model file form for '", name,
+                      "' (built-in models with one: small_cnn, resnet18, resnet34, resnet18_small, resnet34_small)"));
+}
+
+}  // namespace kiln::models
