@@ -2,7 +2,7 @@
 // backward, CPU shapes, no host memory), torch's output-size formulas and index rules at known
 // values, one clear error per bad argument (naming the op and the shapes), the per-element sums of
 // kernels/common/upsample_math.h (what the CUDA kernels run) against the CPU GEMM kernels, the nn
-// modules' parameter layout and init bounds, and the memory predictor: a small model using both
+// modules' parameter layout and init bounds, the autocast rules, and the memory predictor: a small model using both
 // ops has predicted == measured peak allocated bytes on the CPU, to the byte.
 #include <doctest/doctest.h>
 
@@ -18,6 +18,7 @@
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/upsampling.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/ops/upsampling.h"
 #include "engine/optim/loss_scaler.h"
@@ -351,4 +352,32 @@ TEST_CASE("memory predictor with conv_transpose2d and interpolate: predicted pea
   }
   // The transposed conv's saved input and the activations of the upsampled maps are in the prediction.
   CHECK(p.activations >= batch * (8 * 9 * 9 + 14 * 18 * 18) * 4);
+}
+
+TEST_CASE("autocast: conv_transpose2d runs in f16 like conv2d, interpolate follows its input") {
+  manual_seed(9);
+  Tensor x = uniform({2, 4, 5, 5}, -1, 1), w = uniform({4, 3, 3, 3}, -1, 1).set_requires_grad(true);
+  Tensor b = uniform({3}, -1, 1).set_requires_grad(true);
+  Tensor ref = conv_transpose2d(x, w, b, {2}, {1}, {1});
+  Tensor y, up32, up16;
+  {
+    AutocastGuard on;
+    y = conv_transpose2d(x, w, b, {2}, {1}, {1});
+    up32 = interpolate(x, {}, {2.0}, InterpMode::bilinear);
+    up16 = interpolate(to_dtype(x, DType::f16), {}, {1.5});
+  }
+  CHECK(y.dtype() == DType::f16);
+  CHECK(up32.dtype() == DType::f32);
+  CHECK(up16.dtype() == DType::f16);
+  CHECK(up16.sizes() == Shape{2, 4, 7, 7});
+  // f16 inputs and weights, f32 compute, one rounding: within f16's precision of the f32 result.
+  std::vector<double> a = to_dtype(y, DType::f32).to_vector<double>(), r = ref.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - r[i]));
+  CHECK(worst < 2e-2);
+  // The master weights get f32 gradients through the f16 op.
+  sum(to_dtype(y, DType::f32)).backward();
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(b.grad().dtype() == DType::f32);
+  CHECK(w.grad().sizes() == w.sizes());
 }
