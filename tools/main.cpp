@@ -114,8 +114,12 @@ int main(int argc, char** argv) {
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
-  predict->add_option("--model", pc.model, "model name")->required();
-  predict->add_option("--weights", pc.weights, "weights (safetensors)")->required()->check(CLI::ExistingFile);
+  predict->add_option("--model", pc.model, "model name (default: the one the weights were trained as)");
+  predict->add_option("--weights", pc.weights,
+                      "weights (safetensors from kiln train --save, or a training-state file); they carry the model, "
+                      "classes and preprocessing")
+      ->required()
+      ->check(CLI::ExistingFile);
   predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();
   predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
@@ -126,6 +130,9 @@ int main(int argc, char** argv) {
   predict->add_option("--device", pc.device, "auto, cpu or cuda:N")->capture_default_str();
 
   kiln_cli::add_image_options(predict, pc.image, false);
+  predict->add_flag("--force", pc.force,
+                    "use the given --image-size/--resize/--crop/--normalize/--channels/--model/--num-classes even "
+                    "where they contradict what the weights were trained with");
   kiln::DataReportOptions dc;
   CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
   kiln::ExportImagesOptions ec;
@@ -174,6 +181,8 @@ int main(int argc, char** argv) {
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
       kiln_cli::finish_image_options(pc.image);
+      for (const char* name : {"image-size", "resize", "crop", "normalize", "channels"})
+        if (predict->get_option(std::string("--") + name)->count() > 0) pc.given.insert(name);
       kiln::run_predict(pc, std::cout);
     } else if (data_cmd->parsed()) {
       return kiln_cli::run_data_command(dc);
