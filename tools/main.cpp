@@ -120,7 +120,10 @@ int main(int argc, char** argv) {
                       "classes and preprocessing")
       ->required()
       ->check(CLI::ExistingFile);
-  predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
+  predict->add_option("--data", pc.data,
+                      "IDX folder (its t10k split), x.npy + y.npy, an image folder (its val/ or test/ split when it "
+                      "has one; classes matched to the model's by name) or a CSV list")
+      ->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();
   predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
       ->check(kiln_cli::positive);
