@@ -83,7 +83,10 @@ std::map<std::string, std::string> ModelCard::to_metadata() const {
     m["mean"] = json_list(p.mean);
     m["std"] = json_list(p.std);
   }
-  if (!class_names.empty()) m["class_names"] = nlohmann::json(class_names).dump();
+  // A folder name that is not UTF-8 is written with U+FFFD in its place (JSON text must be UTF-8):
+  // writing never fails after training; predict then names that class as unknown.
+  if (!class_names.empty())
+    m["class_names"] = nlohmann::json(class_names).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return m;
 }
 

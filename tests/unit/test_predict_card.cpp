@@ -164,6 +164,13 @@ TEST_CASE("model card: metadata round trip keeps mean/std exact, an older file's
   none.std = {1.0};
   CHECK(none.normalize_text() == "none");
 
+  // A class name that is not UTF-8 (a Latin-1 folder name) is stored with U+FFFD, not an error.
+  kiln::ModelCard latin = c;
+  latin.class_names[0] = "caf\xe9";
+  const kiln::ModelCard lr = kiln::ModelCard::from_metadata(latin.to_metadata(), "mem");
+  CHECK(lr.class_names[0] == "caf\xef\xbf\xbd");
+  CHECK(lr.class_names[1] == "dog, big");
+
   // What `kiln train --save` wrote before the card: model, classes, channels, size.
   const kiln::ModelCard old = kiln::ModelCard::from_metadata(
       {{"format", "kiln-weights-1"}, {"model", "small_cnn"}, {"num_classes", "10"}, {"in_channels", "1"},
