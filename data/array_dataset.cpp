@@ -168,15 +168,21 @@ struct IdxFolder {
 };
 
 // Loads an IDX folder's splits and normalizes both with the statistics of its training images
-// (of its test images when it has no training files); stats_count >= 0: of its first stats_count
-// training images only (--limit: the samples that are trained on).
-IdxFolder read_idx_folder(const std::string& folder, bool want_train, bool want_test, int64_t stats_count = -1) {
+// (of its test images when it has no training files), or with `given` (mean, std) when not null;
+// stats_count >= 0: of its first stats_count training images only (--limit: the samples that are trained on).
+IdxFolder read_idx_folder(const std::string& folder, bool want_train, bool want_test, int64_t stats_count = -1,
+                          const double* given = nullptr) {
   MnistFiles f = find_mnist_files(folder);
   IdxFolder r;
   ArrayDataset stats_src;
   if (f.has_train()) stats_src = read_idx_pair(f.train_images, f.train_labels, "train");
   else stats_src = read_idx_pair(f.test_images, f.test_labels, "t10k");
-  image_stats(stats_src, &r.mean, &r.std, stats_count);
+  if (given) {
+    r.mean = given[0];
+    r.std = given[1];
+  } else {
+    image_stats(stats_src, &r.mean, &r.std, stats_count);
+  }
   if (want_test && f.has_test() && f.has_train()) {
     r.test = read_idx_pair(f.test_images, f.test_labels, "t10k");
     normalize(*r.test, r.mean, r.std);
@@ -256,12 +262,16 @@ DataSplits load_training_data(const std::string& path, const std::string& val_pa
 }
 
 ArrayDataset load_inference_data(const std::string& path, int64_t num_classes) {
+  return load_inference_data(path, num_classes, nullptr);
+}
+
+ArrayDataset load_inference_data(const std::string& path, int64_t num_classes, const double* mean_std) {
   const std::string fmt = detect_data_format(path);
   ArrayDataset d;
   if (fmt == "npy") {
     d = read_npy_folder(path);
   } else {
-    IdxFolder f = read_idx_folder(path, false, true);
+    IdxFolder f = read_idx_folder(path, false, true, mean_std);
     d = f.test ? std::move(*f.test) : std::move(f.train_or_first);
   }
   check_labels(d, num_classes);

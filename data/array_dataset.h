@@ -58,6 +58,9 @@ DataSplits load_training_data(const std::string& path, const std::string& val_pa
 // files), normalized with the folder's training statistics; or x.npy / y.npy of an npy folder.
 // num_classes > 0: labels are checked against it (check_labels).
 ArrayDataset load_inference_data(const std::string& path, int64_t num_classes = 0);
+// Same, an IDX folder normalized with the given statistics mean_std[0], mean_std[1] (a weights
+// file's, the training set's) instead of the folder's own; null: as above. npy data is as given.
+ArrayDataset load_inference_data(const std::string& path, int64_t num_classes, const double* mean_std);
 
 // Throws kiln::Error naming d.labels_file and the first index whose label is negative or, when
 // num_classes > 0, >= num_classes. For callers that learn the class count after loading.

@@ -30,6 +30,9 @@ class DataSource {
   virtual int64_t max_label() const = 0;
   virtual int64_t label(int64_t index) const = 0;
   virtual std::string path(int64_t index) const { (void)index; return ""; }
+  // Class names in label order (an image folder's class folders, a CSV's names); empty when the
+  // labels are plain indices (IDX, npy).
+  virtual std::vector<std::string> class_names() const { return {}; }
   // Starts an epoch; returns its number of batches. train: shuffled (or balanced) and augmented;
   // else the data set's order, no augmentation (validation is never shuffled).
   virtual int64_t start_epoch(int64_t epoch, int64_t batch, bool train) = 0;
@@ -51,6 +54,10 @@ struct TrainData {
   std::string format;  // idx | npy | images
   std::unique_ptr<DataSource> train, val;
   int64_t num_classes = 0;         // from class folder names (images), else 0
+  std::vector<std::string> classes;  // class names in label order (images), else empty (indices)
+  // The normalization applied to the inputs, (x/255 - mean[c]) / std[c]: one value per channel
+  // (images) or one for all (IDX; npy: 0 and 1). What a weights file records (engine/train/model_card.h).
+  std::vector<double> mean, std;
   std::vector<std::string> notes;  // lines for the log (normalization, pinning, ...)
   nlohmann::json ledger;           // the ledger's "data" object
 };

@@ -41,6 +41,7 @@ class ImageSource : public DataSource {
   }
   int64_t label(int64_t i) const override { return ds_.samples[(size_t)i].label; }
   std::string path(int64_t i) const override { return ds_.samples[(size_t)i].path; }
+  std::vector<std::string> class_names() const override { return ds_.classes; }
 
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override {
     const int s = sizes_.at_epoch(epoch);
@@ -304,6 +305,9 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   if (!pin.empty()) t.notes.push_back(pin);
   if (o.pin_memory && device.is_cuda()) t.notes.push_back("batches: pinned host buffers, async copy to " + device.str());
   t.num_classes = (int64_t)train.classes.size();
+  t.classes = train.classes;
+  t.mean.assign(mean, mean + o.channels);
+  t.std.assign(std, std + o.channels);
   t.ledger = {{"format", "images"}, {"train", train.root}, {"train_samples", train.size()},
               {"classes", train.classes}, {"image_size", sizes.str()}, {"normalize", o.normalize}};
   t.ledger["mean"] = std::vector<float>(mean, mean + o.channels);
@@ -317,24 +321,20 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   return t;
 }
 
-std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& o, Device device,
-                                                    const std::string& stored_norm) {
+std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& o, Device device) {
   o.validate();
-  ImageDataset ds, stats_ds;
-  if (std::filesystem::is_directory(path) && has_split_folders(path)) {
-    DatasetSplits s = image_folder_splits(path);
-    ds = std::move(s.eval);
-    stats_ds = std::move(s.train);
-  } else {
-    ds = open_image_dataset(path);
-    stats_ds = ds;
-  }
+  const Normalization norm = Normalization::parse(o.normalize);
+  // Statistics come from the training set (a weights file stores them), never from the data predicted.
+  KILN_CHECK(norm.kind != Normalization::Kind::automatic, "predict: --normalize auto: the mean/std are the training "
+             "set's, and predict never measures the data it predicts; give them (--normalize m1,m2,m3:s1,s2,s3)");
+  ImageDataset ds;
+  if (std::filesystem::is_directory(path) && has_split_folders(path)) ds = std::move(image_folder_splits(path).eval);
+  else ds = open_image_dataset(path);
   ImageSizeSchedule sizes = ImageSizeSchedule::parse(o.image_size);
   if (sizes.empty()) sizes = ImageSizeSchedule::parse(std::to_string(std::max(4, probe_image_size(ds))));
   sizes = ImageSizeSchedule::parse(std::to_string(sizes.final_size()));  // inference: the final size
-  float mean[3], std[3];
-  const std::string norm = o.normalize == "none" && !stored_norm.empty() ? stored_norm : o.normalize;
-  resolve_norm(Normalization::parse(norm), stats_ds, o.channels, sizes.final_size(), o.workers, mean, std);
+  float mean[3] = {0.f, 0.f, 0.f}, std[3] = {1.f, 1.f, 1.f};
+  norm.values(o.channels, mean, std);
   return std::make_unique<ImageSource>(std::move(ds), o, std::move(sizes), mean, std, 0, device);
 }
 

@@ -27,8 +27,10 @@ struct ImageDataOptions {
 };
 
 TrainData open_image_train_data(const ImageDataOptions& c, Device device);
-std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& opt, Device device,
-                                                    const std::string& stored_norm);
+// Evaluation data for inference: the val/ (or test/) split of a folder with splits, else the whole
+// folder or CSV, with the eval transform. --normalize auto is refused: inference uses the training
+// set's statistics (stored with the weights), never statistics of the data it predicts.
+std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& opt, Device device);
 
 // Shorter side of the first readable image of ds (0 when none can be read).
 int probe_image_size(const ImageDataset& ds);

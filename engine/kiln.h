@@ -45,5 +45,6 @@
 #include "engine/train/fit.h"
 #include "engine/train/memory_peak.h"
 #include "engine/train/memory_predict.h"
+#include "engine/train/model_card.h"
 #include "engine/train/train_state.h"
 #include "engine/train/train_step.h"

@@ -20,12 +20,17 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
                            "(progressive resizing). Default: the first image's shorter side"
                          : "input size S (default: the size the weights were trained at)")
       ->group(g);
-  t->add_option("--resize", o.resize, "shorter side before the centre crop (default: the image size)")
+  t->add_option("--resize", o.resize,
+                training ? "shorter side before the centre crop (default: the image size)"
+                         : "shorter side before the centre crop (default: as the weights were trained)")
       ->check(kiln_cli::non_negative)
       ->group(g);
-  t->add_option("--crop", o.crop, "center: resize the shorter side, then centre crop; none: resize to S x S")
-      ->capture_default_str()
-      ->group(g);
+  CLI::Option* crop =
+      t->add_option("--crop", o.crop,
+                    training ? "center: resize the shorter side, then centre crop; none: resize to S x S"
+                             : "center or none (default: as the weights were trained)")
+          ->group(g);
+  if (training) crop->capture_default_str();
   if (training) {
     augment_options()[&o] = t->add_option("--augment", o.augment,
                   "training augmentation: none (default), flip, rrc (RandomResizedCrop scale 0.08-1 + flip; what "
@@ -35,10 +40,13 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
     t->add_flag("--balance", o.balance, "sample classes equally (weighted sampler, inverse class frequencies)")
         ->group(g);
   }
-  t->add_option("--normalize", o.normalize,
-                "none, imagenet, auto (the training split's per-channel mean/std) or m1,m2,m3:s1,s2,s3")
-      ->capture_default_str()
-      ->group(g);
+  CLI::Option* norm =
+      t->add_option("--normalize", o.normalize,
+                    training ? "none, imagenet, auto (the training split's per-channel mean/std) or m1,m2,m3:s1,s2,s3"
+                             : "default: the training run's values, stored with the weights (auto means those too; "
+                               "predict never measures its data)")
+          ->group(g);
+  if (training) norm->capture_default_str();
   t->add_option("--workers", o.workers, "loader threads (default: half the cores)")
       ->check(kiln_cli::non_negative)
       ->group(g);
@@ -47,10 +55,12 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->group(g);
-  t->add_option("--channels", o.channels, "1 (grayscale) or 3 (RGB)")
-      ->check(CLI::IsMember({1, 3}))
-      ->capture_default_str()
-      ->group(g);
+  CLI::Option* channels =
+      t->add_option("--channels", o.channels,
+                    training ? "1 (grayscale) or 3 (RGB)" : "1 or 3 (default: as the weights were trained)")
+          ->check(CLI::IsMember({1, 3}))
+          ->group(g);
+  if (training) channels->capture_default_str();
 }
 
 void finish_image_options(kiln::ImageOptions& o) {

@@ -145,9 +145,17 @@ int main(int argc, char** argv) {
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
-  predict->add_option("--model", pc.model, "model name (as trained): " + model_list() + ", or a model file NAME.json")->required();
-  predict->add_option("--weights", pc.weights, "weights (safetensors)")->required()->check(CLI::ExistingFile);
-  predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
+  predict->add_option("--model", pc.model, "model name or model file NAME.json (default: the one the weights were trained as; a model file's text "
+                      "travels in the weights)");
+  predict->add_option("--weights", pc.weights,
+                      "weights (safetensors from kiln train --save, or a training-state file); they carry the model, "
+                      "classes and preprocessing")
+      ->required()
+      ->check(CLI::ExistingFile);
+  predict->add_option("--data", pc.data,
+                      "IDX folder (its t10k split), x.npy + y.npy, an image folder (its val/ or test/ split when it "
+                      "has one; classes matched to the model's by name) or a CSV list")
+      ->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();
   predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
       ->check(kiln_cli::positive);
@@ -157,6 +165,9 @@ int main(int argc, char** argv) {
   predict->add_option("--device", pc.device, "auto, cpu or cuda:N")->capture_default_str();
 
   kiln_cli::add_image_options(predict, pc.image, false);
+  predict->add_flag("--force", pc.force,
+                    "use the given --image-size/--resize/--crop/--normalize/--channels/--model/--num-classes even "
+                    "where they contradict what the weights were trained with");
   kiln::DataReportOptions dc;
   CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
   kiln::ExportImagesOptions ec;
@@ -218,6 +229,8 @@ int main(int argc, char** argv) {
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
       usage_checks([&] { kiln_cli::finish_image_options(pc.image); });
+      for (const char* name : {"image-size", "resize", "crop", "normalize", "channels"})
+        if (predict->get_option(std::string("--") + name)->count() > 0) pc.given.insert(name);
       kiln::run_predict(pc, std::cout);
     } else if (model_cmd->parsed()) {
       kiln::run_model_show(mso, std::cout);

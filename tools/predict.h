@@ -1,10 +1,18 @@
-// `kiln predict` as a function: rebuilds the model from a weights file (metadata written by
-// `kiln train --save`, or --num-classes), runs it over a data folder in eval mode and writes a CSV:
-//   index,label,predicted,logit_0,...,logit_{K-1}
-// (label is the data's label, -1 when unknown). Prints the accuracy when labels are present.
+// `kiln predict` as a function: rebuilds the model and its input pipeline from a weights file's
+// model card (engine/train/model_card.h, written by `kiln train --save`; a training-state file
+// works too), runs it over a data folder in eval mode and writes a CSV:
+//   index,[path,]label,predicted,label_name,predicted_name,logit_0,...,logit_{K-1}
+// label and predicted are model class indices (label -1: the sample's class is not one of the
+// model's); label_name is the data's class name. The data's classes are matched to the model's by
+// name, and the accuracy printed is over the samples whose class the model knows.
+// Flags that contradict the card (model, classes, image size, channels, resize/crop,
+// normalization) are one error naming each difference unless `force`; a file without a card
+// (written before it existed) predicts with one warning naming what was assumed. The
+// normalization is always the training set's: predict never measures the data it predicts.
 #pragma once
 #include <cstdint>
 #include <ostream>
+#include <set>
 #include <string>
 
 #include "data/image_options.h"
@@ -12,17 +20,23 @@
 namespace kiln {
 
 struct PredictConfig {
-  std::string model, weights, data, out;
+  std::string model;        // "": the weights' model
+  std::string weights, data, out;
   int64_t num_classes = 0;  // 0: from the weights' metadata
   int64_t batch = 256;
   int threads = 0;
   std::string device = "auto";
-  ImageOptions image;  // image folders / CSV lists: eval transform and normalization
+  ImageOptions image;       // image folders / CSV lists: only the entries named in `given` are used
+  // The image options the caller set ("image-size", "resize", "crop", "normalize", "channels");
+  // the others come from the weights file.
+  std::set<std::string> given;
+  bool force = false;       // given options that contradict the weights' preprocessing win
 };
 
 struct PredictResult {
   int64_t n = 0;
-  double accuracy = 0;
+  int64_t scored = 0;       // samples whose class is one of the model's
+  double accuracy = 0;      // correct / scored
 };
 
 PredictResult run_predict(const PredictConfig& c, std::ostream& log);

@@ -48,6 +48,8 @@ TrainData open_train_data(const TrainConfig& c, Device device) {
   TrainData t;
   DataSplits s = load_training_data(c.data, c.val, c.limit, c.num_classes);  // labels checked against --num-classes
   t.format = s.format;
+  t.mean = {s.mean};
+  t.std = {s.std};
   t.ledger = {{"format", s.format}, {"train", s.train.source}, {"train_samples", s.train.n},
               {"mean", s.mean},     {"std", s.std}};
   t.ledger["val"] = s.val ? nlohmann::json(s.val->source) : nlohmann::json();
@@ -62,9 +64,9 @@ TrainData open_train_data(const TrainConfig& c, Device device) {
 }
 
 std::unique_ptr<DataSource> open_predict_data(const std::string& path, const ImageOptions& opt, Device device,
-                                              const std::string& stored_norm) {
-  if (data_kind(path) == "images") return open_image_predict_data(path, opt, device, stored_norm);
-  return make_array_source(load_inference_data(path), 0, device);
+                                              const double* idx_mean_std) {
+  if (data_kind(path) == "images") return open_image_predict_data(path, opt, device);
+  return make_array_source(load_inference_data(path, 0, idx_mean_std), 0, device);
 }
 
 void report_bad_samples(DataSource& d, std::ostream& log) {

@@ -29,9 +29,10 @@ std::string data_kind(const std::string& path);
 TrainData open_train_data(const TrainConfig& c, Device device);
 // The data `kiln predict` runs on: an IDX folder's t10k split, x.npy + y.npy, or for image data
 // the val/ or test/ split of a folder with splits (else the whole folder, or the CSV), with the
-// eval transform. `stats_from` (optional): normalization from the weights' metadata.
+// eval transform (opt.normalize must not be auto: predict never measures its data).
+// idx_mean_std (optional): an IDX folder's normalization (mean, std), the weights' training values.
 std::unique_ptr<DataSource> open_predict_data(const std::string& path, const ImageOptions& opt, Device device,
-                                              const std::string& stored_norm = "");
+                                              const double* idx_mean_std = nullptr);
 
 // Prints bad-sample reports not yet printed ("data: skipped bad sample PATH: REASON").
 void report_bad_samples(DataSource& d, std::ostream& log);

@@ -186,6 +186,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
         if (note.rfind("progressive resizing: ", 0) == 0) note = "image size " + used;
     }
   }
+  // What predict and export need, stored in the weights and training-state files.
+  const ModelCard card = make_model_card(c.model, num_classes, data, c.image, train_channels, train_size);
   log << "data: " << train.source() << ", " << train.size() << " samples (" << train_channels << "x" << train_size
       << "x" << train_size << ")";
   if (data.val) log << "; val " << data.val->source() << ", " << data.val->size() << " samples";
@@ -345,7 +347,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       st.amp_growth_tracker = amp.scaler().growth_tracker();
       st.amp_skipped_steps = amp.skipped_steps();
     }
-    save_checkpoint(state_path, *model, *opt, st, c.model, num_classes, c.to_json());
+    save_checkpoint(state_path, *model, *opt, st, c.model, num_classes, c.to_json(), &card);
   };
   fo.callbacks.on_step_end = [&](const train::FitStep& fs) {
     step = fs.global_step + 1;
@@ -425,7 +427,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   step = fr.steps;
   result.steps = step;
   if (!c.save.empty()) {
-    save_weights(c.save, *model, c.model, num_classes, train_channels, train_size);
+    save_weights(c.save, *model, card);
     log << "saved weights to " << c.save << "\n";
   }
   result.wall_s = seconds_since(t_start);

@@ -35,7 +35,7 @@ void check_finite_state(const NamedTensors& state, const std::string& path, cons
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const CheckpointState& st, const std::string& model_name, int64_t num_classes,
-                     const nlohmann::json& config) {
+                     const nlohmann::json& config, const ModelCard* card) {
   NamedTensors all;
   for (const auto& [name, t] : model.state_dict()) all.emplace_back(kModelPrefix + name, t);
   for (const auto& [name, t] : opt.state_dict()) all.emplace_back(kOptimPrefix + name, t);
@@ -49,6 +49,11 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"rng_offset", std::to_string(st.rng.offset)},
       {"config", config.dump()},
   };
+  if (card) {
+    KILN_CHECK(card->model == model_name && card->num_classes == num_classes, "save_checkpoint: the card is of a ",
+               card->model, " with ", card->num_classes, " classes, the model a ", model_name, " with ", num_classes);
+    for (const auto& [key, value] : card->to_metadata()) meta.emplace(key, value);
+  }
   if (st.step_in_epoch > 0) {
     char sum[64];
     std::snprintf(sum, sizeof sum, "%.17g", st.epoch_loss_sum);  // exact for a double
@@ -113,6 +118,7 @@ CheckpointFile read_checkpoint(const std::string& path, const std::string& model
     r.config = nlohmann::json::parse(cfg->second, nullptr, false);
     if (r.config.is_discarded() || !r.config.is_object()) r.config = nlohmann::json();
   }
+  r.card = ModelCard::from_metadata(f.metadata, path);
   return r;
 }
 
@@ -138,16 +144,41 @@ CheckpointState load_checkpoint(const std::string& path, nn::Module& model, opti
   return f.state;
 }
 
+void save_weights(const std::string& path, const nn::Module& model, const ModelCard& card) {
+  KILN_CHECK(!card.model.empty() && card.num_classes > 0, "save_weights: ", path,
+             ": the model card must name the model and its class count");
+  check_finite_state(model.state_dict(), path, "the weights");
+  std::map<std::string, std::string> meta = card.to_metadata();
+  meta["format"] = "kiln-weights-1";
+  save_safetensors(path, model.state_dict(), meta);
+}
+
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
                   int64_t num_classes, int64_t in_channels, int64_t image_size) {
-  check_finite_state(model.state_dict(), path, "the weights");
-  std::map<std::string, std::string> meta = {{"format", "kiln-weights-1"},
-                                              {"model", model_name},
-                                              {"num_classes", std::to_string(num_classes)},
-                                              {"in_channels", std::to_string(in_channels)},
-                                              {"image_size", std::to_string(image_size)}};
-  add_model_json(model, meta);
-  save_safetensors(path, model.state_dict(), meta);
+  ModelCard card;
+  card.model = model_name;
+  card.num_classes = num_classes;
+  card.preprocessing.channels = in_channels;
+  card.preprocessing.image_size = image_size;
+  save_weights(path, model, card);
+}
+
+WeightsFile read_weights(const std::string& path) {
+  SafetensorsFile f = read_safetensors(path);
+  WeightsFile w;
+  w.card = ModelCard::from_metadata(f.metadata, path);
+  auto json = f.metadata.find("model_json");
+  if (json != f.metadata.end()) w.model_json = json->second;
+  auto format = f.metadata.find("format");
+  w.training_state = format != f.metadata.end() && format->second == "kiln-checkpoint-1";
+  if (!w.training_state) {
+    w.tensors = std::move(f.tensors);
+    return w;
+  }
+  const std::string mp = kModelPrefix;
+  for (NamedArray& a : f.tensors)
+    if (a.name.rfind(mp, 0) == 0) w.tensors.push_back({a.name.substr(mp.size()), std::move(a.array)});
+  return w;
 }
 
 }  // namespace kiln

@@ -8,8 +8,10 @@
 // step_in_epoch (steps of the next epoch done) and that epoch's sums so far (epoch_loss_sum,
 // epoch_correct, epoch_seen, epoch_undefined_batches); under --amp also amp_scale,
 // amp_growth_tracker and amp_skipped_steps (the LossScaler's state, restored by --resume). A weights
-// file (--save) is the plain state_dict with torchvision names, plus metadata (model, num_classes,
-// in_channels, image_size) that `kiln predict` uses to rebuild the model.
+// file (--save) is the plain state_dict with torchvision names, plus format "kiln-weights-1" and the
+// model card (engine/train/model_card.h: model, num_classes, input size, channels, resize/crop,
+// normalization, class names) that `kiln predict` rebuilds the model and its inputs from; a
+// training-state file saved with a card carries the same keys.
 // Reading a file and loading it are two calls, so a caller can compare the saved configuration
 // with its own (kiln train: tools/resume_check.h) before anything is loaded.
 #pragma once
@@ -22,6 +24,7 @@
 #include "engine/io/safetensors.h"
 #include "engine/nn/module.h"
 #include "engine/optim/optimizer.h"
+#include "engine/train/model_card.h"
 
 namespace kiln {
 
@@ -40,15 +43,17 @@ struct CheckpointState {
   int64_t amp_growth_tracker = 0, amp_skipped_steps = 0;
 };
 
+// card (optional): its metadata keys are stored too; its model and class count must be these.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const CheckpointState& st, const std::string& model_name, int64_t num_classes,
-                     const nlohmann::json& config);
+                     const nlohmann::json& config, const ModelCard* card = nullptr);
 // A training-state file as read: its tensors, parsed state and saved configuration.
 struct CheckpointFile {
   std::string path;
   SafetensorsFile file;
   CheckpointState state;
   nlohmann::json config;  // the configuration the saving run passed (null if unreadable)
+  ModelCard card;         // model, classes, preprocessing (card.missing: what the file lacks)
 };
 
 // Reads and checks a training-state file (format, model name, class count, metadata); loads nothing.
@@ -59,10 +64,21 @@ void load_checkpoint_tensors(const CheckpointFile& f, nn::Module& model, optim::
 CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                                 const std::string& model_name, int64_t num_classes, Device device);
 
-// Weights for predict/--init: the state dict plus format, model, num_classes, in_channels and image_size
-// metadata. A model read from a model file (models::GraphModel) also stores the file's text as
-// "model_json", here and in save_checkpoint's training-state files.
+// The state_dict plus the card's metadata. The card must name the model and its class count. A model
+// read from a model file (models::GraphModel) also stores the file's text as "model_json", here and in
+// save_checkpoint's training-state files.
+void save_weights(const std::string& path, const nn::Module& model, const ModelCard& card);
+// A card of model, classes, channels and size only (no normalization, crop or class names).
 void save_weights(const std::string& path, const nn::Module& model, const std::string& model_name,
                   int64_t num_classes, int64_t in_channels, int64_t image_size);
+// The model state of a weights file or of a training-state file ("model." tensors; the optimizer
+// state is left out), with the file's card. Loads nothing into a model.
+struct WeightsFile {
+  std::vector<NamedArray> tensors;
+  ModelCard card;
+  bool training_state = false;  // a training-state file
+  std::string model_json;       // a model file's text ("model_json"), empty for built-in models
+};
+WeightsFile read_weights(const std::string& path);
 
 }  // namespace kiln

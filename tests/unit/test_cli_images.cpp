@@ -79,7 +79,7 @@ TEST_CASE("cli images: a split image folder trains, a bad JPEG is skipped and re
   std::ifstream f(csv);
   std::string header, line;
   std::getline(f, header);
-  CHECK(header.rfind("index,path,label,predicted,logit_0,logit_1", 0) == 0);
+  CHECK(header.rfind("index,path,label,predicted,label_name,predicted_name,logit_0,logit_1", 0) == 0);
   int rows = 0;
   while (std::getline(f, line)) {
     CHECK(contains(line, "/val/class"));

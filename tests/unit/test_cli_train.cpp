@@ -110,17 +110,19 @@ TEST_CASE("cli train: --batch N on N samples is one step, --val and --accum, pre
   std::ifstream f(csv);
   std::string line;
   std::getline(f, line);
-  CHECK(line == "index,label,predicted,logit_0,logit_1");
+  CHECK(line == "index,label,predicted,label_name,predicted_name,logit_0,logit_1");
   int rows = 0;
   while (std::getline(f, line)) {
     std::stringstream ss(line);
     std::string cell;
     std::vector<std::string> cells;
     while (std::getline(ss, cell, ',')) cells.push_back(cell);
-    REQUIRE(cells.size() == 5);
+    REQUIRE(cells.size() == 7);
     CHECK(std::stoi(cells[0]) == rows);
-    const double l0 = std::stod(cells[3]), l1 = std::stod(cells[4]);
+    const double l0 = std::stod(cells[5]), l1 = std::stod(cells[6]);
     CHECK(std::stoi(cells[2]) == (l1 > l0 ? 1 : 0));
+    CHECK(cells[3] == cells[1]);  // npy data: a class's name is its index
+    CHECK(cells[4] == cells[2]);
     ++rows;
   }
   CHECK(rows == 16);
