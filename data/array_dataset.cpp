@@ -271,7 +271,7 @@ ArrayDataset load_inference_data(const std::string& path, int64_t num_classes, c
   if (fmt == "npy") {
     d = read_npy_folder(path);
   } else {
-    IdxFolder f = read_idx_folder(path, false, true, mean_std);
+    IdxFolder f = read_idx_folder(path, false, true, -1, mean_std);
     d = f.test ? std::move(*f.test) : std::move(f.train_or_first);
   }
   check_labels(d, num_classes);

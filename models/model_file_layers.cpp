@@ -10,7 +10,9 @@
 #include "engine/nn/conv2d.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
+#include "engine/nn/upsampling.h"
 #include "engine/ops/ops.h"
+#include "engine/ops/upsampling.h"
 #include "kernels/common/nn_desc.h"
 
 namespace kiln::models {
@@ -199,6 +201,93 @@ BuiltLayer build_concat(const LayerArgs& a) {
   return b;
 }
 
+// The output shape of a one-input module, from the module itself run on the meta device (no
+// arithmetic, no memory): the op's own shape rules, so file and op never disagree. An op's refusal
+// becomes the layer's error.
+SampleShape meta_out_shape(nn::Module& m, const LayerArgs& a) {
+  Shape in = {1};
+  for (int64_t d : a.in[0]) in.push_back(d);
+  try {
+    const Tensor y = m.forward(empty(in, DType::f32, Device::meta()));
+    return SampleShape(y.sizes().begin() + 1, y.sizes().end());
+  } catch (const Error& e) {
+    throw Error(str_cat(a.where, ": input ", sample_shape_str(a.in[0]), " from '", a.in_names[0], "': ", e.what()));
+  }
+}
+
+// A module's constructor refusing its options: the error names the layer.
+template <typename M, typename O>
+std::shared_ptr<M> make_layer_module(const O& o, const LayerArgs& a) {
+  try {
+    return std::make_shared<M>(o);
+  } catch (const Error& e) {
+    throw Error(str_cat(a.where, ": ", e.what()));
+  }
+}
+
+BuiltLayer build_conv_transpose2d(const LayerArgs& a) {
+  const SampleShape& s = need_image(a);
+  nn::ConvTranspose2dOptions o;
+  o.in_channels = s[0];
+  o.out_channels = a.need_int("out_channels", 1);
+  o.kernel = a.need_int("kernel", 1);
+  o.stride = a.get_int("stride", 1, 1);
+  o.padding = a.get_int("padding", 0, 0);
+  o.output_padding = a.get_int("output_padding", 0, 0);
+  o.dilation = a.get_int("dilation", 1, 1);
+  o.groups = a.get_int("groups", 1, 1);
+  o.bias = a.get_bool("bias", true);
+  check_declared(a, "in_channels", s[0]);
+  KILN_CHECK(o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0, a.where, ": groups ", o.groups,
+             " must divide the input channels ", o.in_channels, " (from '", a.in_names[0], "', shape ",
+             sample_shape_str(s), ") and out_channels ", o.out_channels);
+  auto m = make_layer_module<nn::ConvTranspose2d>(o, a);
+  const SampleShape out = meta_out_shape(*m, a);
+  return {m, nullptr, out};
+}
+
+// upsample: exactly one of size (an integer or [h, w]) and scale_factor (a number or [h, w]); mode
+// nearest (default) or bilinear; align_corners (bilinear only).
+BuiltLayer build_upsample(const LayerArgs& a) {
+  need_image(a);
+  nn::UpsampleOptions o;
+  auto list = [&](const char* field, auto one) {
+    using T = decltype(one);
+    std::vector<T> r;
+    const nlohmann::json& v = a.spec.at(field);
+    auto item = [&](const nlohmann::json& x) {
+      const bool ok = std::is_integral<T>::value ? x.is_number_integer() : x.is_number();
+      KILN_CHECK(ok && x.get<T>() > 0, a.where, ": field '", field, "' must be a positive ",
+                 std::is_integral<T>::value ? "integer" : "number", " or a list of two, got ", v.dump());
+      r.push_back(x.get<T>());
+    };
+    if (v.is_array()) {
+      KILN_CHECK(v.size() == 1 || v.size() == 2, a.where, ": field '", field, "' takes 1 or 2 values, got ", v.dump());
+      for (const nlohmann::json& x : v) item(x);
+    } else {
+      item(v);
+    }
+    return r;
+  };
+  KILN_CHECK(a.has("size") != a.has("scale_factor"), a.where, ": give exactly one of 'size' and 'scale_factor'");
+  if (a.has("size")) o.size = list("size", int64_t(0));
+  else o.scale_factor = list("scale_factor", double(0));
+  if (a.has("mode")) {
+    const nlohmann::json& v = a.spec.at("mode");
+    KILN_CHECK(v.is_string(), a.where, ": field 'mode' must be \"nearest\" or \"bilinear\", got ", v.dump());
+    try {
+      o.mode = interp_mode_from_string(v.get<std::string>());
+    } catch (const Error& e) {
+      throw Error(str_cat(a.where, ": field 'mode': ", e.what()));
+    }
+  }
+  o.align_corners = a.get_bool("align_corners", false);
+  KILN_CHECK(!o.align_corners || o.mode == InterpMode::bilinear, a.where, ": align_corners is for mode bilinear only");
+  auto m = make_layer_module<nn::Upsample>(o, a);
+  const SampleShape out = meta_out_shape(*m, a);
+  return {m, nullptr, out};
+}
+
 const std::vector<LayerType>& table() {
   static const std::vector<LayerType> t = {
       {"conv2d", {"out_channels", "kernel", "stride", "padding", "dilation", "groups", "bias", "in_channels"}, 1, 1,
@@ -227,10 +316,10 @@ const std::vector<LayerType>& table() {
       {"flatten", {}, 1, 1, "", build_flatten},
       {"add", {}, 2, 64, "", build_add},
       {"concat", {}, 2, 64, "", build_concat},
-      // Named by the format; their ops (conv_transpose2d, interpolate) are not in engine/ops yet.
-      {"upsample", {"scale_factor", "size", "mode", "align_corners"}, 1, 1, "its op (interpolate) is not in engine/ops", nullptr},
-      {"conv_transpose2d", {"out_channels", "kernel", "stride", "padding", "output_padding", "dilation", "groups", "bias"},
-       1, 1, "its op (conv_transpose2d) is not in engine/ops", nullptr},
+      {"upsample", {"scale_factor", "size", "mode", "align_corners"}, 1, 1, "", build_upsample},
+      {"conv_transpose2d",
+       {"out_channels", "kernel", "stride", "padding", "output_padding", "dilation", "groups", "bias", "in_channels"}, 1,
+       1, "", build_conv_transpose2d},
   };
   return t;
 }

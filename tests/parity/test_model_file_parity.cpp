@@ -128,3 +128,6 @@ TEST_CASE("model file parity: residual adds, a repeated block and a 1x1 shortcut
 TEST_CASE("model file parity: a channel concat of two conv branches and a pooling branch") {
   check_file("concat_cnn");
 }
+TEST_CASE("model file parity: an encoder-decoder with conv_transpose2d, bilinear and nearest upsampling, concat skips") {
+  check_file("updown_cnn");
+}

@@ -213,11 +213,24 @@ TEST_CASE("model file: each mistake is one error naming the file, the layer and 
     e = build_error(R"({"layers": [{"type": "relu"}], "optimizer": "sgd"})");
     CHECK(contains(e, "model file t.json: unknown field 'optimizer'"));
   }
-  SUBCASE("layer types this build does not have yet") {
-    CHECK(contains(err(R"({"name": "up", "type": "upsample", "scale_factor": 2})"),
-                   "layer 'up' (upsample): layer type 'upsample' is not available in this build yet"));
-    CHECK(contains(err(R"({"name": "t", "type": "conv_transpose2d", "out_channels": 2, "kernel": 2})"),
-                   "layer type 'conv_transpose2d' is not available in this build yet"));
+  SUBCASE("upsample and conv_transpose2d: bad fields name the layer") {
+    CHECK(contains(err(R"({"name": "up", "type": "upsample"})"),
+                   "layer 'up' (upsample): give exactly one of 'size' and 'scale_factor'"));
+    CHECK(contains(err(R"({"name": "up", "type": "upsample", "size": 8, "scale_factor": 2})"),
+                   "give exactly one of 'size' and 'scale_factor'"));
+    CHECK(contains(err(R"({"name": "up", "type": "upsample", "scale_factor": -2})"),
+                   "layer 'up' (upsample): field 'scale_factor' must be a positive number"));
+    CHECK(contains(err(R"({"name": "up", "type": "upsample", "scale_factor": 2, "mode": "bicubic"})"),
+                   "layer 'up' (upsample): field 'mode'"));
+    CHECK(contains(err(R"({"name": "up", "type": "upsample", "scale_factor": 2, "align_corners": true})"),
+                   "align_corners is for mode bilinear only"));
+    CHECK(contains(err(R"({"name": "t", "type": "conv_transpose2d", "out_channels": 2, "kernel": 2, "stride": 2,
+                          "output_padding": 2})"),
+                   "layer 't' (conv_transpose2d): ConvTranspose2d: output_padding"));
+    CHECK(contains(err(R"({"name": "t", "type": "conv_transpose2d", "out_channels": 2, "kernel": 9, "padding": 8})"),
+                   "layer 't' (conv_transpose2d): input (3, 8, 8) from 'input'"));
+    CHECK(contains(err(R"({"name": "t", "type": "conv_transpose2d", "kernel": 2})"),
+                   "layer 't' (conv_transpose2d): missing field 'out_channels'"));
   }
   SUBCASE("a reference to a missing layer") {
     const std::string e = err(R"({"name": "b", "type": "block", "layers": [

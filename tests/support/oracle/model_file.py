@@ -122,6 +122,13 @@ def make_layer(spec, x, num_classes):
         return nn.Dropout(g("p", 0.5))
     if t == "flatten":
         return nn.Flatten(1)
+    if t == "conv_transpose2d":
+        return nn.ConvTranspose2d(x.shape[1], spec["out_channels"], spec["kernel"], g("stride", 1), g("padding", 0),
+                                  g("output_padding", 0), g("groups", 1), g("bias", True), g("dilation", 1))
+    if t == "upsample":
+        mode = g("mode", "nearest")
+        ac = g("align_corners", False) if mode == "bilinear" else None
+        return nn.Upsample(size=g("size"), scale_factor=g("scale_factor"), mode=mode, align_corners=ac)
     if t in ("add", "concat"):
         return None
     raise ValueError(f"model_file.py does not know layer type {t}")
