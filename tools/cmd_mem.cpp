@@ -7,7 +7,10 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
   CLI::App* m = app.add_subcommand(
       "mem", "predict a training step's memory on the meta device (accounts, per-layer activations, peaks)");
   MemConfig& c = o.config;
-  m->add_option("--model", c.train.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
+  m->add_option("--model", c.train.model,
+                "model name: small_cnn, resnet18, resnet34, resnet50, resnet101 (each resnet also as NAME_small: "
+                "3x3 stem for small images)")
+      ->required();
   m->add_option("--batch", c.train.batch, "images per optimizer step")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--image-size", c.image_size, "image height = width")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--num-classes", c.num_classes, "classes")->check(kiln_cli::positive)->capture_default_str();

@@ -20,7 +20,10 @@
 namespace {
 
 void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
-  t->add_option("--model", c.model, "model name: small_cnn, resnet18, resnet18_small, resnet34")->required();
+  t->add_option("--model", c.model,
+                "model name: small_cnn, resnet18, resnet34, resnet50, resnet101 (each resnet also as NAME_small: "
+                "3x3 stem for small images)")
+      ->required();
   t->add_option("--data", c.data,
                 "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
                 "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64), an image folder (class subfolders; train/ + val/ "
@@ -114,7 +117,10 @@ int main(int argc, char** argv) {
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
-  predict->add_option("--model", pc.model, "model name")->required();
+  predict->add_option("--model", pc.model,
+                      "model name: small_cnn, resnet18, resnet34, resnet50, resnet101 (each resnet also as NAME_small: "
+                      "3x3 stem for small images)")
+      ->required();
   predict->add_option("--weights", pc.weights, "weights (safetensors)")->required()->check(CLI::ExistingFile);
   predict->add_option("--data", pc.data, "data folder (IDX: its t10k split; or x.npy + y.npy)")->required();
   predict->add_option("--out", pc.out, "CSV file to write")->required();

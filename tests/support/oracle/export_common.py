@@ -6,7 +6,7 @@ against. A test oracle only; kiln never depends on it.
 Files written to OUT by export(model, ...):
   model.safetensors         initial state_dict (parameters and BN buffers, torch names;
                             num_batches_tracked as I64)
-  input.npy, labels.npy     the batch: float32 (N, C, H, W), int64 (N,)
+  input.npy, labels.npy     the batch: float32 (float64 with --dtype float64) (N, C, H, W), int64 (N,)
   forward.safetensors       eval.logits, eval.loss (model.eval()), train.logits, train.loss
                             (model.train(): BN uses batch statistics), cross_entropy loss, mean
   grads.safetensors         d train.loss / d parameter, for every parameter (torch names)
@@ -16,6 +16,10 @@ Files written to OUT by export(model, ...):
   after_adamw.safetensors   state_dict after one AdamW step (lr, betas (0.9, 0.999), eps 1e-8,
                             weight_decay)
   config.json               every argument, torch version, and the file list
+--dtype float64 runs everything (weights, batch, references) in float64: the f64 references tell a
+formula error (f64 still disagrees) from f32 roundoff (f64 agrees to ~1e-10).
+config.json's "f32_eval_logits_err" (float32 exports) is how far torch's own float32 eval logits are
+from the same computation in float64 (normwise): how well conditioned the float32 comparison is.
 Dropout: train-mode references are computed with every Dropout's p set to 0 unless --keep-dropout
 (kiln's Philox stream is not torch's, so a random mask cannot match); BN still runs in train mode.
 """
@@ -76,6 +80,8 @@ def add_common_args(p, channels, size, batch, classes):
     p.add_argument("--adamw-lr", type=float, default=None, help="AdamW learning rate (default: --lr / 100)")
     p.add_argument("--keep-dropout", action="store_true", help="leave Dropout on in train-mode references")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="dtype of the weights, the batch and every reference")
 
 
 def _no_dropout(model):
@@ -103,6 +109,9 @@ def export(model, args, extra_config):
     gen = torch.Generator().manual_seed(args.seed + 1)
     x = torch.randn(args.batch, args.channels, args.size, args.size, generator=gen)
     y = torch.randint(0, args.num_classes, (args.batch,), generator=gen, dtype=torch.int64)
+    if args.dtype == "float64":  # same draws as float32, then widened
+        x = x.double()
+        model = model.double()
     np.save(f"{args.out}/input.npy", x.numpy())
     np.save(f"{args.out}/labels.npy", y.numpy())
     init = copy.deepcopy(model)
@@ -115,6 +124,10 @@ def export(model, args, extra_config):
     with torch.no_grad():
         eval_logits = m(x)
         eval_loss = F.cross_entropy(eval_logits, y)
+        f32_eval_logits_err = None
+        if x.dtype == torch.float32:
+            ref64 = copy.deepcopy(init).double().eval()(x.double())
+            f32_eval_logits_err = float((eval_logits.double() - ref64).abs().max() / ref64.abs().max())
 
     m = ref().train()
     train_logits = m(x)
@@ -136,7 +149,7 @@ def export(model, args, extra_config):
 
     config = dict(vars(args))
     config.update(extra_config)
-    config.update({"adamw_lr": adamw_lr, "torch": torch.__version__,
+    config.update({"adamw_lr": adamw_lr, "torch": torch.__version__, "f32_eval_logits_err": f32_eval_logits_err,
                    "eval_loss": float(eval_loss), "train_loss": float(train_loss),
                    "files": ["model.safetensors", "input.npy", "labels.npy", "forward.safetensors",
                              "grads.safetensors", "train_buffers.safetensors", "after_sgd.safetensors",
