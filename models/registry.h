@@ -1,6 +1,7 @@
 // make_model: builds a model by name for the command line and tests. Known names:
 // resnet18, resnet34, resnet50, resnet101 (torchvision), resnet18_small, resnet34_small,
-// resnet50_small, resnet101_small (3x3 stride-1 stem, no max-pool), small_cnn. image_size is used by models whose layers depend on it (small_cnn).
+// resnet50_small, resnet101_small (3x3 stride-1 stem, no max-pool), small_cnn. image_size is used
+// by models whose layers depend on it (small_cnn).
 #pragma once
 #include <memory>
 #include <string>

@@ -118,11 +118,13 @@ std::vector<Stage> ResNet::stages() {
 }
 
 std::shared_ptr<ResNet> resnet18(int64_t num_classes, int64_t in_channels, bool small_stem) {
-  return std::make_shared<ResNet>(ResNetOptions{{2, 2, 2, 2}, num_classes, in_channels, small_stem, ResNetBlock::basic});
+  return std::make_shared<ResNet>(
+      ResNetOptions{{2, 2, 2, 2}, num_classes, in_channels, small_stem, ResNetBlock::basic});
 }
 
 std::shared_ptr<ResNet> resnet34(int64_t num_classes, int64_t in_channels, bool small_stem) {
-  return std::make_shared<ResNet>(ResNetOptions{{3, 4, 6, 3}, num_classes, in_channels, small_stem, ResNetBlock::basic});
+  return std::make_shared<ResNet>(
+      ResNetOptions{{3, 4, 6, 3}, num_classes, in_channels, small_stem, ResNetBlock::basic});
 }
 
 std::shared_ptr<ResNet> resnet50(int64_t num_classes, int64_t in_channels, bool small_stem) {
