@@ -114,8 +114,9 @@ void check_state(const std::string& stage, const nn::Module& m, const NamedTenso
 }
 
 // An f64 export (--dtype float64: input.npy is f64) runs the kiln model in f64 too.
-// tol bounds every comparison; adamw_tol (default: tol) the AdamW step's (its lr * g / (|g| + eps)
-// turns the gradient's absolute error into a relative one in small elements).
+// tol bounds every comparison; adamw_tol (default: tol) the AdamW step's and its exemption
+// threshold (its lr * g / (|g| + eps) turns the gradient's absolute error into a relative one in
+// small elements).
 template <typename MakeModel>
 void check_model_parity(const std::string& dir, const nlohmann::json& cfg, MakeModel make, double tol = kTol,
                         double adamw_tol = 0) {
@@ -298,11 +299,13 @@ TEST_CASE("parity: small_cnn (4x1x28x28), dropout off in the train-mode referenc
 //   3.0e-6 from torch's. (At 2x64, seed 0 the eval logits reach |18|, softmax is near saturation,
 //   and kiln's f32 gradients differ from torch's by 3-6e-4 although both are exact in f64.)
 // So the train-mode formulas (BN with batch statistics, 8 values per channel in layer4; the 1x1
-// stride-1 downsample of layer1) are compared in f64, at 1e-10 (measured: gradients 1.2e-12; AdamW
-// steps 3e-9, bound 1e-8: lr * g / (|g| + eps) turns the gradient's absolute error into a relative
-// one in small elements), and the f32 case compares eval logits, loss, gradients and both steps
-// with BN in eval mode at 1e-4, after requiring that the oracle's own f32 results are within 1e-5
-// of its f64 ones.
+// stride-1 downsample of layer1) are compared in f64, at 1e-10 (measured: gradients 1.2e-12),
+// except AdamW's step: lr * g / (|g| + eps) turns a gradient element's absolute error e into a
+// relative one, e / |g|, so an element just above the exemption threshold t gmax (t = the bound)
+// is off by up to ~1.2e-12 / t relative; t = 1e-5 keeps that 100x inside the bound (measured 3e-9
+// with 1 thread, 4.7e-7 with 2 threads against 1e-8 once). The f32 case compares eval logits,
+// loss, gradients and both steps with BN in eval mode at 1e-4, after requiring that the oracle's
+// own f32 results are within 1e-5 of its f64 ones.
 TEST_CASE("parity: torchvision resnet50 in f64 (2x3x64x64): logits, loss, grads, BN buffers, SGD and AdamW steps") {
   static std::string dir;
   static nlohmann::json cfg;
@@ -312,7 +315,7 @@ TEST_CASE("parity: torchvision resnet50 in f64 (2x3x64x64): logits, loss, grads,
                      "--arch resnet50 --num-classes 10 --batch 2 --size 64 --seed 5 --dtype float64", dir);
   }
   check_model_parity(
-      dir, cfg, [&] { return models::resnet50(cfg.at("num_classes").get<int64_t>(), 3, false); }, 1e-10, 1e-8);
+      dir, cfg, [&] { return models::resnet50(cfg.at("num_classes").get<int64_t>(), 3, false); }, 1e-10, 1e-5);
 }
 
 TEST_CASE("parity: torchvision resnet50 in f32 (4x3x32x32), eval BN: logits, loss, grads, SGD and AdamW steps") {
