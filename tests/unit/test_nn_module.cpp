@@ -125,8 +125,6 @@ TEST_CASE("resnet50 and resnet101: torchvision's bottleneck names, order, shapes
   CHECK(ssd.size() == 320);
   CHECK(find_named(ssd, "conv1.weight")->sizes() == Shape{64, 1, 3, 3});
   CHECK(find_named(ssd, "fc.weight")->sizes() == Shape{7, 2048});
-  CHECK(models::make_model("resnet101_small", 10, 3, 32)->num_parameters() ==
-        44549160 - 2048 * 990 - 990 - 64 * 3 * (49 - 9));
   auto names = models::model_names();
   for (const char* n : {"resnet50", "resnet101", "resnet50_small", "resnet101_small"})
     CHECK(std::set<std::string>(names.begin(), names.end()).count(n) == 1);
