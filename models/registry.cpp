@@ -8,7 +8,8 @@
 namespace kiln::models {
 
 std::vector<std::string> model_names() {
-  return {"resnet18", "resnet34", "resnet18_small", "resnet34_small", "small_cnn"};
+  return {"resnet18",       "resnet34",       "resnet50",        "resnet101",       "resnet18_small",
+          "resnet34_small", "resnet50_small", "resnet101_small", "small_cnn"};
 }
 
 std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t num_classes, int64_t in_channels,
@@ -18,6 +19,10 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, int64_t num_clas
   else if (name == "resnet34") m = resnet34(num_classes, in_channels, false);
   else if (name == "resnet18_small") m = resnet18(num_classes, in_channels, true);
   else if (name == "resnet34_small") m = resnet34(num_classes, in_channels, true);
+  else if (name == "resnet50") m = resnet50(num_classes, in_channels, false);
+  else if (name == "resnet101") m = resnet101(num_classes, in_channels, false);
+  else if (name == "resnet50_small") m = resnet50(num_classes, in_channels, true);
+  else if (name == "resnet101_small") m = resnet101(num_classes, in_channels, true);
   else if (name == "small_cnn") m = small_cnn(num_classes, in_channels, image_size);
   else if (is_model_file_name(name)) m = load_model_file(name, {num_classes, in_channels, image_size});
   if (!m) {

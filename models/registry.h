@@ -1,7 +1,8 @@
 // make_model: builds a model by name for the command line and tests. Known names:
-// resnet18, resnet34 (torchvision), resnet18_small, resnet34_small (3x3 stride-1 stem, no
-// max-pool), small_cnn; a name ending in .json is a model file (models/model_file.h). image_size is
-// used by models whose layers depend on it (small_cnn, model files).
+// resnet18, resnet34, resnet50, resnet101 (torchvision), resnet18_small, resnet34_small,
+// resnet50_small, resnet101_small (3x3 stride-1 stem, no max-pool), small_cnn; a name ending in .json
+// is a model file (models/model_file.h). image_size is used by models whose layers depend on it
+// (small_cnn, model files).
 #pragma once
 #include <memory>
 #include <string>

@@ -1,4 +1,4 @@
-// torchvision ResNet (BasicBlock variants) built from kiln modules.
+// torchvision ResNet (BasicBlock and Bottleneck variants) built from kiln modules.
 #include "models/resnet.h"
 
 #include <string>
@@ -51,7 +51,8 @@ ResNet::ResNet(const ResNetOptions& o) : Module("ResNet"), o_(o) {
     layer_[i] = register_module("layer" + std::to_string(i + 1),
                                 make_layer(inplanes, planes[i], o.layers[i], i == 0 ? 1 : 2));
   avgpool_ = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(1));
-  fc_ = register_module("fc", std::make_shared<Linear>(512, o.num_classes));
+  const int64_t expansion = o.block == ResNetBlock::bottleneck ? Bottleneck::kExpansion : 1;
+  fc_ = register_module("fc", std::make_shared<Linear>(512 * expansion, o.num_classes));
 
   // torchvision's re-initialization of every conv and BN (fc keeps Linear's default).
   apply([](const std::string&, Module& m) {
@@ -67,6 +68,12 @@ ResNet::ResNet(const ResNetOptions& o) : Module("ResNet"), o_(o) {
 std::shared_ptr<Sequential> ResNet::make_layer(int64_t& inplanes, int64_t planes, int64_t blocks, int64_t stride) {
   KILN_CHECK(blocks > 0, "ResNet: a stage needs at least one block");
   auto seq = std::make_shared<Sequential>();
+  if (o_.block == ResNetBlock::bottleneck) {
+    seq->push_back(std::make_shared<Bottleneck>(inplanes, planes, stride));
+    inplanes = planes * Bottleneck::kExpansion;
+    for (int64_t b = 1; b < blocks; ++b) seq->push_back(std::make_shared<Bottleneck>(inplanes, planes, 1));
+    return seq;
+  }
   seq->push_back(std::make_shared<BasicBlock>(inplanes, planes, stride));
   inplanes = planes;
   for (int64_t b = 1; b < blocks; ++b) seq->push_back(std::make_shared<BasicBlock>(inplanes, planes, 1));
@@ -78,9 +85,9 @@ Tensor ResNet::forward(const Tensor& x) {
              ", H, W), got ", x.str());
   Tensor y = (*relu_)((*bn1_)((*conv1_)(x)));  // (N, 64, H/2, W/2), small stem: (N, 64, H, W)
   if (maxpool_) y = (*maxpool_)(y);             // (N, 64, H/4, W/4)
-  for (auto& l : layer_) y = (*l)(y);           // (N, 512, H/32, W/32), small stem: H/8
-  y = (*avgpool_)(y);                           // (N, 512, 1, 1)
-  y = flatten(y, 1);                            // (N, 512)
+  for (auto& l : layer_) y = (*l)(y);           // (N, F, H/32, W/32), small stem: H/8; F = 512, 2048
+  y = (*avgpool_)(y);                           // (N, F, 1, 1)
+  y = flatten(y, 1);                            // (N, F)
   return (*fc_)(y);                             // (N, num_classes)
 }
 
@@ -111,11 +118,23 @@ std::vector<Stage> ResNet::stages() {
 }
 
 std::shared_ptr<ResNet> resnet18(int64_t num_classes, int64_t in_channels, bool small_stem) {
-  return std::make_shared<ResNet>(ResNetOptions{{2, 2, 2, 2}, num_classes, in_channels, small_stem});
+  return std::make_shared<ResNet>(
+      ResNetOptions{{2, 2, 2, 2}, num_classes, in_channels, small_stem, ResNetBlock::basic});
 }
 
 std::shared_ptr<ResNet> resnet34(int64_t num_classes, int64_t in_channels, bool small_stem) {
-  return std::make_shared<ResNet>(ResNetOptions{{3, 4, 6, 3}, num_classes, in_channels, small_stem});
+  return std::make_shared<ResNet>(
+      ResNetOptions{{3, 4, 6, 3}, num_classes, in_channels, small_stem, ResNetBlock::basic});
+}
+
+std::shared_ptr<ResNet> resnet50(int64_t num_classes, int64_t in_channels, bool small_stem) {
+  return std::make_shared<ResNet>(
+      ResNetOptions{{3, 4, 6, 3}, num_classes, in_channels, small_stem, ResNetBlock::bottleneck});
+}
+
+std::shared_ptr<ResNet> resnet101(int64_t num_classes, int64_t in_channels, bool small_stem) {
+  return std::make_shared<ResNet>(
+      ResNetOptions{{3, 4, 23, 3}, num_classes, in_channels, small_stem, ResNetBlock::bottleneck});
 }
 
 }  // namespace kiln::models

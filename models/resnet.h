@@ -1,6 +1,7 @@
-// ResNet18/34 with torchvision's exact architecture, parameter names and initialization
-// (conv: kaiming_normal fan_out relu; BN weight 1 bias 0; fc: Linear's default), any
-// num_classes and input size (adaptive average pool), any number of input channels.
+// ResNet18/34 (BasicBlock) and ResNet50/101 (Bottleneck, models/bottleneck.h) with torchvision's
+// exact architecture, parameter names and initialization (conv: kaiming_normal fan_out relu; BN
+// weight 1 bias 0; fc: Linear's default; zero_init_residual off), any num_classes and input size
+// (adaptive average pool), any number of input channels.
 // small_stem: conv1 = 3x3 stride 1 padding 1 and no max-pool, for 28-64 px images; the
 // parameter names are unchanged.
 #pragma once
@@ -12,6 +13,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/sequential.h"
+#include "models/bottleneck.h"
 
 namespace kiln::models {
 
@@ -28,11 +30,15 @@ class BasicBlock : public nn::Module {
   std::shared_ptr<nn::Sequential> downsample;  // null when shapes already match
 };
 
+enum class ResNetBlock { basic, bottleneck };
+
 struct ResNetOptions {
-  std::vector<int64_t> layers = {2, 2, 2, 2};  // blocks per stage: 18 = {2,2,2,2}, 34 = {3,4,6,3}
+  // blocks per stage: 18 = {2,2,2,2}, 34 = {3,4,6,3} (basic); 50 = {3,4,6,3}, 101 = {3,4,23,3} (bottleneck)
+  std::vector<int64_t> layers = {2, 2, 2, 2};
   int64_t num_classes = 1000;
   int64_t in_channels = 3;
   bool small_stem = false;
+  ResNetBlock block = ResNetBlock::basic;  // bottleneck: 4x wider stage outputs, fc takes 2048 features
 };
 
 class ResNet : public nn::Module {
@@ -40,8 +46,8 @@ class ResNet : public nn::Module {
   explicit ResNet(const ResNetOptions& o);
   // x: (N, in_channels, H, W) -> logits (N, num_classes)
   Tensor forward(const Tensor& x) override;
-  // stem (conv1, bn1, relu[, maxpool]), then each BasicBlock (layer1.0 ... layer4.1), then head
-  // (avgpool, flatten, fc): 10 stages for ResNet18; their chain is forward() exactly.
+  // stem (conv1, bn1, relu[, maxpool]), then each block (layer1.0 ... layer4.1), then head
+  // (avgpool, flatten, fc): 10 stages for ResNet18, 18 for ResNet50; their chain is forward() exactly.
   std::vector<nn::Stage> stages() override;
   const ResNetOptions& options() const { return o_; }
 
@@ -60,5 +66,7 @@ class ResNet : public nn::Module {
 
 std::shared_ptr<ResNet> resnet18(int64_t num_classes = 1000, int64_t in_channels = 3, bool small_stem = false);
 std::shared_ptr<ResNet> resnet34(int64_t num_classes = 1000, int64_t in_channels = 3, bool small_stem = false);
+std::shared_ptr<ResNet> resnet50(int64_t num_classes = 1000, int64_t in_channels = 3, bool small_stem = false);
+std::shared_ptr<ResNet> resnet101(int64_t num_classes = 1000, int64_t in_channels = 3, bool small_stem = false);
 
 }  // namespace kiln::models

@@ -1,5 +1,6 @@
 // Gradients through whole modules in f64 (central differences): the input and every parameter
-// of a conv/BN/ReLU/pool/flatten/linear stack and of a ResNet BasicBlock with downsample.
+// of a conv/BN/ReLU/pool/flatten/linear stack, of a ResNet BasicBlock with downsample and of a
+// Bottleneck with downsample (stride 2) and without (identity shortcut).
 #include <doctest/doctest.h>
 
 #include "engine/core/generator.h"
@@ -48,5 +49,24 @@ TEST_CASE("gradcheck: ResNet BasicBlock with downsample (stride 2), eval and tra
     block->train(train);
     CHECK(test::gradcheck("basic block", [&](auto& v) { return (*block)(v[0]); }, input_and_params(x, *block), 1e-6,
                           1e-5) <= 1e-5);
+  }
+}
+
+TEST_CASE("gradcheck: ResNet Bottleneck with downsample (stride 2) and with identity, eval and train mode") {
+  manual_seed(23);
+  auto down = std::make_shared<models::Bottleneck>(3, 2, 2);  // 3 -> 8 channels, stride on conv2
+  auto same = std::make_shared<models::Bottleneck>(8, 2, 1);  // 8 -> 8: identity shortcut
+  REQUIRE(down->downsample != nullptr);
+  REQUIRE(same->downsample == nullptr);
+  Tensor x3 = test::random_input({2, 3, 4, 4}, true), x8 = test::random_input({2, 8, 3, 3}, true);  // non-contiguous
+  for (auto [block, x] : {std::make_pair(down, x3), std::make_pair(same, x8)}) {
+    block->to(DType::f64);
+    for (bool train : {false, true}) {
+      CAPTURE(train);
+      CAPTURE(x.str());
+      block->train(train);
+      CHECK(test::gradcheck("bottleneck", [&](auto& v) { return (*block)(v[0]); }, input_and_params(x, *block), 1e-6,
+                            1e-5) <= 1e-5);
+    }
   }
 }

@@ -171,3 +171,34 @@ TEST_CASE("--checkpoint auto picks the least recomputation that fits") {
   CHECK_THROWS_WITH_AS(kiln::choose_recompute(c, 1 << 20, nullptr), doctest::Contains("no segment count fits"),
                        kiln::Error);
 }
+
+TEST_CASE("predicted peak: resnet50_small step (bottlenecks), the CPU prediction equals the measured peak") {
+  // kiln train in a subprocess, 16 px, batch 4: two SGD-momentum steps; the meta run's first-step
+  // peak must be the measured one to the byte (the step is the same function on both devices).
+  const nlohmann::json run =
+      check_train_case({"resnet50_small", 3, 16, 4, "--optimizer sgd --momentum 0.9"}, "resnet50_small");
+  const nlohmann::json& m = run["memory"];
+  CHECK(m["predicted"]["first_step"]["peak_allocated"] == m["measured_first_step"]["peak_allocated"]);
+  CHECK(m["predicted"]["first_step"]["tag_peak"]["activation"] ==
+        m["measured_first_step"]["tag_peak"]["activation"]);
+  // torchvision resnet50's 25,557,032 parameters less 996 classes of fc and the 7x7 -> 3x3 stem, in f32.
+  const int64_t params = 25557032 - 2048 * 996 - 996 - 64 * 3 * (49 - 9);
+  CHECK(m["predicted"]["first_step"]["tag_peak"]["param"].get<int64_t>() >= 4 * params);
+}
+
+TEST_CASE("--max-batch: resnet50 at 224 px, the answer fits with the margin and one more does not") {
+  kiln::MemConfig c;
+  c.train.model = "resnet50";
+  c.image_size = 224;
+  c.num_classes = 1000;
+  c.train.batch = 1;
+  c.train.momentum = 0.9;
+  const int64_t budget = 2ll << 30;  // each probe is a whole ResNet50 meta run (~3 s): few probes
+  kiln::MaxBatchResult r = kiln::find_max_batch(c, budget, 0.1);
+  MESSAGE("resnet50 224 px, 2 GiB budget, margin 0.1: max batch ", r.batch, " after ", r.probes.size(), " probes");
+  REQUIRE(r.batch > 1);
+  CHECK((double)r.peak_reserved <= 0.9 * (double)budget);
+  c.train.batch = r.batch + 1;
+  CHECK((double)kiln::predict_memory(c).peak_reserved > 0.9 * (double)budget);
+  CHECK(r.probes.size() < 40);
+}

@@ -75,6 +75,76 @@ TEST_CASE("resnet variants: 34 counts, small stem, channels and classes") {
   CHECK(std::set<std::string>(names.begin(), names.end()).count("resnet18_small") == 1);
 }
 
+TEST_CASE("resnet50 and resnet101: torchvision's bottleneck names, order, shapes and counts") {
+  auto m = models::resnet50(1000);
+  auto sd = m->state_dict();
+  // torchvision resnet50: 161 parameters, 159 buffers (53 BNs), 25,557,032 parameters;
+  // resnet101: 314, 312, 44,549,160.
+  CHECK(m->named_parameters().size() == 161);
+  CHECK(m->named_buffers().size() == 159);
+  CHECK(sd.size() == 320);
+  CHECK(m->num_parameters() == 25557032);
+  CHECK(sd[6].first == "layer1.0.conv1.weight");
+  CHECK(sd.back().first == "fc.bias");
+  // layer1.0: 1x1 64->64, 3x3 64->64, 1x1 64->256, and a stride-1 downsample to 256 channels.
+  CHECK(find_named(sd, "layer1.0.conv1.weight")->sizes() == Shape{64, 64, 1, 1});
+  CHECK(find_named(sd, "layer1.0.conv2.weight")->sizes() == Shape{64, 64, 3, 3});
+  CHECK(find_named(sd, "layer1.0.conv3.weight")->sizes() == Shape{256, 64, 1, 1});
+  CHECK(find_named(sd, "layer1.0.bn3.running_var")->sizes() == Shape{256});
+  CHECK(find_named(sd, "layer1.0.downsample.0.weight")->sizes() == Shape{256, 64, 1, 1});
+  CHECK(find_named(sd, "layer1.0.downsample.1.weight")->sizes() == Shape{256});
+  CHECK(find_named(sd, "layer1.1.downsample.0.weight") == nullptr);
+  CHECK(find_named(sd, "layer2.0.conv2.weight")->sizes() == Shape{128, 128, 3, 3});
+  CHECK(find_named(sd, "layer2.0.downsample.0.weight")->sizes() == Shape{512, 256, 1, 1});
+  CHECK(find_named(sd, "layer4.2.conv3.weight")->sizes() == Shape{2048, 512, 1, 1});
+  CHECK(find_named(sd, "layer4.3.conv1.weight") == nullptr);  // {3, 4, 6, 3} blocks
+  CHECK(find_named(sd, "layer3.5.conv1.weight") != nullptr);
+  CHECK(find_named(sd, "fc.weight")->sizes() == Shape{1000, 2048});
+  // The stride sits on the 3x3 conv (torchvision's "v1.5"), the downsample conv has it too.
+  int seen = 0;
+  for (auto& [n, mod] : m->named_modules()) {
+    if (n != "layer2.0") continue;
+    auto* blk = dynamic_cast<models::Bottleneck*>(mod.get());
+    REQUIRE(blk != nullptr);
+    CHECK(blk->conv1->options().stride == 1);
+    CHECK(blk->conv2->options().stride == 2);
+    CHECK(blk->conv3->options().stride == 1);
+    ++seen;
+  }
+  CHECK(seen == 1);
+
+  auto r101 = models::resnet101(1000);
+  CHECK(r101->named_parameters().size() == 314);
+  CHECK(r101->named_buffers().size() == 312);
+  CHECK(r101->num_parameters() == 44549160);
+  CHECK(find_named(r101->state_dict(), "layer3.22.bn3.weight")->sizes() == Shape{1024});
+  CHECK(find_named(r101->state_dict(), "layer3.23.bn3.weight") == nullptr);
+
+  auto small = models::make_model("resnet50_small", 7, 1, 32);
+  auto ssd = small->state_dict();
+  CHECK(ssd.size() == 320);
+  CHECK(find_named(ssd, "conv1.weight")->sizes() == Shape{64, 1, 3, 3});
+  CHECK(find_named(ssd, "fc.weight")->sizes() == Shape{7, 2048});
+  auto names = models::model_names();
+  for (const char* n : {"resnet50", "resnet101", "resnet50_small", "resnet101_small"})
+    CHECK(std::set<std::string>(names.begin(), names.end()).count(n) == 1);
+}
+
+TEST_CASE("resnet50_small: (N, C, H, W) -> (N, classes) and the stages chain to forward exactly") {
+  manual_seed(4);
+  auto m = models::resnet50(5, 3, true);
+  Tensor x = normal({2, 3, 8, 8}, 0.0, 1.0);
+  m->eval();
+  NoGradGuard ng;
+  Tensor y = (*m)(x);
+  CHECK(y.sizes() == Shape{2, 5});
+  Tensor z = x;
+  auto st = m->stages();
+  CHECK(st.size() == 18);  // stem, 16 bottlenecks, head
+  for (auto& s : st) z = s.fn(z);
+  CHECK(max_abs_diff(y, z) == 0);
+}
+
 TEST_CASE("small_cnn layout matches small_cnn.py and adapts to channels and size") {
   auto m = models::small_cnn(10, 1, 28);
   std::vector<std::string> expect = {"conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias", "bn1.running_mean",
@@ -93,9 +163,10 @@ TEST_CASE("small_cnn layout matches small_cnn.py and adapts to channels and size
 TEST_CASE("make_model builds by name and lists known names for an unknown one") {
   CHECK(models::make_model("small_cnn", 7, 1, 28)->state_dict().back().second.sizes() == Shape{7});
   try {
-    models::make_model("resnet50", 10, 3, 224);
+    models::make_model("resnet152", 10, 3, 224);
     FAIL("expected an error");
   } catch (const Error& e) {
+    CHECK(contains(e.what(), "resnet152"));
     CHECK(contains(e.what(), "resnet50"));
     CHECK(contains(e.what(), "resnet18"));
     CHECK(contains(e.what(), "small_cnn"));
