@@ -1,5 +1,5 @@
 // Built-in models as model files (see model_file_builtin.h). The layouts mirror models/small_cnn.cpp
-// and models/resnet.cpp (torchvision's BasicBlock ResNets); test_model_file.cpp checks both agree.
+// and models/resnet.cpp (torchvision's BasicBlock and Bottleneck ResNets); test_model_file.cpp checks both agree.
 #include "models/model_file_builtin.h"
 
 #include "engine/core/error.h"
@@ -48,7 +48,23 @@ json basic_block(int64_t planes, int64_t stride, bool downsample) {
   return l;
 }
 
-json resnet(const std::string& name, const std::vector<int64_t>& blocks, bool small_stem) {
+// torchvision's Bottleneck (models/bottleneck.h): conv1 (1x1), bn1, relu, conv2 (3x3, stride), bn2, relu,
+// conv3 (1x1, 4 planes), bn3, [downsample], add, relu.
+json bottleneck_block(int64_t planes, int64_t stride, bool downsample) {
+  json l = json::array({conv("conv1", planes, 1, 1, 0, false), layer("bn1", "batch_norm"), layer("relu", "relu"),
+                        conv("conv2", planes, 3, stride, 1, false), layer("bn2", "batch_norm"), layer("relu2", "relu"),
+                        conv("conv3", planes * 4, 1, 1, 0, false), layer("bn3", "batch_norm")});
+  if (downsample)
+    l.push_back({{"name", "downsample"},
+                 {"type", "block"},
+                 {"input", "input"},
+                 {"layers", json::array({conv(nullptr, planes * 4, 1, stride, 0, false), {{"type", "batch_norm"}}})}});
+  l.push_back({{"name", "add"}, {"type", "add"}, {"inputs", {"bn3", downsample ? "downsample" : "input"}}});
+  l.push_back(layer("relu3", "relu"));
+  return l;
+}
+
+json resnet(const std::string& name, const std::vector<int64_t>& blocks, bool small_stem, bool bottleneck = false) {
   json l = json::array();
   l.push_back(small_stem ? conv("conv1", 64, 3, 1, 1, false) : conv("conv1", 64, 7, 2, 3, false));
   l.push_back(layer("bn1", "batch_norm"));
@@ -59,19 +75,23 @@ json resnet(const std::string& name, const std::vector<int64_t>& blocks, bool sm
   for (int i = 0; i < 4; ++i) {
     const std::string lname = "layer" + std::to_string(i + 1);
     const int64_t stride = i == 0 ? 1 : 2;
-    const bool ds = stride != 1 || inplanes != planes[i];
+    const int64_t expansion = bottleneck ? 4 : 1;
+    auto block = [&](int64_t st, bool d) {
+      return bottleneck ? bottleneck_block(planes[i], st, d) : basic_block(planes[i], st, d);
+    };
+    const bool ds = stride != 1 || inplanes != planes[i] * expansion;
     int64_t start = 0;
     if (ds) {  // block 0 differs from the rest: written on its own
-      l.push_back({{"name", lname + ".0"}, {"type", "block"}, {"layers", basic_block(planes[i], stride, true)}});
+      l.push_back({{"name", lname + ".0"}, {"type", "block"}, {"layers", block(stride, true)}});
       start = 1;
     }
     if (blocks[(size_t)i] > start) {
       json r = {{"name", lname}, {"type", "repeat"}, {"count", blocks[(size_t)i] - start}};
       if (start) r["start"] = start;
-      r["layers"] = basic_block(planes[i], 1, false);
+      r["layers"] = block(1, false);
       l.push_back(r);
     }
-    inplanes = planes[i];
+    inplanes = planes[i] * expansion;
   }
   l.push_back({{"name", "avgpool"}, {"type", "adaptive_avg_pool"}, {"output_size", 1}});
   l.push_back(layer("flatten", "flatten"));
@@ -131,8 +151,12 @@ json builtin_model_json(const std::string& name) {
   if (name == "resnet34") return resnet(name, {3, 4, 6, 3}, false);
   if (name == "resnet18_small") return resnet(name, {2, 2, 2, 2}, true);
   if (name == "resnet34_small") return resnet(name, {3, 4, 6, 3}, true);
-  throw Error(str_cat("no model file form for '", name,
-                      "' (built-in models with one: small_cnn, resnet18, resnet34, resnet18_small, resnet34_small)"));
+  if (name == "resnet50") return resnet(name, {3, 4, 6, 3}, false, true);
+  if (name == "resnet101") return resnet(name, {3, 4, 23, 3}, false, true);
+  if (name == "resnet50_small") return resnet(name, {3, 4, 6, 3}, true, true);
+  if (name == "resnet101_small") return resnet(name, {3, 4, 23, 3}, true, true);
+  throw Error(str_cat("no model file form for '", name, "' (built-in models with one: small_cnn, resnet18, resnet34, "
+                      "resnet50, resnet101 and their _small forms)"));
 }
 
 }  // namespace kiln::models

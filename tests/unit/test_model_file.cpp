@@ -138,7 +138,8 @@ TEST_CASE("model file: small_cnn round-trips (same names, same logits from the s
   check_round_trip({"small_cnn", 1, 12, true});
   CHECK_THROWS_WITH_AS(models::builtin_model_json("vgg"), doctest::Contains("no model file form for 'vgg'"), Error);
   // The printed form (kiln model show --json) parses back to the same document, one layer a line.
-  for (const char* n : {"small_cnn", "resnet18", "resnet34", "resnet18_small", "resnet34_small"}) {
+  for (const char* n : {"small_cnn", "resnet18", "resnet34", "resnet18_small", "resnet34_small", "resnet50",
+                        "resnet101_small"}) {
     CAPTURE(n);
     const nlohmann::json j = models::builtin_model_json(n);
     const std::string text = models::format_model_json(j);
@@ -150,12 +151,13 @@ TEST_CASE("model file: small_cnn round-trips (same names, same logits from the s
 // ~20 s of weight initialization: kept out of the sanitizer run (scripts/test.sh asan_skip).
 TEST_CASE("model file: the ResNets round-trip (same names, same logits from the same weights)") {
   for (const RoundTrip& c : {RoundTrip{"resnet18_small", 3, 16, true}, RoundTrip{"resnet18", 3, 32, true},
-                             RoundTrip{"resnet34_small", 3, 8, false}, RoundTrip{"resnet34", 3, 32, false}})
+                             RoundTrip{"resnet34_small", 3, 8, false}, RoundTrip{"resnet34", 3, 32, false},
+                             RoundTrip{"resnet50_small", 3, 8, true}, RoundTrip{"resnet101", 3, 32, false}})
     check_round_trip(c);
 }
 
 TEST_CASE("model file: the documented examples build, and recompute stages give the plain gradients") {
-  for (const char* f : {"plain_cnn", "residual_cnn", "concat_cnn"}) {
+  for (const char* f : {"plain_cnn", "residual_cnn", "concat_cnn", "updown_cnn"}) {
     CAPTURE(f);
     auto m = models::load_model_file(docs_model(f), {5, 3, 16});
     CHECK(m->layers().back().out_shape == std::vector<int64_t>{5});
