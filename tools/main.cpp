@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
 
   kiln::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "write per-sample predicted class and logits as CSV");
-  predict->add_option("--model", pc.model, "model name or model file NAME.json (default: the one the weights were trained as; a model file's text "
-                      "travels in the weights)");
+  predict->add_option("--model", pc.model,
+                      "model name: " + model_list() + ", or a model file NAME.json (default: the one the weights were "
+                      "trained as; a model file's text travels in the weights)");
   predict->add_option("--weights", pc.weights,
                       "weights (safetensors from kiln train --save, or a training-state file); they carry the model, "
                       "classes and preprocessing")

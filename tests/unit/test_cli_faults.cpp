@@ -311,10 +311,16 @@ TEST_CASE("cli new user: predict at another image size names both sizes, and a f
   REQUIRE_MESSAGE(t.status == 0, t.output);
   const CliRun p = run_kiln("predict --model small_cnn --weights " + w + " --data " + root + "/val --image-size 24 "
                             "--threads 1 --out " + root + "/p.csv");
+  // The weights record their image size: the flag contradicts it (one line naming both sizes) ...
   CHECK(p.status == 1);
-  CHECK_MESSAGE(contains(p.output, "was trained on 16 px images and small_cnn's layers are sized for them, but the "
+  CHECK_MESSAGE(contains(p.output, "--image-size 24 (trained at 16)"), p.output);
+  // ... and forced, the model's layers cannot take 24 px images: said in those words, not as a shape mismatch.
+  const CliRun f = run_kiln("predict --model small_cnn --weights " + w + " --data " + root + "/val --image-size 24 "
+                            "--force --threads 1 --out " + root + "/p.csv");
+  CHECK(f.status == 1);
+  CHECK_MESSAGE(contains(f.output, "was trained on 16 px images and small_cnn's layers are sized for them, but the "
                                    "data is 24 px: pass --image-size 16"),
-                p.output);
+                f.output);
   CHECK(run_kiln("predict --model small_cnn --weights " + w + " --data " + root + "/val --threads 1 --out " + root +
                  "/p.csv").status == 0);
   // train/ without val/ or test/: its classes, not one class named "train".

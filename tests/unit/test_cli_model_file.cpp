@@ -90,7 +90,7 @@ TEST_CASE("cli: --model FILE.json trains, saves the file with the weights, predi
   CHECK(contains(missing.output, "--model " + dir + "/nope.json: no such model file"));
 }
 
-TEST_CASE("cli: kiln model show lists layers, shapes, parameters and activation bytes; --json round-trips") {
+TEST_CASE("cli: kiln model show lists layers, shapes, parameters and activation bytes, and --json round-trips") {
   const std::string dir = kiln_test::cli_temp_dir("model_show");
   const std::string net = dir + "/net.json";
   std::ofstream(net) << kNet;
