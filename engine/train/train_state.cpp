@@ -150,6 +150,7 @@ void save_weights(const std::string& path, const nn::Module& model, const ModelC
   check_finite_state(model.state_dict(), path, "the weights");
   std::map<std::string, std::string> meta = card.to_metadata();
   meta["format"] = "kiln-weights-1";
+  add_model_json(model, meta);
   save_safetensors(path, model.state_dict(), meta);
 }
 
