@@ -198,11 +198,13 @@ BuiltLayer build_concat(const LayerArgs& a) {
 // The output shape of a one-input module, from the module itself run on the meta device (no
 // arithmetic, no memory): the op's own shape rules, so file and op never disagree. An op's refusal
 // becomes the layer's error.
-SampleShape meta_out_shape(nn::Module& m, const LayerArgs& a) {
+// fn: the module's forward, or its op on meta copies of its parameters (a module's own parameters live on
+// the CPU, and an op refuses to mix devices).
+SampleShape meta_out_shape(const std::function<Tensor(const Tensor&)>& fn, const LayerArgs& a) {
   Shape in = {1};
   for (int64_t d : a.in[0]) in.push_back(d);
   try {
-    const Tensor y = m.forward(empty(in, DType::f32, Device::meta()));
+    const Tensor y = fn(empty(in, DType::f32, Device::meta()));
     return SampleShape(y.sizes().begin() + 1, y.sizes().end());
   } catch (const Error& e) {
     throw Error(str_cat(a.where, ": input ", sample_shape_str(a.in[0]), " from '", a.in_names[0], "': ", e.what()));
@@ -236,7 +238,14 @@ BuiltLayer build_conv_transpose2d(const LayerArgs& a) {
              " must divide the input channels ", o.in_channels, " (from '", a.in_names[0], "', shape ",
              sample_shape_str(s), ") and out_channels ", o.out_channels);
   auto m = make_layer_module<nn::ConvTranspose2d>(o, a);
-  const SampleShape out = meta_out_shape(*m, a);
+  const Tensor w = empty(m->weight.sizes(), DType::f32, Device::meta());
+  const Tensor b = o.bias ? empty(m->bias.sizes(), DType::f32, Device::meta()) : Tensor();
+  const SampleShape out = meta_out_shape(
+      [&](const Tensor& x) {
+        return conv_transpose2d(x, w, b, {o.stride, o.stride}, {o.padding, o.padding},
+                                {o.output_padding, o.output_padding}, o.groups, {o.dilation, o.dilation});
+      },
+      a);
   return {m, nullptr, out};
 }
 
@@ -278,7 +287,7 @@ BuiltLayer build_upsample(const LayerArgs& a) {
   o.align_corners = a.get_bool("align_corners", false);
   KILN_CHECK(!o.align_corners || o.mode == InterpMode::bilinear, a.where, ": align_corners is for mode bilinear only");
   auto m = make_layer_module<nn::Upsample>(o, a);
-  const SampleShape out = meta_out_shape(*m, a);
+  const SampleShape out = meta_out_shape([&](const Tensor& x) { return m->forward(x); }, a);
   return {m, nullptr, out};
 }
 

@@ -190,7 +190,7 @@ TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (model files, 
   };
   const std::vector<FileCase> files = {
       {"plain_cnn", 17, false, "Erf 1"},
-      {"residual_cnn", 13, true, "Add 2"},
+      {"residual_cnn", 13, true, "Add 3"},
       {"concat_cnn", 17, true, "Concat"},
       {"updown_cnn", 17, false, "ConvTranspose 1"},
   };
