@@ -307,6 +307,16 @@ Tensor GraphModel::forward(const Tensor& x) {
   return run_range(0, impl_->order.size(), x);
 }
 
+std::vector<GraphStep> GraphModel::steps() const {
+  std::vector<GraphStep> r;
+  for (const Impl::Layer& l : impl_->order) {
+    GraphStep s{l.name, l.type, {}, l.module.get()};
+    for (int q : l.inputs) s.inputs.push_back(q < 0 ? std::string("input") : impl_->order[(size_t)q].name);
+    r.push_back(std::move(s));
+  }
+  return r;
+}
+
 std::vector<nn::Stage> GraphModel::stages() {
   std::vector<nn::Stage> st;
   size_t begin = 0;

@@ -36,6 +36,16 @@ struct GraphLayer {
   int64_t param_bytes = 0;          // parameters and buffers, bytes (f32)
 };
 
+// One step of a GraphModel's forward, in run order (inputs before the layers reading them; the last
+// step is the output): the layer's full name and type, its inputs by full name ("input" = the model
+// input) and its module, null for the joins add (sum of the inputs) and concat (channels, dim 1).
+// A read-only view for readers above models/ (ONNX export); the module is the model's own child.
+struct GraphStep {
+  std::string name, type;
+  std::vector<std::string> inputs;
+  nn::Module* module = nullptr;
+};
+
 class GraphModel : public nn::Module {
  public:
   // x: (N, in_channels, image_size, image_size) -> the output layer's (N, ...) (logits for a classifier)
@@ -48,6 +58,7 @@ class GraphModel : public nn::Module {
   const std::string& source() const { return source_; }      // file name (or "<json>")
   const std::string& json_text() const { return text_; }     // the model file's text, as read
   const ModelInput& input() const { return input_; }
+  std::vector<GraphStep> steps() const;
 
   struct Impl;  // the parsed graph (models/model_file.cpp)
   GraphModel();

@@ -57,17 +57,6 @@ bool LayerArgs::get_bool(const char* field, bool def) const {
 
 namespace {
 
-// A parameter-free layer over one op (GELU, AvgPool2d, ...), a Module so it has a place in the tree.
-class OpLayer : public nn::Module {
- public:
-  OpLayer(std::string type_name, std::function<Tensor(const Tensor&)> fn)
-      : Module(std::move(type_name)), fn_(std::move(fn)) {}
-  Tensor forward(const Tensor& x) override { return fn_(x); }
-
- private:
-  std::function<Tensor(const Tensor&)> fn_;
-};
-
 const SampleShape& need_image(const LayerArgs& a) {
   KILN_CHECK(a.in[0].size() == 3, a.where, ": needs an image input (C, H, W), got ", sample_shape_str(a.in[0]),
              " from '", a.in_names[0], "'");
@@ -82,8 +71,9 @@ void check_declared(const LayerArgs& a, const char* field, int64_t inferred) {
              sample_shape_str(a.in[0]), " (", inferred, ")");
 }
 
-BuiltLayer unary(const char* type_name, std::function<Tensor(const Tensor&)> fn, const LayerArgs& a) {
-  return {std::make_shared<OpLayer>(type_name, std::move(fn)), nullptr, a.in[0]};
+BuiltLayer unary(const char* type_name, std::function<Tensor(const Tensor&)> fn, const LayerArgs& a,
+                 nlohmann::json attrs = nlohmann::json::object()) {
+  return {std::make_shared<OpLayer>(type_name, std::move(attrs), std::move(fn)), nullptr, a.in[0]};
 }
 
 BuiltLayer build_conv2d(const LayerArgs& a) {
@@ -127,13 +117,17 @@ BuiltLayer build_pool(const LayerArgs& a, bool is_max) {
   const int64_t oh = pool_out_size(s[1], k, st, p, dil, ceil), ow = pool_out_size(s[2], k, st, p, dil, ceil);
   KILN_CHECK(oh >= 1 && ow >= 1, a.where, ": input ", sample_shape_str(s), " from '", a.in_names[0],
              "' is too small for kernel ", k);
-  if (is_max)
-    return {std::make_shared<OpLayer>("MaxPool2d", [=](const Tensor& x) {
+  nlohmann::json attrs = {{"kernel", k}, {"stride", st}, {"padding", p}, {"ceil_mode", ceil}};
+  if (is_max) {
+    attrs["dilation"] = dil;
+    return {std::make_shared<OpLayer>("MaxPool2d", attrs, [=](const Tensor& x) {
               return max_pool2d(x, {k, k}, {st, st}, {p, p}, {dil, dil}, ceil);
             }),
             nullptr, {s[0], oh, ow}};
+  }
   const bool include_pad = a.get_bool("count_include_pad", true);
-  return {std::make_shared<OpLayer>("AvgPool2d", [=](const Tensor& x) {
+  attrs["count_include_pad"] = include_pad;
+  return {std::make_shared<OpLayer>("AvgPool2d", attrs, [=](const Tensor& x) {
             return avg_pool2d(x, {k, k}, {st, st}, {p, p}, ceil, include_pad);
           }),
           nullptr, {s[0], oh, ow}};
@@ -204,11 +198,13 @@ BuiltLayer build_concat(const LayerArgs& a) {
 // The output shape of a one-input module, from the module itself run on the meta device (no
 // arithmetic, no memory): the op's own shape rules, so file and op never disagree. An op's refusal
 // becomes the layer's error.
-SampleShape meta_out_shape(nn::Module& m, const LayerArgs& a) {
+// fn: the module's forward, or its op on meta copies of its parameters (a module's own parameters live on
+// the CPU, and an op refuses to mix devices).
+SampleShape meta_out_shape(const std::function<Tensor(const Tensor&)>& fn, const LayerArgs& a) {
   Shape in = {1};
   for (int64_t d : a.in[0]) in.push_back(d);
   try {
-    const Tensor y = m.forward(empty(in, DType::f32, Device::meta()));
+    const Tensor y = fn(empty(in, DType::f32, Device::meta()));
     return SampleShape(y.sizes().begin() + 1, y.sizes().end());
   } catch (const Error& e) {
     throw Error(str_cat(a.where, ": input ", sample_shape_str(a.in[0]), " from '", a.in_names[0], "': ", e.what()));
@@ -242,7 +238,14 @@ BuiltLayer build_conv_transpose2d(const LayerArgs& a) {
              " must divide the input channels ", o.in_channels, " (from '", a.in_names[0], "', shape ",
              sample_shape_str(s), ") and out_channels ", o.out_channels);
   auto m = make_layer_module<nn::ConvTranspose2d>(o, a);
-  const SampleShape out = meta_out_shape(*m, a);
+  const Tensor w = empty(m->weight.sizes(), DType::f32, Device::meta());
+  const Tensor b = o.bias ? empty(m->bias.sizes(), DType::f32, Device::meta()) : Tensor();
+  const SampleShape out = meta_out_shape(
+      [&](const Tensor& x) {
+        return conv_transpose2d(x, w, b, {o.stride, o.stride}, {o.padding, o.padding},
+                                {o.output_padding, o.output_padding}, o.groups, {o.dilation, o.dilation});
+      },
+      a);
   return {m, nullptr, out};
 }
 
@@ -284,7 +287,7 @@ BuiltLayer build_upsample(const LayerArgs& a) {
   o.align_corners = a.get_bool("align_corners", false);
   KILN_CHECK(!o.align_corners || o.mode == InterpMode::bilinear, a.where, ": align_corners is for mode bilinear only");
   auto m = make_layer_module<nn::Upsample>(o, a);
-  const SampleShape out = meta_out_shape(*m, a);
+  const SampleShape out = meta_out_shape([&](const Tensor& x) { return m->forward(x); }, a);
   return {m, nullptr, out};
 }
 
@@ -297,7 +300,7 @@ const std::vector<LayerType>& table() {
       {"leaky_relu", {"negative_slope"}, 1, 1, "",
        [](const LayerArgs& a) {
          const double s = a.get_double("negative_slope", 0.01, -1e6, 1e6);
-         return unary("LeakyReLU", [s](const Tensor& x) { return leaky_relu(x, s); }, a);
+         return unary("LeakyReLU", [s](const Tensor& x) { return leaky_relu(x, s); }, a, {{"negative_slope", s}});
        }},
       {"gelu", {}, 1, 1, "", [](const LayerArgs& a) { return unary("GELU", [](const Tensor& x) { return gelu(x); }, a); }},
       {"sigmoid", {}, 1, 1, "",

@@ -53,6 +53,21 @@ struct LayerType {
   std::function<BuiltLayer(const LayerArgs&)> build;
 };
 
+// A parameter-free layer over one op (GELU, AvgPool2d, ...), a Module so it has a place in the tree.
+// attrs(): the layer's settings with every default filled in ({"kernel": 3, "stride": 2, ...};
+// {} for gelu / sigmoid / tanh), so a reader above models/ (ONNX export) can rebuild the op.
+class OpLayer : public nn::Module {
+ public:
+  OpLayer(std::string type_name, nlohmann::json attrs, std::function<Tensor(const Tensor&)> fn)
+      : Module(std::move(type_name)), attrs_(std::move(attrs)), fn_(std::move(fn)) {}
+  Tensor forward(const Tensor& x) override { return fn_(x); }
+  const nlohmann::json& attrs() const { return attrs_; }
+
+ private:
+  nlohmann::json attrs_;
+  std::function<Tensor(const Tensor&)> fn_;
+};
+
 // nullptr for an unknown type.
 const LayerType* find_layer_type(const std::string& type);
 std::vector<std::string> layer_type_names();  // every entry, available or not

@@ -3,10 +3,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "engine/core/error.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/tensor_io.h"
+#include "models/model_file.h"
 #include "models/registry.h"
 #ifdef KILN_WITH_ONNX
 #include "engine/export/onnx_export.h"
@@ -17,7 +19,9 @@ namespace kiln_cli {
 CLI::App* add_export_command(CLI::App& app, ExportOnnxOptions& o) {
   CLI::App* e = app.add_subcommand(
       "export", "write a trained model as an ONNX file (input 'input' f32 (N,C,H,W), output 'logits' f32 (N,K))");
-  e->add_option("--model", o.model, "model name (as trained)")->required();
+  e->add_option("--model", o.model,
+                 "model name or model file (NAME.json) as trained (default: the weights file's model; a model "
+                 "file's text stored in the weights is used when the file is gone)");
   e->add_option("--weights", o.weights, "weights (safetensors from kiln train --save)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -54,13 +58,24 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
     return v;
   };
   auto mit = wf.metadata.find("model");
-  KILN_CHECK(mit == wf.metadata.end() || mit->second == o.model, "export: ", o.weights, " holds a ", mit->second,
-             ", not a ", o.model);
+  KILN_CHECK(!o.model.empty() || mit != wf.metadata.end(), "export: ", o.weights,
+             " does not say which model it holds (no model metadata); pass --model");
+  const std::string model_name = o.model.empty() ? mit->second : o.model;
+  KILN_CHECK(mit == wf.metadata.end() || mit->second == model_name, "export: ", o.weights, " holds a ", mit->second,
+             ", not a ", model_name);
   const int64_t num_classes = meta_int("num_classes", o.num_classes, "--num-classes");
   const int64_t channels = meta_int("in_channels", o.channels, "--channels");
   const int64_t size = meta_int("image_size", o.image_size, "--image-size");
 
-  nn::ModulePtr model = models::make_model(o.model, num_classes, channels, size);
+  // A model file's text travels in the weights ("model_json"): used when --model is not given or the
+  // file is gone, so the exported network is the trained one.
+  auto jit = wf.metadata.find("model_json");
+  nn::ModulePtr model;
+  if (models::is_model_file_name(model_name) && jit != wf.metadata.end() && !jit->second.empty() &&
+      (o.model.empty() || !std::filesystem::exists(model_name)))
+    model = models::build_graph_model(jit->second, o.weights + " (model_json)", {num_classes, channels, size});
+  else
+    model = models::make_model(model_name, num_classes, channels, size);
   NamedTensors state;
   for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, Device::cpu()));
   model->load_state_dict(state, true);
@@ -71,11 +86,11 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
   eo.height = eo.width = size;
   // Every string the weights file records (model, classes, preprocessing, ...), and the exported input size.
   eo.metadata = wf.metadata;
-  eo.metadata["model"] = o.model;
+  eo.metadata["model"] = model_name;
   eo.metadata["num_classes"] = std::to_string(num_classes);
   eo.metadata["in_channels"] = std::to_string(channels);
   eo.metadata["image_size"] = std::to_string(size);
-  eo.doc = str_cat("kiln ", o.model, ": input '", eo.input_name, "' f32 (N, ", channels, ", ", size, ", ", size,
+  eo.doc = str_cat("kiln ", model_name, ": input '", eo.input_name, "' f32 (N, ", channels, ", ", size, ", ", size,
                    "), output '", eo.output_name, "' f32 (N, ", num_classes,
                    ") logits (no softmax); preprocessing in metadata_props");
   const auto t1 = std::chrono::steady_clock::now();
@@ -89,7 +104,7 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
   char buf[128];
   std::snprintf(buf, sizeof buf, "%.1f MB in %.2f s (graph, check and write %.2f s)", (double)r.file_bytes / 1e6, s,
                 s_export);
-  out << "export: " << o.model << " -> " << o.onnx << ": opset " << o.opset << ", " << r.nodes << " nodes (" << ops
+  out << "export: " << model_name << " -> " << o.onnx << ": opset " << o.opset << ", " << r.nodes << " nodes (" << ops
       << "), input '" << eo.input_name << "' f32 (N, " << channels << ", " << size << ", " << size << "), output '"
       << eo.output_name << "' f32 (N, " << r.output_shape[1] << "), " << buf << "\n";
 }

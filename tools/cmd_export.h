@@ -1,6 +1,7 @@
-// `kiln export --model NAME --weights W --onnx out.onnx [--image-size S] [--channels C] [--num-classes K]
+// `kiln export [--model NAME] --weights W --onnx out.onnx [--image-size S] [--channels C] [--num-classes K]
 // [--opset 17]`: the command-line side of ONNX export (engine/export/onnx_export.h). Reads the weights
-// file, builds the model, and hands both to export_onnx with the weights file's string metadata.
+// file, builds the model (NAME defaults to the weights' model; a model file's text stored in the weights,
+// "model_json", rebuilds it when --model is absent or the file is gone), and hands both to export_onnx with the weights file's string metadata.
 // Without KILN_ONNX the command exists and fails with one line saying how to get it.
 #pragma once
 #include <CLI/CLI.hpp>

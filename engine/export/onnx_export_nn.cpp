@@ -1,7 +1,8 @@
 // ONNX exporters of engine/nn's layers (one function per module type; the table is onnx_exporters.cpp).
 //   Conv2d -> Conv, BatchNorm2d -> BatchNormalization (running statistics), Linear -> Gemm (transB),
 //   ReLU -> Relu, MaxPool2d -> MaxPool, AdaptiveAvgPool2d -> GlobalAveragePool (or AveragePool when the
-//   input divides evenly), Flatten -> Flatten, Dropout / Identity -> no node, Sequential -> its children.
+//   input divides evenly), Flatten -> Flatten, Dropout / Identity -> no node, Sequential -> its children,
+//   ConvTranspose2d -> ConvTranspose, Upsample -> Resize (torch 1.13's index rules, see export_upsample).
 // Every attribute is written explicitly (no reliance on ONNX defaults that differ from kiln's).
 #include "engine/export/onnx_exporters.h"
 
@@ -10,6 +11,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/sequential.h"
+#include "engine/nn/upsampling.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::onnx_export {
@@ -33,6 +35,61 @@ OnnxValue export_conv2d(OnnxGraph& g, nn::Module& m, const std::string& path, co
                  OnnxAttr::ints("pads", {o.padding, o.padding, o.padding, o.padding}),
                  OnnxAttr::ints("dilations", {o.dilation, o.dilation}), OnnxAttr::integer("group", o.groups)},
                 leaf_shape(g, m, x));
+}
+
+OnnxValue export_conv_transpose2d(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x) {
+  auto& c = module_as<nn::ConvTranspose2d>(m, path);
+  const nn::ConvTranspose2dOptions& o = c.options();
+  // weight: (in, out/groups, kh, kw), ONNX's ConvTranspose layout as well.
+  std::vector<std::string> in = {x.name, g.initializer(join_path(path, "weight"), c.weight)};
+  if (c.bias.defined()) in.push_back(g.initializer(join_path(path, "bias"), c.bias));
+  // Output size from pads and output_padding (no output_shape attribute: ONNX then derives the pads).
+  return g.node(path, "ConvTranspose", in,
+                {OnnxAttr::ints("kernel_shape", {c.weight.size(2), c.weight.size(3)}),
+                 OnnxAttr::ints("strides", {o.stride, o.stride}),
+                 OnnxAttr::ints("pads", {o.padding, o.padding, o.padding, o.padding}),
+                 OnnxAttr::ints("output_padding", {o.output_padding, o.output_padding}),
+                 OnnxAttr::ints("dilations", {o.dilation, o.dilation}), OnnxAttr::integer("group", o.groups)},
+                leaf_shape(g, m, x));
+}
+
+// F.interpolate as Resize. torch 1.13 maps output index d to a source coordinate with the user's scale
+// factor when one is given (not in/out), else with in/out:
+//   nearest: floor(d / scale)                 = Resize asymmetric + nearest_mode floor
+//   bilinear, align_corners false: (d + 0.5) / scale - 0.5, clamped at 0 = half_pixel
+//   bilinear, align_corners true: d (in - 1) / (out - 1)                 = align_corners
+// So a scale factor goes in as Resize's `scales` (ONNX's output size is floor(in * scale), as torch's),
+// and a size as `sizes` (ONNX then uses out/in, as torch does): (N, C) from Shape(x), (H', W') constant.
+OnnxValue export_upsample(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x) {
+  auto& u = module_as<nn::Upsample>(m, path);
+  const nn::UpsampleOptions& o = u.options();
+  KILN_CHECK(x.shape.size() == 4, "ONNX export: Upsample '", path, "' expects (N, C, H, W), got ", shape_str(x.shape));
+  const Shape out = leaf_shape(g, m, x);
+  std::vector<OnnxAttr> attrs;
+  if (o.mode == InterpMode::nearest) {
+    attrs = {OnnxAttr::str("mode", "nearest"), OnnxAttr::str("coordinate_transformation_mode", "asymmetric"),
+             OnnxAttr::str("nearest_mode", "floor")};
+  } else {
+    attrs = {OnnxAttr::str("mode", "linear"),
+             OnnxAttr::str("coordinate_transformation_mode", o.align_corners ? "align_corners" : "half_pixel")};
+  }
+  const std::string roi = "";  // unused by these modes (tf_crop_and_resize only)
+  if (!o.scale_factor.empty()) {
+    const double sh = o.scale_factor[0], sw = o.scale_factor.size() > 1 ? o.scale_factor[1] : sh;
+    const std::string scales = g.constant_f32(join_path(path, "scales"), {1.0f, 1.0f, (float)sh, (float)sw});
+    return g.node(path, "Resize", {x.name, roi, scales}, attrs, out);
+  }
+  // sizes = concat(Shape(x)[0:2], [H', W'])
+  const OnnxValue shape = g.node(join_path(path, "shape"), "Shape", {x.name}, {}, Shape{4});
+  const OnnxValue nc = g.node(join_path(path, "batch_channels"), "Slice",
+                              {shape.name, g.constant_i64(join_path(path, "starts"), {0}),
+                               g.constant_i64(join_path(path, "ends"), {2}),
+                               g.constant_i64(join_path(path, "axes"), {0})},
+                              {}, Shape{2});
+  const OnnxValue sizes =
+      g.node(join_path(path, "sizes"), "Concat", {nc.name, g.constant_i64(join_path(path, "hw"), {out[2], out[3]})},
+             {OnnxAttr::integer("axis", 0)}, Shape{4});
+  return g.node(path, "Resize", {x.name, roi, "", sizes.name}, attrs, out);
 }
 
 OnnxValue export_batch_norm2d(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x) {

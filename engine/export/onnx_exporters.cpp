@@ -14,16 +14,25 @@ std::map<std::string, OnnxExporter>& table() {
       {"BatchNorm2d", export_batch_norm2d},
       {"Linear", export_linear},
       {"ReLU", export_relu},
-      {"MaxPool2d", export_max_pool2d},
+      {"MaxPool2d", export_op_layer},  // nn::MaxPool2d or a model file's max_pool (models::OpLayer)
       {"AdaptiveAvgPool2d", export_adaptive_avg_pool2d},
       {"Flatten", export_flatten},
       {"Dropout", export_identity},  // inference graph: dropout is the identity
       {"Identity", export_identity},
       {"Sequential", export_sequential},
+      {"ConvTranspose2d", export_conv_transpose2d},
+      {"Upsample", export_upsample},
       // models/
       {"BasicBlock", export_basic_block},
       {"ResNet", export_resnet},
       {"SmallCNN", export_small_cnn},
+      {"GraphModel", export_graph_model},
+      // model files' op layers (models::OpLayer)
+      {"GELU", export_op_layer},
+      {"Sigmoid", export_op_layer},
+      {"Tanh", export_op_layer},
+      {"LeakyReLU", export_op_layer},
+      {"AvgPool2d", export_op_layer},
   };
   return t;
 }

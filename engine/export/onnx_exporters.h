@@ -30,12 +30,20 @@ OnnxValue export_adaptive_avg_pool2d(OnnxGraph& g, nn::Module& m, const std::str
                                      const OnnxValue& x);  // GlobalAveragePool / AveragePool
 OnnxValue export_flatten(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);      // Flatten
 OnnxValue export_identity(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);     // no node (Dropout, Identity)
+OnnxValue export_conv_transpose2d(OnnxGraph& g, nn::Module& m, const std::string& path,
+                                  const OnnxValue& x);  // ConvTranspose
+OnnxValue export_upsample(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);     // Resize
 OnnxValue export_sequential(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);   // its children in order
 
 // ---- models/ (onnx_export_models.cpp) ----
 OnnxValue export_basic_block(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 OnnxValue export_resnet(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 OnnxValue export_small_cnn(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+// A model file's network (models::GraphModel): its layers in run order, joins as Add / Concat.
+OnnxValue export_graph_model(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+// A model file's op layer (models::OpLayer: GELU, Sigmoid, Tanh, LeakyReLU, AvgPool2d, MaxPool2d) from its
+// attrs(); MaxPool2d shares its type name with nn::MaxPool2d and goes to export_max_pool2d otherwise.
+OnnxValue export_op_layer(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 
 // ---- helpers for exporters: nodes for kiln's functional ops (shapes probed with the same op) ----
 OnnxValue relu_node(OnnxGraph& g, const std::string& path, const OnnxValue& x);

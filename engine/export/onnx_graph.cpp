@@ -27,6 +27,14 @@ OnnxAttr OnnxAttr::real(const std::string& n, float v) {
   a.f = v;
   return a;
 }
+OnnxAttr OnnxAttr::str(const std::string& n, std::string v) {
+  OnnxAttr a;
+  a.name = n;
+  a.kind = Kind::s;
+  a.text = std::move(v);
+  return a;
+}
+
 OnnxAttr OnnxAttr::ints(const std::string& n, std::vector<int64_t> v) {
   OnnxAttr a;
   a.name = n;
@@ -137,6 +145,26 @@ std::string OnnxGraph::initializer(const std::string& name, const Tensor& t) {
   return name;
 }
 
+std::string OnnxGraph::constant_f32(const std::string& name, const std::vector<float>& v) {
+  const std::string n = unique_value_name(name);
+  onnx::TensorProto* p = impl_->graph.add_initializer();
+  p->set_name(n);
+  p->set_data_type(onnx::TensorProto::FLOAT);
+  p->add_dims((int64_t)v.size());
+  for (float f : v) p->add_float_data(f);
+  return n;
+}
+
+std::string OnnxGraph::constant_i64(const std::string& name, const std::vector<int64_t>& v) {
+  const std::string n = unique_value_name(name);
+  onnx::TensorProto* p = impl_->graph.add_initializer();
+  p->set_name(n);
+  p->set_data_type(onnx::TensorProto::INT64);
+  p->add_dims((int64_t)v.size());
+  for (int64_t i : v) p->add_int64_data(i);
+  return n;
+}
+
 OnnxValue OnnxGraph::node(const std::string& path, const std::string& op, const std::vector<std::string>& inputs,
                           const std::vector<OnnxAttr>& attrs, const Shape& out_shape) {
   onnx::NodeProto* n = impl_->graph.add_node();
@@ -163,6 +191,10 @@ OnnxValue OnnxGraph::node(const std::string& path, const std::string& op, const 
       case OnnxAttr::Kind::ints:
         p->set_type(onnx::AttributeProto::INTS);
         for (int64_t v : a.list) p->add_ints(v);
+        break;
+      case OnnxAttr::Kind::s:
+        p->set_type(onnx::AttributeProto::STRING);
+        p->set_s(a.text);
         break;
     }
   }

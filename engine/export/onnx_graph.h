@@ -30,15 +30,17 @@ struct OnnxValue {
 
 // One node attribute (the few kinds kiln's nodes use).
 struct OnnxAttr {
-  enum class Kind { i, f, ints };
+  enum class Kind { i, f, ints, s };
   std::string name;
   Kind kind = Kind::i;
   int64_t i = 0;
   float f = 0;
   std::vector<int64_t> list;
+  std::string text;
   static OnnxAttr integer(const std::string& n, int64_t v);
   static OnnxAttr real(const std::string& n, float v);
   static OnnxAttr ints(const std::string& n, std::vector<int64_t> v);
+  static OnnxAttr str(const std::string& n, std::string v);
 };
 
 class OnnxGraph;
@@ -67,6 +69,10 @@ class OnnxGraph {
 
   // A parameter or buffer as an f32 initializer named `name` (its state_dict name); returns the name.
   std::string initializer(const std::string& name, const Tensor& t);
+  // A constant input of a node (Resize's scales, Slice's starts): a 1-D initializer named after `name`
+  // (made unique); returns its name.
+  std::string constant_f32(const std::string& name, const std::vector<float>& v);
+  std::string constant_i64(const std::string& name, const std::vector<int64_t>& v);
 
   // Adds node `op` named `path` (made unique) with the given inputs; its one output value is named after
   // the node and has out_shape (from probe, or an input's shape for shape-preserving ops).

@@ -7,6 +7,10 @@
 // input/output names, dynamic batch and metadata_props, and compares onnxruntime's logits with kiln's:
 // |ort - kiln| <= tol (1 + |kiln|) with tol 1e-5 with graph optimizations off, 1e-4 with them on, at
 // batch 3 and at batch 1. Without the virtual environment the test fails, naming how to create it.
+// A second case does the same for the four model files of docs/models (op layers, add and concat joins,
+// transposed conv and upsampling; two exported flag-free from the model_json their weights carry, the file
+// gone) and for ConvTranspose2d / Upsample modules in every mode kiln has (torch's index rules: a scale
+// factor that does not divide the output, align_corners, sizes).
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -21,8 +25,14 @@
 #include "engine/core/generator.h"
 #include "engine/io/tensor_io.h"
 #include "engine/nn/batch_norm2d.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/linear.h"
+#include "engine/nn/sequential.h"
+#include "engine/nn/upsampling.h"
 #include "engine/ops/ops.h"
+#include "models/model_file.h"
 #include "models/registry.h"
+#include "engine/export/onnx_export.h"
 #include "tools/cmd_export.h"
 
 using namespace kiln;
@@ -65,6 +75,45 @@ const char* kResnet18Nodes =
     "69 nodes (Add 8, BatchNormalization 20, Conv 20, Flatten 1, Gemm 1, GlobalAveragePool 1, MaxPool 1, Relu 17)";
 const char* kResnet18SmallNodes =  // no max-pool in the small stem
     "68 nodes (Add 8, BatchNormalization 20, Conv 20, Flatten 1, Gemm 1, GlobalAveragePool 1, Relu 17)";
+
+// Runs onnx_check.py on dir/spec.json and checks that it passed with one line per case.
+void run_onnx_check(const std::string& py, const fs::path& dir, size_t num_cases) {
+  const std::string out = (dir / "ort.txt").string();
+  const std::string cmd = "'" + py + "' " + KILN_SOURCE_DIR + "/tests/support/oracle/onnx_check.py '" +
+                          (dir / "spec.json").string() + "' > '" + out + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream f(out);
+  std::stringstream text;
+  text << f.rdbuf();
+  MESSAGE("onnxruntime against kiln:\n", text.str());
+  CHECK_MESSAGE(rc == 0, "onnx_check.py failed (exit ", rc, "):\n", text.str());
+  // Every case printed its numbers (the script ran to the end, the venv has onnx and onnxruntime).
+  int lines = 0;
+  for (std::string line; std::getline(text, line);)
+    if (line.rfind("{\"name\"", 0) == 0) ++lines;
+  CHECK(lines == (int)num_cases);
+  if (rc == 0) fs::remove_all(dir);
+}
+
+// Saves a random batch of 3 and m's eval-mode logits of it next to the ONNX file; adds the case to spec.
+void add_case(nlohmann::json& spec, const fs::path& dir, nn::Module& m, const std::string& name, int64_t channels,
+              int64_t size, int64_t opset, const std::map<std::string, std::string>& meta) {
+  m.eval();
+  Tensor x = normal({3, channels, size, size}, 0.0, 1.0);
+  Tensor logits;
+  {
+    NoGradGuard ng;
+    logits = m(x);
+  }
+  save_npy((dir / (name + "_x.npy")).string(), x);
+  save_npy((dir / (name + "_logits.npy")).string(), logits);
+  spec["cases"].push_back({{"name", name},
+                           {"onnx", name + ".onnx"},
+                           {"x", name + "_x.npy"},
+                           {"logits", name + "_logits.npy"},
+                           {"opset", opset},
+                           {"metadata", meta}});
+}
 
 }  // namespace
 
@@ -114,36 +163,135 @@ TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (small_cnn, re
     CHECK(log.str().find(c.nodes) != std::string::npos);
 
     // kiln's eval-mode logits of a random batch of 3 (the module is the one export saw, same weights).
-    m->eval();
-    Tensor x = normal({3, c.channels, c.size, c.size}, 0.0, 1.0);
-    Tensor logits;
-    {
-      NoGradGuard ng;
-      logits = (*m)(x);
-    }
-    save_npy((dir / (c.name + "_x.npy")).string(), x);
-    save_npy((dir / (c.name + "_logits.npy")).string(), logits);
-    spec["cases"].push_back({{"name", c.name},
-                             {"onnx", c.name + ".onnx"},
-                             {"x", c.name + "_x.npy"},
-                             {"logits", c.name + "_logits.npy"},
-                             {"opset", c.opset},
-                             {"metadata", meta}});
+    add_case(spec, dir, *m, c.name, c.channels, c.size, c.opset, meta);
   }
   std::ofstream(dir / "spec.json") << spec.dump(1);
-  const std::string out = (dir / "ort.txt").string();
-  const std::string cmd = "'" + py + "' " + KILN_SOURCE_DIR + "/tests/support/oracle/onnx_check.py '" +
-                          (dir / "spec.json").string() + "' > '" + out + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream f(out);
-  std::stringstream text;
-  text << f.rdbuf();
-  MESSAGE("onnxruntime against kiln:\n", text.str());
-  CHECK_MESSAGE(rc == 0, "onnx_check.py failed (exit ", rc, "):\n", text.str());
-  // Every case printed its numbers (the script ran to the end, the venv has onnx and onnxruntime).
-  int lines = 0;
-  for (std::string line; std::getline(text, line);)
-    if (line.rfind("{\"name\"", 0) == 0) ++lines;
-  CHECK(lines == (int)cases.size());
-  if (rc == 0) fs::remove_all(dir);
+  run_onnx_check(py, dir, cases.size());
+}
+
+TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (model files, transposed conv, upsampling)") {
+  const std::string py = onnx_python();
+  REQUIRE_MESSAGE(fs::exists(py), "no onnx/onnxruntime virtual environment at ", py,
+                  ": run scripts/setup.sh --test (it creates it with pinned pip versions) or set KILN_ONNX_PYTHON");
+  const fs::path dir = fs::temp_directory_path() / ("kiln_parity_onnx_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json spec;
+  spec["cases"] = nlohmann::json::array();
+
+  // The four model files (16 px, 3 channels as they declare), weights saved as kiln train does: the model
+  // name and the file's text. `gone`: the model is named by a path that does not exist and --model is not
+  // given, so export rebuilds it from model_json.
+  struct FileCase {
+    std::string file;
+    int64_t opset;
+    bool gone;
+    std::string nodes;
+  };
+  const std::vector<FileCase> files = {
+      {"plain_cnn", 17, false, "Erf 1"},
+      {"residual_cnn", 13, true, "Add 3"},
+      {"concat_cnn", 17, true, "Concat"},
+      {"updown_cnn", 17, false, "ConvTranspose 1"},
+  };
+  uint64_t seed = 41;
+  for (const FileCase& c : files) {
+    CAPTURE(c.file);
+    manual_seed(seed++);
+    const std::string path = std::string(KILN_SOURCE_DIR) + "/docs/models/" + c.file + ".json";
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const int64_t classes = 5, channels = 3, size = 16;
+    std::shared_ptr<models::GraphModel> m = models::build_graph_model(text.str(), path, {classes, channels, size});
+    randomize_batch_norms(*m);
+    const std::string model_name = c.gone ? (dir / (c.file + "_moved.json")).string() : path;
+    std::map<std::string, std::string> meta = {{"format", "kiln-weights-1"},
+                                               {"model", model_name},
+                                               {"model_json", text.str()},
+                                               {"num_classes", std::to_string(classes)},
+                                               {"in_channels", std::to_string(channels)},
+                                               {"image_size", std::to_string(size)}};
+    const std::string weights = (dir / (c.file + ".safetensors")).string();
+    save_safetensors(weights, m->state_dict(), meta);
+    kiln_cli::ExportOnnxOptions o;
+    o.model = c.gone ? "" : path;
+    o.weights = weights;
+    o.onnx = (dir / (c.file + ".onnx")).string();
+    o.opset = c.opset;
+    std::ostringstream log;
+    kiln_cli::run_export_command(o, log);
+    MESSAGE(log.str());
+    CHECK(log.str().find(c.nodes) != std::string::npos);
+    add_case(spec, dir, *m, c.file, channels, size, c.opset, meta);
+  }
+
+  // ConvTranspose2d with output_padding, groups, dilation, no bias; Upsample by a scale factor that does
+  // not divide the output (5 * 1.5 -> 7: torch maps with the user's 1.5, not 7/5), by sizes, nearest and
+  // bilinear, align_corners; the map flattened into a Linear so every pixel reaches the logits.
+  auto up = [](std::vector<int64_t> size, std::vector<double> scale, InterpMode mode, bool align) {
+    nn::UpsampleOptions o;
+    o.size = std::move(size);
+    o.scale_factor = std::move(scale);
+    o.mode = mode;
+    o.align_corners = align;
+    return std::make_shared<nn::Upsample>(o);
+  };
+  auto convt = [](int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t op, int64_t d, int64_t g, bool b) {
+    nn::ConvTranspose2dOptions o;
+    o.in_channels = in, o.out_channels = out, o.kernel = k, o.stride = s, o.padding = p, o.output_padding = op;
+    o.dilation = d, o.groups = g, o.bias = b;
+    return std::make_shared<nn::ConvTranspose2d>(o);
+  };
+  struct ModCase {
+    std::string name;
+    nn::ModulePtr m;
+    int64_t channels, size, opset;
+  };
+  std::vector<ModCase> mods;
+  {
+    manual_seed(51);
+    auto a = std::make_shared<nn::Sequential>();
+    // (3, 5, 5) -> convT s2 p1 op1 g3 -> (6, 10, 10) -> bilinear x1.5 -> (6, 15, 15) -> convT k2 d2 -> (4, 17, 17)
+    //  -> nearest x2 -> (4, 34, 34) -> flatten -> linear 5
+    a->push_back(convt(3, 6, 3, 2, 1, 1, 1, 3, true))
+        .push_back(up({}, {1.5}, InterpMode::bilinear, false))
+        .push_back(convt(6, 4, 2, 1, 0, 0, 2, 1, false))
+        .push_back(up({}, {2.0}, InterpMode::nearest, false))
+        .push_back(std::make_shared<nn::Flatten>())
+        .push_back(std::make_shared<nn::Linear>(4 * 34 * 34, 5));
+    mods.push_back({"convt_upsample_scales", a, 3, 5, 17});
+    manual_seed(52);
+    auto b = std::make_shared<nn::Sequential>();
+    // (2, 5, 5) -> bilinear x1.5 -> (2, 7, 7) -> bilinear align_corners size (9, 11) -> nearest size (18, 22)
+    //  -> convT k1 -> (3, 18, 22) -> flatten -> linear 4
+    b->push_back(up({}, {1.5, 1.5}, InterpMode::bilinear, false))
+        .push_back(up({9, 11}, {}, InterpMode::bilinear, true))
+        .push_back(up({18, 22}, {}, InterpMode::nearest, false))
+        .push_back(convt(2, 3, 1, 1, 0, 0, 1, 1, true))
+        .push_back(std::make_shared<nn::Flatten>())
+        .push_back(std::make_shared<nn::Linear>(3 * 18 * 22, 4));
+    mods.push_back({"upsample_sizes_align", b, 2, 5, 13});
+    manual_seed(53);
+    auto c = std::make_shared<nn::Sequential>();
+    // (2, 6, 6) -> bilinear size 10 (torch maps with 6/10) -> nearest x3 -> (2, 30, 30) -> flatten -> linear 3
+    c->push_back(up({10}, {}, InterpMode::bilinear, false))
+        .push_back(up({}, {3.0}, InterpMode::nearest, false))
+        .push_back(std::make_shared<nn::Flatten>())
+        .push_back(std::make_shared<nn::Linear>(2 * 30 * 30, 3));
+    mods.push_back({"upsample_size_half_pixel", c, 2, 6, 17});
+  }
+  for (const ModCase& c : mods) {
+    CAPTURE(c.name);
+    onnx_export::OnnxExportOptions eo;
+    eo.opset = c.opset;
+    eo.channels = c.channels;
+    eo.height = eo.width = c.size;
+    const std::map<std::string, std::string> meta = {{"case", c.name}};
+    eo.metadata = meta;
+    onnx_export::export_onnx(*c.m, eo, (dir / (c.name + ".onnx")).string());
+    add_case(spec, dir, *c.m, c.name, c.channels, c.size, c.opset, meta);
+  }
+  std::ofstream(dir / "spec.json") << spec.dump(1);
+  run_onnx_check(py, dir, files.size() + mods.size());
 }

@@ -2,7 +2,9 @@
 // blocks become (counted by op type, no Dropout), an opset outside 13..17 and a module type with no exporter
 // each give one clear error (the latter naming the module's path and type), export leaves the module's
 // training flag and buffers alone, and the command reads size, channels and classes from the weights
-// file. The numbers (onnxruntime against kiln) are the parity test tests/parity/test_onnx_export.cpp.
+// file. Model files: the graph's joins become Add / Concat and its op layers their ONNX ops, a pool whose
+// ceil_mode leaves a partial window is refused naming the layer, and `kiln export` without --model
+// rebuilds a model file from the weights' model_json. The numbers (onnxruntime against kiln) are the parity test tests/parity/test_onnx_export.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/sequential.h"
 #include "engine/train/train_state.h"
+#include "models/model_file.h"
 #include "models/registry.h"
 #include "models/resnet.h"
 #include "support/cli/run_kiln.h"
@@ -189,6 +192,67 @@ TEST_CASE("kiln export: size, channels and classes come from the weights file, m
                                             "/x.onnx --opset 12");
   CHECK(r.status != 0);
   CHECK(contains(r.output, "kiln: error: export: --opset 12 is not supported (kiln writes opsets 13 to 17)"));
+}
+
+TEST_CASE("onnx export: a model file's joins and op layers become their nodes; what ONNX cannot express is named") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_graph");
+  const char* net = R"({"format": "kiln-model-1", "layers": [
+    {"name": "c1", "type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1},
+    {"name": "a", "type": "gelu"},
+    {"name": "b", "type": "tanh", "input": "c1"},
+    {"name": "sum", "type": "add", "inputs": ["a", "b", "c1"]},
+    {"name": "cat", "type": "concat", "inputs": ["sum", "input"]},
+    {"name": "blk", "type": "block", "layers": [
+      {"type": "leaky_relu", "negative_slope": 0.2},
+      {"type": "max_pool", "kernel": 3, "stride": 2, "padding": 1, "dilation": 1},
+      {"type": "avg_pool", "kernel": 2, "ceil_mode": true}
+    ]},
+    {"name": "s", "type": "sigmoid"},
+    {"name": "flatten", "type": "flatten"},
+    {"name": "fc", "type": "linear", "out_features": "num_classes"}
+  ]})";
+  auto m = models::build_graph_model(net, "<json>", {3, 3, 8});
+  const auto r = export_onnx(*m, opts(3, 8), dir + "/g.onnx");
+  // gelu: Mul, Erf, Add, Mul, Mul; 3-input add: two Adds; concat of 4 + 3 channels
+  CHECK(r.op_counts.at("Erf") == 1);
+  CHECK(r.op_counts.at("Add") == 3);
+  CHECK(r.op_counts.at("Mul") == 3);
+  CHECK(r.op_counts.at("Concat") == 1);
+  CHECK(r.op_counts.at("LeakyRelu") == 1);
+  CHECK(r.op_counts.at("MaxPool") == 1);
+  CHECK(r.op_counts.at("AveragePool") == 1);  // 4 px, kernel 2: ceil_mode changes nothing
+  CHECK(r.op_counts.at("Sigmoid") == 1);
+  CHECK(r.op_counts.at("Tanh") == 1);
+  CHECK(r.output_shape == Shape{1, 3});
+
+  // At 10 px the avg_pool's ceil_mode leaves a partial last window (5 px, kernel 2): refused, by name.
+  auto m10 = models::build_graph_model(net, "<json>", {3, 3, 10});
+  const std::string e = error_of([&] { export_onnx(*m10, opts(3, 10), dir + "/g10.onnx"); });
+  CHECK(contains(e, "AvgPool2d 'blk.2'"));
+  CHECK(contains(e, "partial last window"));
+  CHECK_FALSE(fs::exists(dir + "/g10.onnx"));
+
+  // kiln export without --model: the weights name a model file that is gone; its text rebuilds it.
+  m->eval();
+  std::map<std::string, std::string> meta = {{"model", dir + "/gone.json"}, {"model_json", net},
+                                             {"num_classes", "3"}, {"in_channels", "3"}, {"image_size", "8"}};
+  save_safetensors(dir + "/w.safetensors", m->state_dict(), meta);
+  kiln_cli::ExportOnnxOptions o;
+  o.weights = dir + "/w.safetensors";
+  o.onnx = dir + "/cli.onnx";
+  std::ostringstream out;
+  kiln_cli::run_export_command(o, out);
+  CHECK(contains(out.str(), "export: " + dir + "/gone.json -> "));
+  CHECK(contains(out.str(), "Concat 1"));
+  // --model naming the gone file: the same.
+  o.model = dir + "/gone.json";
+  kiln_cli::run_export_command(o, out);
+  // Neither --model nor model metadata: one error saying to pass it.
+  meta.erase("model");
+  save_safetensors(dir + "/nomodel.safetensors", m->state_dict(), meta);
+  o.model = "";
+  o.weights = dir + "/nomodel.safetensors";
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(o, out); }), "no model metadata); pass --model"));
 }
 
 #else
