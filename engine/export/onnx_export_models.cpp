@@ -11,6 +11,7 @@
 #include "kernels/common/nn_desc.h"
 #include "models/model_file.h"
 #include "models/model_file_layers.h"
+#include "models/bottleneck.h"
 #include "models/resnet.h"
 #include "models/small_cnn.h"
 
@@ -37,6 +38,19 @@ OnnxValue export_basic_block(OnnxGraph& g, nn::Module& m, const std::string& pat
   const OnnxValue identity = b.downsample ? g.module(*b.downsample, join_path(path, "downsample"), x) : x;
   y = add_node(g, join_path(path, "add"), y, identity);
   return g.module(*b.relu, join_path(path, "relu"), y);
+}
+
+// torchvision's Bottleneck: relu(bn1(conv1)), relu(bn2(conv2)), bn3(conv3), + identity or downsample, relu
+OnnxValue export_bottleneck(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x) {
+  auto& b = module_as<models::Bottleneck>(m, path);
+  check_children(m, path, {"conv1", "bn1", "conv2", "bn2", "conv3", "bn3", "relu", "downsample"});
+  auto run = [&](nn::Module& c, const char* name, const OnnxValue& v) { return g.module(c, join_path(path, name), v); };
+  OnnxValue y = run(*b.relu, "relu", run(*b.bn1, "bn1", run(*b.conv1, "conv1", x)));
+  y = run(*b.relu, "relu", run(*b.bn2, "bn2", run(*b.conv2, "conv2", y)));
+  y = run(*b.bn3, "bn3", run(*b.conv3, "conv3", y));
+  const OnnxValue identity = b.downsample ? run(*b.downsample, "downsample", x) : x;
+  y = add_node(g, join_path(path, "add"), y, identity);
+  return run(*b.relu, "relu", y);
 }
 
 // conv1, bn1, relu, [maxpool], layer1..layer4, avgpool, flatten, fc

@@ -24,6 +24,7 @@ std::map<std::string, OnnxExporter>& table() {
       {"Upsample", export_upsample},
       // models/
       {"BasicBlock", export_basic_block},
+      {"Bottleneck", export_bottleneck},
       {"ResNet", export_resnet},
       {"SmallCNN", export_small_cnn},
       {"GraphModel", export_graph_model},

@@ -37,6 +37,7 @@ OnnxValue export_sequential(OnnxGraph& g, nn::Module& m, const std::string& path
 
 // ---- models/ (onnx_export_models.cpp) ----
 OnnxValue export_basic_block(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+OnnxValue export_bottleneck(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 OnnxValue export_resnet(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 OnnxValue export_small_cnn(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 // A model file's network (models::GraphModel): its layers in run order, joins as Add / Concat.

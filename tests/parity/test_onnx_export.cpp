@@ -1,4 +1,4 @@
-// ONNX export against onnxruntime: kiln makes random weights for small_cnn, resnet18 and resnet18_small
+// ONNX export against onnxruntime: kiln makes random weights for small_cnn, resnet18, resnet18_small and resnet50
 // (batch-norm statistics and affine randomized too, so eval-mode BN is not the identity), saves them with
 // extra string metadata (preprocessing and class names, as a trained model's weights file may hold),
 // exports them with `kiln export` (in-process) at opsets 13 and 17, and writes a random batch and kiln's
@@ -75,6 +75,10 @@ const char* kResnet18Nodes =
     "69 nodes (Add 8, BatchNormalization 20, Conv 20, Flatten 1, Gemm 1, GlobalAveragePool 1, MaxPool 1, Relu 17)";
 const char* kResnet18SmallNodes =  // no max-pool in the small stem
     "68 nodes (Add 8, BatchNormalization 20, Conv 20, Flatten 1, Gemm 1, GlobalAveragePool 1, Relu 17)";
+// 16 Bottleneck blocks of 3 convs + the stem + 4 downsamples = 53 convs, each with its BN; 1 + 3 per block
+// ReLUs; 16 residual adds.
+const char* kResnet50Nodes =
+    "175 nodes (Add 16, BatchNormalization 53, Conv 53, Flatten 1, Gemm 1, GlobalAveragePool 1, MaxPool 1, Relu 49)";
 
 // Runs onnx_check.py on dir/spec.json and checks that it passed with one line per case.
 void run_onnx_check(const std::string& py, const fs::path& dir, size_t num_cases) {
@@ -117,7 +121,7 @@ void add_case(nlohmann::json& spec, const fs::path& dir, nn::Module& m, const st
 
 }  // namespace
 
-TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (small_cnn, resnet18, resnet18_small)") {
+TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (small_cnn, resnet18, resnet18_small, resnet50)") {
   const std::string py = onnx_python();
   REQUIRE_MESSAGE(fs::exists(py), "no onnx/onnxruntime virtual environment at ", py,
                   ": run scripts/setup.sh --test (it creates it with pinned pip versions) or set KILN_ONNX_PYTHON");
@@ -131,6 +135,7 @@ TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (small_cnn, re
       {"resnet18_opset17", "resnet18", 3, 96, 12, 17, kResnet18Nodes},
       {"resnet18_small_opset13", "resnet18_small", 3, 32, 5, 13, kResnet18SmallNodes},
       {"resnet18_small_opset17", "resnet18_small", 1, 24, 3, 17, kResnet18SmallNodes},
+      {"resnet50_opset17", "resnet50", 3, 32, 7, 17, kResnet50Nodes},
   };
   nlohmann::json spec;
   spec["cases"] = nlohmann::json::array();
