@@ -194,7 +194,7 @@ TEST_CASE("kiln export: size, channels and classes come from the weights file, m
   CHECK(contains(r.output, "kiln: error: export: --opset 12 is not supported (kiln writes opsets 13 to 17)"));
 }
 
-TEST_CASE("onnx export: a model file's joins and op layers become their nodes; what ONNX cannot express is named") {
+TEST_CASE("onnx export: a model file's joins and op layers become their nodes, and what ONNX cannot express is named") {
   const std::string dir = kiln_test::cli_temp_dir("onnx_graph");
   const char* net = R"({"format": "kiln-model-1", "layers": [
     {"name": "c1", "type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1},
