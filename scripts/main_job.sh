@@ -4,7 +4,8 @@
 # a grayscale JPEG image folder (quality 95, train/<class>/*.jpg + test/<class>/*.jpg; skipped when
 # already there), then kiln trains from the folder on the CPU, decoding every JPEG each epoch with the
 # threaded loader, and validates on the test split every epoch. It ends with the runs table of
-# runs/fmnist and the training report (runs/fmnist/report.html: curves, memory timeline, the runs).
+# runs/fmnist, the training report (runs/fmnist/report.html: curves, memory timeline, the runs) and the
+# test split's predictions from the saved weights alone (runs/fmnist/predictions.csv).
 # Usage: scripts/main_job.sh [THREADS]   (JPEG folder: $KILN_FMNIST_JPEG; output: runs/fmnist)
 # The side-by-side with PyTorch (same model and hyper-parameters) is bench/compare_fmnist.sh.
 set -euo pipefail
@@ -19,5 +20,9 @@ build/kiln train --model small_cnn --data "$JPEG" --channels 1 --normalize auto 
   --out runs/fmnist --save runs/fmnist/small_cnn.safetensors
 build/kiln runs runs/fmnist
 build/kiln report runs/fmnist -o runs/fmnist/report.html
+# The weights carry the model, classes and preprocessing: predict needs no other flag and gives the run's
+# validation accuracy (the same test split, the same eval transform).
+build/kiln predict --weights runs/fmnist/small_cnn.safetensors --data "$JPEG" --threads "$T" \
+  --out runs/fmnist/predictions.csv
 echo "main job done: weights in runs/fmnist/small_cnn.safetensors, the runs' records in runs/fmnist/runs.jsonl," \
-  "the training report in runs/fmnist/report.html"
+  "the training report in runs/fmnist/report.html, the test split's predictions in runs/fmnist/predictions.csv"
