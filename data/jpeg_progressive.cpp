@@ -611,12 +611,18 @@ bool Decoder::parse_sos(const uint8_t* b, int len) {
   if (!frame_ || len < 1) return false;
   ns_ = b[0];
   if (ns_ < 1 || ns_ > ncomp_ || len != 4 + 2 * ns_) return false;
+  // libjpeg's lookup (jdmarker.c get_sos): the first frame component with the id whose entry in
+  // cur_comp_info is still empty, where cur_comp_info is filled by position in the scan but tested
+  // by index in the frame. A scan listing its components out of frame order (ids 1, 3, 2) thus
+  // finds a "repeat" and libjpeg stops with a fatal error: such a file is left to TurboJPEG.
+  bool taken[3] = {false, false, false};  // cur_comp_info[j] != NULL, for frame index j
   for (int i = 0; i < ns_; ++i) {
     const int id = b[1 + 2 * i];
     int ci = -1;
-    for (int j = 0; j < ncomp_; ++j)
-      if (comp_[j].id == id) ci = j;
+    for (int j = 0; j < ncomp_ && ci < 0; ++j)
+      if (comp_[j].id == id && !taken[j]) ci = j;
     if (ci < 0) return false;
+    taken[i] = true;
     for (int j = 0; j < i; ++j)
       if (sc_[j] == ci) return false;
     sc_[i] = ci;

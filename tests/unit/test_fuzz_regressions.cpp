@@ -141,3 +141,70 @@ TEST_CASE("fuzz regression: a progressive file with dequantized values beyond in
     if (took) CHECK(out.px == turbo.px);
   }
 }
+
+// fuzz_jpeg_progressive, a wrong answer: an interleaved DC refinement scan listing the components
+// out of frame order (ids 1, 3, 2 of a 4:2:2 file). libjpeg's SOS parser (jdmarker.c get_sos) marks
+// the components it has seen by their position in the scan but looks them up by their index in the
+// frame, so it calls id 2 a repeat ("Invalid component ID 2 in SOS", a fatal error) and decodes
+// nothing, while kiln's decoder took the scan and decoded the whole picture. The decoder now reads
+// the scan header by libjpeg's rule and hands such a file back. The fuzzer's input, option byte
+// first (0x02: 1/4 scale, luma only), checked as fuzz_jpeg_progressive checks it.
+TEST_CASE("fuzz regression: a progressive scan with its components out of frame order is handed back") {
+  const std::string input = read_file_bytes(
+      std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/jpeg_progressive/regress-sos-components-out-of-frame-order",
+      1 << 20);
+  REQUIRE(input.size() == 724);
+  REQUIRE((uint8_t)input[0] == 0x02);
+  const auto* data = reinterpret_cast<const uint8_t*>(input.data()) + 1;
+  const size_t n = input.size() - 1;
+  int w = 0, h = 0;
+  REQUIRE(jpeg_probe_size(data, n, false, &w, &h));
+  REQUIRE(w == 19);
+  REQUIRE(h == 9);
+  for (int denom : {4, 8})
+    for (int channels : {1, 3}) {
+      CAPTURE(denom);
+      CAPTURE(channels);
+      const int sw = (w + denom - 1) / denom, sh = (h + denom - 1) / denom;
+      Image out;
+      const bool took = decode_jpeg_progressive_scaled(data, n, denom, channels, &out);
+      CHECK_FALSE(took);
+      if (!took) continue;
+      // What the fuzz target checks: the same pixels as TurboJPEG's scaled decode.
+      DecodeOptions opt;
+      opt.fast_paths = false;
+      opt.apply_exif = false;
+      opt.gray = channels == 1;
+      opt.min_w = sw;
+      opt.min_h = sh;
+      Image ref;
+      try {
+        ref = decode_image_bytes(data, n, "found.jpg", opt);
+      } catch (const Error& e) {
+        FAIL_CHECK("the progressive decoder decoded a file TurboJPEG rejects: " << std::string(e.what()));
+        continue;
+      }
+      REQUIRE(out.px.size() == ref.px.size());
+      int differ = 0;
+      for (size_t i = 0; i < out.px.size(); ++i)
+        if (out.px[i] != ref.px[i] && ++differ <= 8) {
+          const size_t pix = i / channels;
+          MESSAGE("pixel (" << pix % sw << ", " << pix / sw << ") channel " << i % channels << ": kiln "
+                            << (int)out.px[i] << ", TurboJPEG " << (int)ref.px[i]);
+        }
+      CHECK(differ == 0);
+    }
+  // TurboJPEG stops at that scan with a fatal error, reported as a warning because one came before
+  // it (2 extraneous bytes before a marker) and leaving the picture blank: decode_jpeg tells the two
+  // apart by the message and answers with one DecodeError, at full size and scaled, fast paths or not.
+  for (bool fast : {true, false})
+    for (int min_side : {0, 3}) {
+      CAPTURE(fast);
+      CAPTURE(min_side);
+      DecodeOptions opt;
+      opt.fast_paths = fast;
+      opt.min_w = opt.min_h = min_side;
+      CHECK_THROWS_WITH_AS(decode_image_bytes(data, n, "found.jpg", opt),
+                           doctest::Contains("Invalid component ID 2 in SOS"), DecodeError);
+    }
+}
