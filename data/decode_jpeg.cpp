@@ -44,47 +44,6 @@ void reset_decompressor() {
   t.h = tjInitDecompress();
 }
 
-// Whether msg is one of libjpeg's warning texts (the JWRN_ entries of jerror.h, each conversion
-// such as %u or %02x standing for one number). TurboJPEG 2.1's warning flag is sticky within a call:
-// a fatal error after a warning ("extraneous bytes", then "Invalid component ID 2 in SOS") is also
-// reported as TJERR_WARNING, with the fatal error's text and nothing decoded; the text tells them apart.
-bool format_matches(const char* fmt, const char* msg) {
-  auto is_num = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
-  while (*fmt) {
-    if (*fmt != '%') {
-      if (*fmt++ != *msg++) return false;
-      continue;
-    }
-    ++fmt;
-    while (*fmt && !((*fmt >= 'a' && *fmt <= 'z') || (*fmt >= 'A' && *fmt <= 'Z'))) ++fmt;  // flags, width
-    if (*fmt == 'l') ++fmt;
-    if (!*fmt) return false;
-    ++fmt;
-    if (*msg == '-') ++msg;
-    if (!is_num(*msg)) return false;
-    while (is_num(*msg)) ++msg;
-  }
-  return *msg == 0;
-}
-bool is_libjpeg_warning(const char* msg) {
-  struct Message {
-    const char* code;
-    const char* text;
-  };
-  static const Message kMessages[] = {
-// (Two entries name macros of libjpeg's private jversion.h: empty here.)
-#define JVERSION ""
-#define JCOPYRIGHT_SHORT ""
-#define JMESSAGE(code, string) {#code, string},
-#include <jerror.h>
-#undef JVERSION
-#undef JCOPYRIGHT_SHORT
-  };
-  for (const Message& m : kMessages)
-    if (std::strncmp(m.code, "JWRN_", 5) == 0 && format_matches(m.text, msg)) return true;
-  return false;
-}
-
 [[noreturn]] void fail(const std::string& name, const std::string& reason) {
   reset_decompressor();
   throw DecodeError(name, reason);
@@ -233,7 +192,7 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
   int rc = tjDecompress2(tj, data, (unsigned long)n, dst, sw, sw * pc, sh, pf, 0);
   if (rc != 0) {
     const char* msg = tjGetErrorStr2(tj);
-    bool warning = tjGetErrorCode(tj) == TJERR_WARNING && is_libjpeg_warning(msg);
+    bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
     // Harmless warnings (extraneous bytes, ...) leave a complete image; a premature end of data
     // means the file is truncated and the rest of the picture is made up: reject it.
     if (!warning || std::strstr(msg, "Premature end") != nullptr)
