@@ -62,7 +62,8 @@ void run(const Args& a, const DataSplits& data, const ArrayDataset& val, int64_t
   std::vector<int64_t> perm;
   int64_t epoch = -1;
   std::printf("%s:\n", name.c_str());
-  double window = 0;
+  double window = 0;  // summed losses since the last evaluation
+  int64_t window_steps = 0;
   for (int64_t s = 0; s < a.steps; ++s) {
     const int64_t first = (s * a.batch) % n;
     if (s * a.batch / n != epoch) {
@@ -74,14 +75,16 @@ void run(const Args& a, const DataSplits& data, const ArrayDataset& val, int64_t
     model->train();
     const train::StepResult r = train::train_step(*model, opt, scaler, b, so);
     window += r.loss;
+    ++window_steps;
     std::fprintf(csv, "%s,%lld,%.6f,\n", name.c_str(), (long long)(s + 1), r.loss);
     if ((s + 1) % a.eval_every == 0 || s + 1 == a.steps) {
       const EvalResult e = evaluate(*model, val, 500, Device::cpu());
       std::fprintf(csv, "%s,%lld,,%.6f\n", name.c_str(), (long long)(s + 1), e.accuracy);
       std::printf("  step %5lld: mean train loss of the last %lld steps %.4f, val accuracy %.2f%% (%lld images)\n",
-                  (long long)(s + 1), (long long)a.eval_every, window / (double)a.eval_every, 100.0 * e.accuracy,
+                  (long long)(s + 1), (long long)window_steps, window / (double)window_steps, 100.0 * e.accuracy,
                   (long long)e.n);
       window = 0;
+      window_steps = 0;
     }
     if (reset_every > 0 && (s + 1) % reset_every == 0 && s + 1 < a.steps) {
       b = Batch{};

@@ -205,7 +205,7 @@ print('parameters by stage: ' + ', '.join('%s %d' % kv for kv in st.items()) + '
     ;;
   reset)
     section "reset: reset_all_parameters() + empty_cache() every 1000 steps, small_cnn on Fashion-MNIST"
-    run "$BUILD/rules_reset_parameters" --steps 1875 --reset-every 1000 --eval-every 250 --csv "$TMP/reset.csv"
+    (cd "$TMP" && run "$BUILD/rules_reset_parameters" --steps 1875 --reset-every 1000 --eval-every 250 --csv reset.csv)
     "$PY" "$ROOT/scripts/plot_reset_curve.py" "$TMP/reset.csv" "$ROOT/docs/memory-rules-reset.svg"
     ;;
   *)

@@ -35,8 +35,8 @@ def main():
     y = lambda v: T + (H - T - B) * (1 - v / ymax)
     o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
          '<rect width="100%" height="100%" fill="white"/>',
-         '<text x="%d" y="18" font-size="14">small_cnn on Fashion-MNIST: training loss (mean of %d steps), plain vs '
-         'reset_all_parameters() + empty_cache() every 1000 steps</text>' % (L, WINDOW)]
+         '<text x="%d" y="18" font-size="14">small_cnn, Fashion-MNIST, AdamW: training loss (mean of %d steps), '
+         'identical runs until the reset</text>' % (L, WINDOW)]
     o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>' % (L, H - B, W - R, H - B))
     o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>' % (L, T, L, H - B))
     step_tick = 250
@@ -47,9 +47,10 @@ def main():
     v = 0.0
     while v <= ymax:
         o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (L, y(v), W - R, y(v)))
-        o.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 6, y(v) + 4, v))
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%.2f</text>' % (L - 6, y(v) + 4, v))
         v += 0.25
-    for i, (run, s) in enumerate(smooth.items()):
+    # The later runs first, so the first (plain) run is drawn on top where the curves coincide.
+    for i, (run, s) in reversed(list(enumerate(smooth.items()))):
         c = COLORS[i % len(COLORS)]
         pts = " ".join("%.1f,%.1f" % (x(a), y(b)) for a, b in s)
         o.append('<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>' % (c, pts))
