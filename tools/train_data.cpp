@@ -7,6 +7,7 @@
 
 #include "data/array_source.h"
 #include "engine/ops/ops.h"
+#include "data/bucketed_image_source.h"
 #include "data/image_source.h"
 
 namespace kiln {
@@ -43,8 +44,11 @@ TrainData open_train_data(const TrainConfig& c, Device device) {
     o.image = c.image;
     o.seed = c.seed;
     o.limit = c.limit;
+    if (!c.batch_memory.empty()) return open_bucketed_image_train_data(o, device);
     return open_image_train_data(o, device);
   }
+  KILN_USAGE_CHECK(c.batch_memory.empty(), "--batch-memory: ", c.data, " is ", kind, " data of one image size; "
+                   "batches sized by memory are for image folders and CSV lists of mixed sizes (use --batch)");
   TrainData t;
   DataSplits s = load_training_data(c.data, c.val, c.limit, c.num_classes);  // labels checked against --num-classes
   t.format = s.format;
