@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "data/array_source.h"
+#include "engine/memory/alloc_config.h"
 #include "engine/ops/ops.h"
 #include "data/bucketed_image_source.h"
 #include "data/image_source.h"
@@ -32,6 +33,15 @@ std::string data_kind(const std::string& path) {
 
 TrainData open_train_data(const TrainConfig& c, Device device) {
   KILN_USAGE_CHECK(c.limit != 0, "--limit 0: no samples to train on (give a positive count, or leave --limit out)");
+  if (!c.batch_memory.empty()) {  // before any file is read
+    size_t bytes = 0;
+    try {
+      bytes = parse_bytes(c.batch_memory);
+    } catch (const Error& e) {
+      throw UsageError(str_cat("--batch-memory ", c.batch_memory, ": ", e.what()));
+    }
+    KILN_USAGE_CHECK(bytes > 0, "--batch-memory ", c.batch_memory, ": the budget must be > 0 bytes");
+  }
   const std::string kind = data_kind(c.data);
   if (kind == "images") {
     if (ImageSizeSchedule::parse(c.image.image_size).progressive())

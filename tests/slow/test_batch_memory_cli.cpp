@@ -4,13 +4,11 @@
 //   the budget and within 2% of its meta-device prediction (the run ledger's batch_memory record);
 //   bigger batches for smaller images; the samples per step are a distribution; a run killed
 //   mid-epoch resumes to the uninterrupted run's weights, byte for byte;
-// - refused before training: a fixed-size model (small_cnn, a model file) and a budget that one
-//   image of the largest bucket does not fit.
+// The refusals before training are unit tests (tests/unit/test_cli_batch_memory.cpp).
 // Slow (about a minute on 2 cores): resnet18 steps on images up to 512 px.
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -24,20 +22,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A model file: it takes the one input size it is built for (its linear layer is sized for it).
-const char* kFixedNet = R"({
-  "format": "kiln-model-1",
-  "layers": [
-    {"name": "conv1", "type": "conv2d", "out_channels": 4, "kernel": 3, "stride": 4, "padding": 1},
-    {"name": "flatten", "type": "flatten"},
-    {"name": "fc", "type": "linear", "out_features": "num_classes"}
-  ]
-})";
-
 // root/class0, root/class1: JPEGs whose class is the brightness of the top half, from 64 to 512 px
 // (most of them small, every third one a third wider than tall: the shorter side decides the bucket).
 struct Folder {
-  std::string root, fixed_net;
+  std::string root;
   int64_t images = 0;
 };
 const Folder& folder() {
@@ -67,8 +55,6 @@ const Folder& folder() {
         ++x.images;
       }
     }
-    x.fixed_net = base + "/fixed.json";
-    std::ofstream(x.fixed_net) << kFixedNet;
     return x;
   }();
   return f;
@@ -156,22 +142,4 @@ TEST_CASE("kiln train --batch-memory: 64-512 px images under a tight --device-me
                               b = kiln::read_safetensors(dir2 + "/w.safetensors");
   REQUIRE(a.tensors.size() == b.tensors.size());
   for (size_t i = 0; i < a.tensors.size(); ++i) CHECK_MESSAGE(a.tensors[i].array.bytes == b.tensors[i].array.bytes, a.tensors[i].name);
-}
-
-TEST_CASE("kiln train --batch-memory refuses a fixed-size model and a budget one largest image does not fit") {
-  const Folder& f = folder();
-  const std::string dir = kiln_test::cli_temp_dir("batch_memory_refused");
-  for (const std::string& model : {std::string("small_cnn"), f.fixed_net}) {
-    CAPTURE(model);
-    const auto r = run_kiln(args(dir, model, "300M"));
-    CHECK(r.status != 0);
-    CHECK(contains(r.output, "--batch-memory: model " + model + " does not take "));
-    CHECK(contains(r.output, "fully convolutional or end in adaptive pooling"));
-    CHECK(!contains(r.output, "epoch 1/"));
-  }
-  const auto tight = run_kiln(args(dir, "resnet18", "100M"));
-  CHECK(tight.status != 0);
-  CHECK(contains(tight.output, "--batch-memory 100M: one 512x512 px image (the largest size bucket) does not fit"));
-  CHECK(contains(tight.output, "against the budget of 100.0 MiB"));
-  CHECK(!contains(tight.output, "epoch 1/"));
 }
