@@ -71,11 +71,7 @@ BucketedImageSource::BucketedImageSource(ImageDataset ds, const ImageOptions& o,
     if (s > 0 && (smallest == 0 || s < smallest)) smallest = s;
   if (smallest == 0) smallest = kBucketMultiple;
   for (size_t i = 0; i < ds_.size(); ++i) by_size[size_of[i] > 0 ? size_of[i] : smallest].push_back(i);
-  bucket_of_.assign(ds_.size(), 0);
-  for (auto& [size, members] : by_size) {
-    for (size_t i : members) bucket_of_[i] = buckets_.size();
-    buckets_.push_back({size, std::move(members), 1});
-  }
+  for (auto& [size, members] : by_size) buckets_.push_back({size, std::move(members), 1});
 }
 
 BucketedImageSource::~BucketedImageSource() = default;

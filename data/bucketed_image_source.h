@@ -68,7 +68,6 @@ class BucketedImageSource : public DataSource {
   uint64_t seed_;
   Device device_;
   std::vector<SizeBucket> buckets_;
-  std::vector<size_t> bucket_of_;        // per sample
   std::vector<PlannedStep> plan_;        // the current epoch's
   std::unique_ptr<ImageLoader> loader_;
   bool train_ = false, pinned_ = false;

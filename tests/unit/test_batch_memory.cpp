@@ -1,12 +1,18 @@
-// --batch-memory's pieces (data/batch_plan.h, tools/batch_memory.h): the bucketing rule, the epoch
-// plan (every image once per epoch, one bucket per batch, batches of all buckets mixed, a pure
-// function of (seed, epoch)) and the batch search. End to end: tests/slow/test_batch_memory_cli.cpp.
+// --batch-memory's pieces (data/batch_plan.h, tools/batch_memory.h, data/bucketed_image_source.h): the
+// bucketing rule, the epoch plan (every image once per epoch, one bucket per batch, batches of all
+// buckets mixed, a pure function of (seed, epoch)), the batch search, and the bucketed source over
+// real JPEGs (each batch at its bucket's size; a start past k batches gives the same later batches,
+// pixels and augmentation included). End to end: tests/slow/test_batch_memory_cli.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "data/batch_plan.h"
+#include "data/bucketed_image_source.h"
+#include "data/jpeg_encode.h"
+#include "support/cli/run_kiln.h"
 #include "tools/batch_memory.h"
 
 TEST_CASE("batch plan: buckets by the shorter side rounded down to 32 px") {
@@ -91,3 +97,62 @@ TEST_CASE("batch memory: the largest fitting batch from a guess, galloping and b
   CHECK(kiln::largest_fitting_batch(20, [](int64_t) { return false; }) == 0);
 }
 
+
+TEST_CASE("bucketed image source: one size per batch, every image once, a skipped start gives the same later batches") {
+  namespace fs = std::filesystem;
+  const std::string root = kiln_test::cli_temp_dir("bucketed_source");
+  int n = 0;
+  for (int k = 0; k < 2; ++k) {
+    const fs::path dir = fs::path(root) / "data" / ("c" + std::to_string(k));
+    fs::create_directories(dir);
+    int i = 0;
+    for (int s : {40, 64, 64, 70, 64, 100, 96, 130, 64, 64}) {  // buckets 32, 64, 96, 128
+      kiln::Image im;
+      im.w = s + (i % 2) * 9;  // some wider than tall: the shorter side decides
+      im.h = s;
+      im.c = 3;
+      im.px.resize((size_t)im.w * im.h * 3);
+      for (size_t p = 0; p < im.px.size(); ++p) im.px[p] = (uint8_t)((p * 7 + (size_t)i * 31 + (size_t)k * 101) % 251);
+      kiln::write_jpeg((dir / (std::to_string(i++) + ".jpg")).string(), im, 90);
+      ++n;
+    }
+  }
+  kiln::ImageDataOptions o;
+  o.data = root + "/data";
+  o.image.workers = 2;
+  o.image.augment = "rrc";  // the augmentation draws too must follow the plan
+  o.seed = 11;
+  kiln::TrainData t = kiln::open_bucketed_image_train_data(o, kiln::Device::cpu());
+  auto& src = dynamic_cast<kiln::BucketedImageSource&>(*t.train);
+  std::vector<int> sizes;
+  for (const auto& b : src.buckets()) sizes.push_back(b.size);
+  CHECK(sizes == std::vector<int>{32, 64, 96, 128});
+  src.set_batches({1, 3, 2, 1});
+  REQUIRE(src.planned_steps_per_epoch() == 2 + 4 + 2 + 2);  // 2, 12, 4 and 2 images
+  auto epoch = [&](int64_t skip) {
+    std::vector<kiln::SourceBatch> v;
+    CHECK(src.start_epoch(1, 999, true) == 10);
+    src.skip_batches(skip);
+    kiln::SourceBatch b;
+    while (src.next(&b)) {
+      const int size = src.buckets()[src.current_bucket()].size;
+      CHECK(b.x.size(2) == size);
+      CHECK(b.x.size(3) == size);
+      CHECK(b.x.size(0) <= src.buckets()[src.current_bucket()].batch);
+      v.push_back(b);
+      b = kiln::SourceBatch();
+    }
+    return v;
+  };
+  const std::vector<kiln::SourceBatch> all = epoch(0), rest = epoch(4);
+  REQUIRE(all.size() == 10);
+  REQUIRE(rest.size() == 6);
+  std::set<int64_t> seen;
+  for (const auto& b : all)
+    for (int64_t i : b.indices) CHECK(seen.insert(i).second);
+  CHECK((int)seen.size() == n);
+  for (size_t j = 0; j < rest.size(); ++j) {
+    CHECK(rest[j].indices == all[j + 4].indices);
+    CHECK(rest[j].x.to_vector<float>() == all[j + 4].x.to_vector<float>());
+  }
+}
