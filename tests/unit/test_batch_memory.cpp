@@ -14,6 +14,7 @@
 #include "data/jpeg_encode.h"
 #include "support/cli/run_kiln.h"
 #include "tools/batch_memory.h"
+#include "tools/resume_check.h"
 
 TEST_CASE("batch plan: buckets by the shorter side rounded down to 32 px") {
   CHECK(kiln::bucket_size_for(64, 80) == 64);
@@ -155,4 +156,23 @@ TEST_CASE("bucketed image source: one size per batch, every image once, a skippe
     CHECK(rest[j].indices == all[j + 4].indices);
     CHECK(rest[j].x.to_vector<float>() == all[j + 4].x.to_vector<float>());
   }
+}
+
+TEST_CASE("--resume: a different --batch-memory is a difference that restarts the interrupted epoch") {
+  kiln::TrainConfig saved, now;
+  saved.batch_memory = "300M";
+  now.batch_memory = "300M";
+  CHECK(kiln::resume_differences(saved.to_json(), now).empty());
+  now.batch_memory = "1G";
+  std::vector<std::string> d = kiln::resume_differences(saved.to_json(), now);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0] == "batch_memory: saved 300M, now 1G");
+  now.batch_memory = "";  // back to a fixed --batch
+  d = kiln::resume_differences(saved.to_json(), now);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].rfind("batch_memory: saved 300M, now ", 0) == 0);
+  // A state saved before --batch-memory existed (no key) against a run without it: no difference.
+  nlohmann::json old = kiln::TrainConfig().to_json();
+  old.erase("batch_memory");
+  CHECK(kiln::resume_differences(old, kiln::TrainConfig()).empty());
 }
