@@ -71,7 +71,7 @@ std::string args(const std::string& out, const std::string& model, const std::st
 }  // namespace
 
 TEST_CASE("kiln train --batch-memory: 64-512 px images under a tight --device-memory, every step within the budget "
-          "and within 2% of its prediction; resumed mid-epoch to the same bytes") {
+          "and within 2% of its prediction, resumed mid-epoch to the same bytes") {
   const Folder& f = folder();
   const std::string dir = kiln_test::cli_temp_dir("batch_memory_run");
   const int64_t budget = 300 << 20;
