@@ -97,9 +97,11 @@ bool is_segmentation_folder(const std::string& path) {
 bool is_segmentation_csv(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
-  std::ifstream in(path);
-  std::string line;
-  if (!std::getline(in, line)) return false;
+  std::ifstream in(path, std::ios::binary);
+  std::string line(4096, '\0');  // the header only: a binary file with no newline is not read whole
+  in.read(&line[0], (std::streamsize)line.size());
+  line.resize((size_t)in.gcount());
+  line = line.substr(0, line.find('\n'));
   if (line.size() >= 3 && (unsigned char)line[0] == 0xEF && (unsigned char)line[1] == 0xBB &&
       (unsigned char)line[2] == 0xBF)
     line = line.substr(3);  // UTF-8 byte order mark
