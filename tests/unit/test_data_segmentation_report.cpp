@@ -1,7 +1,7 @@
 // `kiln data` on segmentation data (data/segmentation_report.h): class pixel counts and shares
 // exact on a small synthetic set, bad pairs listed with their reasons and left out of the counts,
-// masks without an image listed, classes.txt names used and a class past them reported; the
-// command line dispatches to it.
+// masks without an image listed, classes.txt names used and a class past them reported, image,mask
+// CSVs too; the command line dispatches to it.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -76,6 +76,13 @@ TEST_CASE("kiln data on segmentation: exact class pixel counts and shares, bad p
   CHECK(r.find("masks without an image: 1") != std::string::npos);
   CHECK(r.find("zz_orphan.png") != std::string::npos);
   CHECK(r.find("--normalize ") != std::string::npos);
+  // The same pairs listed in an image,mask CSV: the same counts for the pair it lists.
+  write_bytes(t / "list.csv", "image,mask\nimages/a.png,masks/a.png\n");
+  const std::string c = report(t / "list.csv");
+  CAPTURE(c);
+  CHECK(c.find("(1 image/mask pairs, 3 classes") == std::string::npos);  // a's masks hold 0, 1 and 255: 2 classes
+  CHECK(c.find("(1 image/mask pairs, 2 classes, the largest mask value + 1)") != std::string::npos);
+  CHECK(c.find(row("1", "", 5, 4, 100.0 * 4 / 16)) != std::string::npos);
 }
 
 TEST_CASE("kiln data on segmentation: classes.txt names the rows, a class past it is a bad pair, empty classes warned") {
