@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -36,6 +37,7 @@ class SegmentationSource : public DataSource {
       std_[c] = std[c];
     }
   }
+  ~SegmentationSource() override { drop_ahead(); }
   std::string source() const override { return "segment:" + ds_.root; }
   int64_t size() const override { return (int64_t)ds_.size(); }
   int64_t channels() const override { return o_.channels; }
@@ -47,6 +49,7 @@ class SegmentationSource : public DataSource {
 
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override {
     KILN_CHECK(batch > 0, "segmentation data: batch size must be > 0");
+    drop_ahead();
     epoch_ = epoch;
     batch_ = batch;
     train_ = train;
@@ -58,16 +61,32 @@ class SegmentationSource : public DataSource {
     return (int64_t)batches_.size();
   }
 
-  // Batches are made on demand from (seed, epoch, position): skipping decodes nothing.
+  // Batches are made from (seed, epoch, position): skipping decodes nothing (a batch decoded
+  // ahead is dropped).
   void skip_batches(int64_t n) override {
-    if (n > 0) cursor_ = std::min(batches_.size(), cursor_ + (size_t)n);
+    if (n <= 0) return;
+    drop_ahead();
+    cursor_ = std::min(batches_.size(), cursor_ + (size_t)n);
   }
 
+  // The batch at the cursor (decoded ahead, or now); then the one after it starts decoding on a
+  // background thread while the caller trains on this one.
   bool next(SourceBatch* out) override {
     for (;;) {
       if (cursor_ >= batches_.size()) return false;
       const size_t b = cursor_++;
-      if (load_batch(b, out) || train_) return true;  // training keeps an all-bad batch as a step (n = 0)
+      Decoded d;
+      if (ahead_.valid() && ahead_batch_ == b) {
+        d = ahead_.get();
+      } else {
+        drop_ahead();
+        d = decode(b);
+      }
+      if (cursor_ < batches_.size()) {
+        ahead_batch_ = cursor_;
+        ahead_ = std::async(std::launch::async, [this, nb = cursor_] { return decode(nb); });
+      }
+      if (finish(d, out) || train_) return true;  // training keeps an all-bad batch as a step (n = 0)
     }
   }
 
@@ -104,13 +123,34 @@ class SegmentationSource : public DataSource {
     return t;
   }
 
-  // Decodes batch b into out; false when every sample of it was bad (out then holds n = 0).
-  bool load_batch(size_t b, SourceBatch* out) {
-    const std::vector<size_t>& idx = batches_[b];
+  // One batch's samples decoded into host buffers (bad ones marked), not yet tensors.
+  struct Decoded {
+    std::vector<size_t> idx;
+    std::vector<float> xs;
+    std::vector<int64_t> ys;
+    std::vector<std::string> bad_path, why;
+  };
+
+  // Waits for a batch decoded ahead and drops it (an epoch restart, a skip, the end).
+  void drop_ahead() {
+    if (ahead_.valid()) ahead_.wait();
+    ahead_ = std::future<Decoded>();
+  }
+
+  // Decodes batch b. Reads only what start_epoch fixed (batches_, t_, epoch_, batch_) and the data
+  // set, so it may run on the background thread; never throws for a bad sample.
+  Decoded decode(size_t b) const {
+    Decoded d;
+    d.idx = batches_[b];
+    const std::vector<size_t>& idx = d.idx;
     const size_t n = idx.size(), S = (size_t)t_.image.out_h * t_.image.out_w, C = (size_t)o_.channels;
-    std::vector<float> xs(n * C * S);
-    std::vector<int64_t> ys(has_masks_ ? n * S : 0);
-    std::vector<std::string> bad_path(n), why(n);
+    d.xs.resize(n * C * S);
+    d.ys.resize(has_masks_ ? n * S : 0);
+    d.bad_path.resize(n);
+    d.why.resize(n);
+    std::vector<float>& xs = d.xs;
+    std::vector<int64_t>& ys = d.ys;
+    std::vector<std::string>&bad_path = d.bad_path, &why = d.why;
     const uint64_t aug_seed = seed_ ^ 0x5bd1e9955bd1e995ULL;  // a key apart from the sampler's, as image folders
     std::atomic<size_t> next_k{0};
     auto work = [&] {
@@ -138,7 +178,17 @@ class SegmentationSource : public DataSource {
     for (int t = 1; t < workers; ++t) threads.emplace_back(work);
     work();
     for (auto& th : threads) th.join();
-    // Pack the good samples to the front.
+    return d;
+  }
+
+  // On the caller's thread: bad samples reported, good ones packed to the front, tensors made on
+  // the device. False when every sample was bad (out then holds n = 0).
+  bool finish(Decoded& d, SourceBatch* out) {
+    const std::vector<size_t>& idx = d.idx;
+    const size_t n = idx.size(), S = (size_t)t_.image.out_h * t_.image.out_w, C = (size_t)o_.channels;
+    std::vector<float>& xs = d.xs;
+    std::vector<int64_t>& ys = d.ys;
+    const std::vector<std::string>&bad_path = d.bad_path, &why = d.why;
     std::vector<int64_t> kept;
     for (size_t k = 0; k < n; ++k) {
       if (!bad_path[k].empty() || !why[k].empty()) {
@@ -176,6 +226,8 @@ class SegmentationSource : public DataSource {
   SegmentationTransform t_;
   std::vector<std::vector<size_t>> batches_;
   size_t cursor_ = 0;
+  std::future<Decoded> ahead_;  // the batch after the cursor's, decoding
+  size_t ahead_batch_ = 0;
   int64_t epoch_ = 0, batch_ = 1;
   bool train_ = false;
   std::set<std::string> reported_;

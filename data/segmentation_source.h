@@ -12,8 +12,9 @@
 // num_classes other than 255) are left out of their batch and reported once per path.
 // The class count: SegmentationDataOptions::num_classes when > 0, else classes.txt's line count,
 // else the largest mask value (255 aside) + 1 over the training and validation masks, read at
-// open (a note says which). Batches are decoded by worker threads when next() asks for them
-// (no prefetch across batches). Must not know about models or losses.
+// open (a note says which). A batch is decoded by --workers threads; while the caller trains on
+// one batch, the next decodes on a background thread (one batch ahead; a skip or a new epoch
+// drops it). Must not know about models or losses.
 #pragma once
 #include <memory>
 #include <string>
