@@ -86,7 +86,7 @@ pcver() { sed -n 's/^Version: *//p' "$1" | head -1; }
 pc libturbojpeg "$(pcver "$L/pkgconfig/libturbojpeg.pc")" "TurboJPEG" "-L\${libdir} -lturbojpeg" "-I\${includedir}"
 pc libjpeg "$(pcver "$L/pkgconfig/libjpeg.pc")" "libjpeg-turbo" "-L\${libdir} -ljpeg" "-I\${includedir}"
 pc zlib "$(pcver "$L/pkgconfig/zlib.pc")" "zlib" "-L\${libdir} -lz" "-I\${includedir}"
-pc libpng "$(pcver "$L/pkgconfig/libpng16.pc")" "libpng" "-L\${libdir} -lpng16" "-I\${includedir}"
+pc libpng "$(pcver "$L/pkgconfig/libpng16.pc")" "libpng" "-L\${libdir} -lpng" "-I\${includedir}"
 pc openblas "$(sed -n 's/^version=//p' "$L/pkgconfig/openblas.pc")" "OpenBLAS" \
    "-L\${libdir} -lopenblas" "-I\${includedir}"
 echo "Libs.private: -lm -lpthread -lgfortran" >>"$OUT/lib/pkgconfig/openblas.pc"
