@@ -72,7 +72,8 @@ TEST_CASE("gpu bundle: kiln configures, builds and runs a probe of every depende
   REQUIRE(cfg.status == 0);
   const std::string cache = read_text(build + "/CMakeCache.txt");
   for (const char* var : {"PKG_CONFIG_EXECUTABLE", "pkgcfg_lib_OPENBLAS_openblas", "pkgcfg_lib_TURBOJPEG_turbojpeg",
-                          "pkgcfg_lib_LIBJPEG_jpeg", "ZLIB_INCLUDE_DIR", "STB_INCLUDE_DIR", "CLI11_DIR",
+                          "pkgcfg_lib_LIBJPEG_jpeg", "ZLIB_INCLUDE_DIR", "PNG_PNG_INCLUDE_DIR", "PNG_LIBRARY_RELEASE",
+                          "STB_INCLUDE_DIR", "CLI11_DIR",
                           "nlohmann_json_DIR", "doctest_DIR"}) {
     INFO(var << " = " << cache_value(cache, var));
     CHECK(cache_value(cache, var).rfind(moved, 0) == 0);
@@ -83,7 +84,7 @@ TEST_CASE("gpu bundle: kiln configures, builds and runs a probe of every depende
   const Run b = run_shell("cmake --build '" + build + "' --target kiln_deps_probe");
   INFO(b.out);
   CHECK(b.status == 0);
-  for (const char* h : {"turbojpeg.h", "jpeglib.h", "jconfig.h", "zlib.h", "zconf.h", "cblas.h",
+  for (const char* h : {"turbojpeg.h", "jpeglib.h", "jconfig.h", "zlib.h", "zconf.h", "png.h", "cblas.h",
                         "openblas_config.h", "doctest/doctest.h", "CLI/CLI.hpp", "nlohmann/json.hpp",
                         "stb/stb_image.h"}) {
     INFO(h);
@@ -94,7 +95,7 @@ TEST_CASE("gpu bundle: kiln configures, builds and runs a probe of every depende
   const Run ldd = run_shell("env -u LD_LIBRARY_PATH LD_LIBRARY_PATH='" + moved + "/lib' ldd '" + probe + "'");
   INFO(ldd.out);
   REQUIRE(ldd.status == 0);
-  for (const char* lib : {"libopenblas.so.0", "libturbojpeg.so.0", "libjpeg.so.62", "libgfortran.so.5",
+  for (const char* lib : {"libopenblas.so.0", "libturbojpeg.so.0", "libjpeg.so.62", "libpng16.so.16", "libgfortran.so.5",
                           "libquadmath.so.0"}) {
     INFO(lib);
     CHECK(ldd.out.find(std::string(lib) + " => " + moved + "/lib/" + lib) != std::string::npos);
