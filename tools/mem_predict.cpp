@@ -7,6 +7,7 @@
 #include "engine/ops/ops.h"
 #include "engine/train/memory_peak.h"
 #include "engine/core/devices.h"
+#include "models/registry.h"
 #include "tools/train_components.h"
 
 namespace kiln {
@@ -31,6 +32,8 @@ MemPrediction predict_memory(const MemConfig& c) {
   train::PredictOptions o;
   o.batch = c.train.batch;
   o.input_shape = {c.in_channels, c.image_size, c.image_size};
+  // Segmentation models (unet*): per-pixel logits (N, K, H, W) and a class-index mask per sample.
+  if (models::is_segmentation_model(c.train.model)) o.target_shape = {c.image_size, c.image_size};
   o.loss_weight_classes = c.train.class_weights.empty() ? 0 : num_classes_of(c);
   o.recompute = c.recompute;
   o.amp = c.train.amp;
