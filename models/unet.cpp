@@ -1,6 +1,7 @@
 // UNet built from kiln modules (see unet.h for the layout, the sizes and what recompute means).
 #include "models/unet.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "engine/memory/tag.h"
@@ -139,5 +140,40 @@ Tensor UNet::run(const Tensor& x, int levels) {
 }
 
 std::shared_ptr<UNet> unet(const UNetOptions& o) { return std::make_shared<UNet>(o); }
+
+UNetOptions unet_options_from_name(const std::string& name) {
+  const size_t colon = name.find(':');
+  const std::string base = name.substr(0, colon);
+  KILN_CHECK(base == "unet" || base == "unet_small", "'", name, "' is not a unet model name (unet, unet_small)");
+  UNetOptions o;
+  if (base == "unet_small") o.base_width = 8;
+  if (colon == std::string::npos) return o;
+  const std::string opts = name.substr(colon + 1);
+  size_t pos = 0;
+  while (pos <= opts.size()) {
+    size_t end = opts.find(',', pos);
+    if (end == std::string::npos) end = opts.size();
+    const std::string item = opts.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    auto number = [&]() -> int64_t {
+      const std::string v = eq == std::string::npos ? "" : item.substr(eq + 1);
+      char* e = nullptr;
+      const long long n = std::strtoll(v.c_str(), &e, 10);
+      KILN_CHECK(!v.empty() && e == v.c_str() + v.size(), "model '", name, "': option '", item,
+                 "' needs an integer value (", key, "=N)");
+      return (int64_t)n;
+    };
+    if (key == "base") o.base_width = number();
+    else if (key == "depth") o.depth = number();
+    else if (key == "bilinear" && eq == std::string::npos) o.bilinear = true;
+    else if (key == "stride2" && eq == std::string::npos) o.first_stride = 2;
+    else
+      throw Error(str_cat("model '", name, "': unknown option '", item,
+                          "' (known: base=N, depth=N, bilinear, stride2; e.g. unet:base=32,depth=3,bilinear)"));
+    pos = end + 1;
+  }
+  return o;
+}
 
 }  // namespace kiln::models

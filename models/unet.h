@@ -29,6 +29,7 @@
 // Must not know the trainer or the CLI.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/nn/batch_norm2d.h"
@@ -110,5 +111,10 @@ class UNet : public nn::Module {
 };
 
 std::shared_ptr<UNet> unet(const UNetOptions& o);
+
+// The options a registry name gives: "unet" (base 64) or "unet_small" (base 8), then optionally
+// ":base=N,depth=N,bilinear,stride2" (models/registry.h). in_channels and num_classes stay at their
+// defaults. Throws kiln::Error naming the option for an unknown one or a bad number.
+UNetOptions unet_options_from_name(const std::string& name);
 
 }  // namespace kiln::models
