@@ -180,7 +180,7 @@ void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
     if (!o.json) {
       out << "--checkpoint auto: budget " << human(budget) << "; tried";
       for (auto& [s, pk] : tried) out << " " << s << ":" << human(pk);
-      out << " -> " << c.recompute << " segments\n";
+      out << " -> " << c.recompute << (models::is_segmentation_model(c.train.model) ? " resolution level(s)\n" : " segments\n");
     }
   } else {
     c.recompute = ck;
