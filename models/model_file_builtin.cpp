@@ -1,8 +1,10 @@
 // Built-in models as model files (see model_file_builtin.h). The layouts mirror models/small_cnn.cpp
-// and models/resnet.cpp (torchvision's BasicBlock and Bottleneck ResNets); test_model_file.cpp checks both agree.
+// and models/resnet.cpp (torchvision's BasicBlock and Bottleneck ResNets) and models/unet.h (its names; no
+// modules are built); test_model_file.cpp checks both agree.
 #include "models/model_file_builtin.h"
 
 #include "engine/core/error.h"
+#include "models/unet.h"
 
 namespace kiln::models {
 
@@ -130,6 +132,55 @@ void format_layer(const json& l, const std::string& indent, std::string& out) {
   out += "}";
 }
 
+// milesial's DoubleConv as a block named `name`: layers 0..5 = conv3x3 (no bias), BN, ReLU, x2.
+json double_conv(const std::string& name, int64_t mid, int64_t out, int64_t first_stride) {
+  json l = json::array({conv("0", mid, 3, first_stride, 1, false), layer("1", "batch_norm"), layer("2", "relu"),
+                        conv("3", out, 3, 1, 1, false), layer("4", "batch_norm"), layer("5", "relu")});
+  return {{"name", name}, {"type", "block"}, {"layers", l}};
+}
+
+// models/unet.h's UNet with the same names. The Ups concat without padding, so this form takes sizes
+// divisible by 2^depth (x2 with stride2) only; the stride-2 variant ends in a bilinear x2 upsample
+// (F.interpolate with scale 2 equals kiln's resize to H x W there).
+json unet_json(const std::string& name) {
+  const UNetOptions o = unet_options_from_name(name);
+  KILN_CHECK(o.depth >= 1 && o.depth <= 8 && o.base_width >= 2, "model '", name, "': bad depth or base width");
+  const int64_t D = o.depth, f = o.bilinear ? 2 : 1;
+  auto w = [&](int64_t i) { return o.base_width << i; };
+  json l = json::array({double_conv("inc.double_conv", w(0), w(0), o.first_stride)});
+  std::vector<std::string> skips = {"inc.double_conv"};
+  for (int64_t i = 1; i <= D; ++i) {
+    const int64_t out = i == D ? w(i) / f : w(i);
+    const std::string n = "down" + std::to_string(i) + ".maxpool_conv";
+    l.push_back({{"name", n},
+                 {"type", "block"},
+                 {"layers", json::array({{{"name", "0"}, {"type", "max_pool"}, {"kernel", 2}},
+                                         double_conv("1.double_conv", out, out, 1)})}});
+    skips.push_back(n);
+  }
+  for (int64_t j = 1; j <= D; ++j) {
+    const int64_t in = w(D - j + 1), out = j == D ? w(0) : w(D - j) / f;
+    const std::string p = "up" + std::to_string(j);
+    if (o.bilinear)
+      l.push_back({{"name", p + ".up"}, {"type", "upsample"}, {"scale_factor", 2}, {"mode", "bilinear"},
+                   {"align_corners", true}});
+    else
+      l.push_back({{"name", p + ".up"}, {"type", "conv_transpose2d"}, {"out_channels", in / 2}, {"kernel", 2},
+                   {"stride", 2}});
+    l.push_back({{"name", p + ".cat"}, {"type", "concat"}, {"inputs", {skips[(size_t)(D - j)], p + ".up"}}});
+    l.push_back(double_conv(p + ".conv.double_conv", o.bilinear ? in / 2 : out, out, 1));
+  }
+  l.push_back({{"name", "outc.conv"}, {"type", "conv2d"}, {"out_channels", "num_classes"}, {"kernel", 1}});
+  if (o.first_stride == 2)
+    l.push_back({{"name", "resize"}, {"type", "upsample"}, {"scale_factor", 2}, {"mode", "bilinear"}});
+  return {{"format", "kiln-model-1"},
+          {"description", name + ": UNet (milesial/Pytorch-UNet layout), depth " + std::to_string(D) + ", base width " +
+                              std::to_string(o.base_width) + (o.bilinear ? ", bilinear" : ", transposed conv") +
+                              (o.first_stride == 2 ? ", stride-2 first conv" : "") +
+                              "; sizes divisible by 2^depth" + (o.first_stride == 2 ? " x 2" : "")},
+          {"layers", l}};
+}
+
 }  // namespace
 
 std::string format_model_json(const json& doc) {
@@ -155,8 +206,10 @@ json builtin_model_json(const std::string& name) {
   if (name == "resnet101") return resnet(name, {3, 4, 23, 3}, false, true);
   if (name == "resnet50_small") return resnet(name, {3, 4, 6, 3}, true, true);
   if (name == "resnet101_small") return resnet(name, {3, 4, 23, 3}, true, true);
+  const std::string base = name.substr(0, name.find(':'));
+  if (base == "unet" || base == "unet_small") return unet_json(name);
   throw Error(str_cat("no model file form for '", name, "' (built-in models with one: small_cnn, resnet18, resnet34, "
-                      "resnet50, resnet101 and their _small forms)"));
+                      "resnet50, resnet101 and their _small forms, unet[:opts], unet_small[:opts])"));
 }
 
 }  // namespace kiln::models

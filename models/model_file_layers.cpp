@@ -80,7 +80,13 @@ BuiltLayer build_conv2d(const LayerArgs& a) {
   const SampleShape& s = need_image(a);
   nn::Conv2dOptions o;
   o.in_channels = s[0];
-  o.out_channels = a.need_int("out_channels", 1);
+  // "num_classes": a fully convolutional head (a segmenter's per-pixel logits, unet's outc).
+  // Any other string gets need_int's error.
+  if (a.has("out_channels") && a.spec.at("out_channels") == "num_classes") {
+    o.out_channels = a.input.num_classes;
+  } else {
+    o.out_channels = a.need_int("out_channels", 1);
+  }
   o.kernel = a.need_int("kernel", 1);
   o.stride = a.get_int("stride", 1, 1);
   o.padding = a.get_int("padding", 0, 0);
@@ -225,7 +231,13 @@ BuiltLayer build_conv_transpose2d(const LayerArgs& a) {
   const SampleShape& s = need_image(a);
   nn::ConvTranspose2dOptions o;
   o.in_channels = s[0];
-  o.out_channels = a.need_int("out_channels", 1);
+  // "num_classes": a fully convolutional head (a segmenter's per-pixel logits, unet's outc).
+  // Any other string gets need_int's error.
+  if (a.has("out_channels") && a.spec.at("out_channels") == "num_classes") {
+    o.out_channels = a.input.num_classes;
+  } else {
+    o.out_channels = a.need_int("out_channels", 1);
+  }
   o.kernel = a.need_int("kernel", 1);
   o.stride = a.get_int("stride", 1, 1);
   o.padding = a.get_int("padding", 0, 0);

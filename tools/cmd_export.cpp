@@ -18,7 +18,7 @@ namespace kiln_cli {
 
 CLI::App* add_export_command(CLI::App& app, ExportOnnxOptions& o) {
   CLI::App* e = app.add_subcommand(
-      "export", "write a trained model as an ONNX file (input 'input' f32 (N,C,H,W), output 'logits' f32 (N,K))");
+      "export", "write a trained model as an ONNX file (input 'input' f32 (N,C,H,W), output 'logits' f32 (N,K), or (N,K,H,W) for unet)");
   e->add_option("--model", o.model,
                  "model name or model file (NAME.json) as trained (default: the weights file's model; a model "
                  "file's text stored in the weights is used when the file is gone)");
@@ -106,7 +106,9 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
                 s_export);
   out << "export: " << model_name << " -> " << o.onnx << ": opset " << o.opset << ", " << r.nodes << " nodes (" << ops
       << "), input '" << eo.input_name << "' f32 (N, " << channels << ", " << size << ", " << size << "), output '"
-      << eo.output_name << "' f32 (N, " << r.output_shape[1] << "), " << buf << "\n";
+      << eo.output_name << "' f32 (N, " << r.output_shape[1];
+  for (size_t d = 2; d < r.output_shape.size(); ++d) out << ", " << r.output_shape[d];
+  out << "), " << buf << "\n";
 }
 #else
 void run_export_command(const ExportOnnxOptions&, std::ostream&) {

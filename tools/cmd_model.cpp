@@ -1,6 +1,8 @@
 // `kiln model show` (see cmd_model.h).
 #include "tools/cmd_model.h"
 
+#include "models/registry.h"
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -87,6 +89,8 @@ void run_model_show(const ModelShowOptions& o, std::ostream& out) {
     train::PredictOptions po;
     po.batch = o.batch;
     po.input_shape = {in.in_channels, in.image_size, in.image_size};
+    // A segmenter (unet*): per-pixel logits, one class-index mask per sample.
+    if (!file && models::is_segmentation_model(o.model)) po.target_shape = {in.image_size, in.image_size};
     TrainConfig tc;  // kiln train's defaults: plain SGD
     // A built-in model's own modules (in-place adds and ReLUs): the numbers of `kiln mem --model NAME`.
     mem = train::predict_step_memory(

@@ -40,8 +40,8 @@ OnnxExportResult export_onnx(nn::Module& model, const OnnxExportOptions& o, cons
   OnnxGraph g(o.opset, device);
   const OnnxValue x = g.input(o.input_name, {1, o.channels, o.height, o.width});
   const OnnxValue y = g.module(model, "", x);
-  KILN_CHECK(y.shape.size() == 2, "ONNX export: the model's output is ", shape_str(y.shape),
-             " at batch 1; kiln exports classifiers with (N, K) logits");
+  KILN_CHECK(y.shape.size() == 2 || y.shape.size() == 4, "ONNX export: the model's output is ", shape_str(y.shape),
+             " at batch 1; kiln exports classifiers with (N, K) logits and segmenters with (N, K, H, W)");
   g.output(y, o.output_name);
 
   OnnxExportResult r;

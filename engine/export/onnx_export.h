@@ -1,6 +1,6 @@
 // export_onnx: writes a module's inference graph as an ONNX model file (the library side of `kiln export`).
 //   input  `input`  f32 (N, C, H, W), N dynamic
-//   output `logits` f32 (N, K)
+//   output `logits` f32 (N, K), or (N, K, H, W) for a segmenter (unet)
 // Inference graph: the module is exported in eval mode (batch norm with its running statistics, dropout
 // removed) and its training flag is restored afterwards. Weights are f32 initializers named as in the
 // state_dict ("layer1.0.conv1.weight"). `metadata` goes into the model's metadata_props (kiln export

@@ -28,6 +28,10 @@ std::map<std::string, OnnxExporter>& table() {
       {"ResNet", export_resnet},
       {"SmallCNN", export_small_cnn},
       {"GraphModel", export_graph_model},
+      {"DoubleConv", export_unet_double_conv},
+      {"Down", export_unet_down},
+      {"OutConv", export_unet_out_conv},
+      {"UNet", export_unet},
       // model files' op layers (models::OpLayer)
       {"GELU", export_op_layer},
       {"Sigmoid", export_op_layer},

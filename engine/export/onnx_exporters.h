@@ -40,6 +40,11 @@ OnnxValue export_basic_block(OnnxGraph& g, nn::Module& m, const std::string& pat
 OnnxValue export_bottleneck(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 OnnxValue export_resnet(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 OnnxValue export_small_cnn(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+// models/unet.h (onnx_export_unet.cpp): DoubleConv, Down, OutConv, and the UNet (Pad + Concat per Up).
+OnnxValue export_unet_double_conv(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+OnnxValue export_unet_down(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+OnnxValue export_unet_out_conv(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
+OnnxValue export_unet(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 // A model file's network (models::GraphModel): its layers in run order, joins as Add / Concat.
 OnnxValue export_graph_model(OnnxGraph& g, nn::Module& m, const std::string& path, const OnnxValue& x);
 // A model file's op layer (models::OpLayer: GELU, Sigmoid, Tanh, LeakyReLU, AvgPool2d, MaxPool2d) from its

@@ -300,3 +300,50 @@ TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (model files, 
   std::ofstream(dir / "spec.json") << spec.dump(1);
   run_onnx_check(py, dir, files.size() + mods.size());
 }
+
+// UNet (models/unet.h): transposed-conv and bilinear Ups, the Pad of an odd size (18 px: 9 -> 4 -> 8 < 9)
+// and the stride-2 first conv's final Resize; output (N, K, H, W).
+TEST_CASE("onnx export: onnxruntime gives kiln's eval-mode logits (unet_small, Pad and Resize)") {
+  const std::string py = onnx_python();
+  REQUIRE_MESSAGE(fs::exists(py), "no onnx/onnxruntime virtual environment at ", py,
+                  ": run scripts/setup.sh --test (it creates it with pinned pip versions) or set KILN_ONNX_PYTHON");
+  const fs::path dir = fs::temp_directory_path() / ("kiln_parity_onnx_unet_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<Case> cases = {
+      {"unet_convt_opset17", "unet_small:depth=2,base=4", 3, 18, 3,  17,
+       "38 nodes (BatchNormalization 10, Concat 2, Conv 11, ConvTranspose 2, MaxPool 2, Pad 1, Relu 10)"},
+      {"unet_bilinear_stride2_opset13", "unet_small:depth=2,base=4,bilinear,stride2", 1, 20, 2, 13,
+       "42 nodes (BatchNormalization 10, Concat 3, Conv 11, MaxPool 2, Pad 1, Relu 10, Resize 3, Shape 1, Slice 1)"},
+  };
+  nlohmann::json spec;
+  spec["cases"] = nlohmann::json::array();
+  uint64_t seed = 31;
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    manual_seed(seed++);
+    nn::ModulePtr m = models::make_model(c.model, c.classes, c.channels, c.size);
+    randomize_batch_norms(*m);
+    std::map<std::string, std::string> meta = {{"format", "kiln-weights-1"},
+                                               {"model", c.model},
+                                               {"num_classes", std::to_string(c.classes)},
+                                               {"in_channels", std::to_string(c.channels)},
+                                               {"image_size", std::to_string(c.size)}};
+    const std::string weights = (dir / (c.name + ".safetensors")).string();
+    save_safetensors(weights, m->state_dict(), meta);
+    kiln_cli::ExportOnnxOptions o;
+    o.model = c.model;
+    o.weights = weights;
+    o.onnx = (dir / (c.name + ".onnx")).string();
+    o.opset = c.opset;
+    std::ostringstream log;
+    kiln_cli::run_export_command(o, log);
+    MESSAGE(log.str());
+    CHECK(log.str().find(c.nodes) != std::string::npos);
+    CHECK(log.str().find("output 'logits' f32 (N, " + std::to_string(c.classes) + ", " + std::to_string(c.size) + ", " +
+                         std::to_string(c.size) + ")") != std::string::npos);
+    add_case(spec, dir, *m, c.name, c.channels, c.size, c.opset, meta);
+  }
+  std::ofstream(dir / "spec.json") << spec.dump(1);
+  run_onnx_check(py, dir, cases.size());
+}

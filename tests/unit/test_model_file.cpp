@@ -148,6 +148,17 @@ TEST_CASE("model file: small_cnn round-trips (same names, same logits from the s
   }
 }
 
+TEST_CASE("model file: unet round-trips (milesial's names, the same logits from the same weights)") {
+  for (const RoundTrip& c : {RoundTrip{"unet_small:depth=2,base=4", 3, 16, true},
+                             RoundTrip{"unet_small:depth=3,base=4,bilinear", 2, 24, true},
+                             RoundTrip{"unet_small:depth=2,base=4,bilinear,stride2", 3, 16, true},
+                             RoundTrip{"unet", 3, 16, false}})
+    check_round_trip(c);
+  const nlohmann::json j = models::builtin_model_json("unet");
+  CHECK(nlohmann::json::parse(models::format_model_json(j)) == j);
+  CHECK_THROWS_WITH_AS(models::builtin_model_json("unet:colour"), doctest::Contains("unknown option 'colour'"), Error);
+}
+
 // ~20 s of weight initialization: kept out of the sanitizer run (scripts/test.sh asan_skip).
 TEST_CASE("model file: the ResNets round-trip (same names, same logits from the same weights)") {
   for (const RoundTrip& c : {RoundTrip{"resnet18_small", 3, 16, true}, RoundTrip{"resnet18", 3, 32, true},

@@ -10,7 +10,7 @@ SPEC: {"cases": [{"name": ..., "onnx": "m.onnx", "x": "x.npy" (N,C,H,W f32, N >=
 Relative paths are relative to SPEC's folder. For each case it checks, and exits 1 naming the first
 failure (after printing every case's numbers):
   - onnx.checker.check_model(full_check=True) accepts the file; the opset import is the one asked for;
-  - input 'input' (N, C, H, W) and output 'logits' (N, K) are f32 with a symbolic batch dimension;
+  - input 'input' (N, C, H, W) and output 'logits' (N, K) (or (N, K, H, W): a UNet) are f32 with a symbolic batch dimension;
   - metadata_props equal the expected map;
   - onnxruntime's logits equal kiln's, |ort - kiln| <= tol * (1 + |kiln|) elementwise, with
     graph optimizations off (ORT_DISABLE_ALL, tol 1e-5) and all on (ORT_ENABLE_ALL, tol 1e-4: it folds
@@ -51,7 +51,7 @@ def check_case(case, base):
     x = np.load(os.path.join(base, case["x"]))
     ref = np.load(os.path.join(base, case["logits"]))
     din, dout = dims(g.input[0]), dims(g.output[0])
-    if din != ["N"] + list(x.shape[1:]) or dout != ["N", ref.shape[1]]:
+    if din != ["N"] + list(x.shape[1:]) or dout != ["N"] + list(ref.shape[1:]):
         problems.append(f"input dims {din}, output dims {dout}; x {x.shape}, logits {ref.shape}")
     for v in list(g.input) + list(g.output):
         if v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
