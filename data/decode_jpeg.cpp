@@ -21,10 +21,16 @@
 namespace kiln {
 namespace {
 
-// One decompressor per thread: tjInitDecompress is not free and handles are not thread-safe.
+// A TurboJPEG decompressor. decode_jpeg takes a fresh one per file (0.6 us): libjpeg keeps the
+// Huffman and quantization tables of earlier files in a decompressor (abbreviated-datastream
+// semantics), so a file that uses a table it never defines would decode with the previous file's
+// table on a reused handle, and its result (picture, warning or error) would depend on what the
+// thread decoded before. jpeg_probe_size reads only headers and keeps one per thread.
 struct TjHandle {
   tjhandle h = nullptr;
   TjHandle() : h(tjInitDecompress()) {}
+  TjHandle(const TjHandle&) = delete;
+  TjHandle& operator=(const TjHandle&) = delete;
   ~TjHandle() {
     if (h) tjDestroy(h);
   }
@@ -44,8 +50,48 @@ void reset_decompressor() {
   t.h = tjInitDecompress();
 }
 
+// Whether msg is one of libjpeg's warning texts (the JWRN_ entries of jerror.h, each conversion
+// such as %u or %02x standing for one number). TurboJPEG 2.1's warning flag is sticky within a call:
+// a fatal error after a warning ("extraneous bytes", then "Invalid component ID 2 in SOS") is also
+// reported as TJERR_WARNING, with the fatal error's text and nothing decoded; the text tells them apart.
+bool format_matches(const char* fmt, const char* msg) {
+  auto is_num = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  while (*fmt) {
+    if (*fmt != '%') {
+      if (*fmt++ != *msg++) return false;
+      continue;
+    }
+    ++fmt;
+    while (*fmt && !((*fmt >= 'a' && *fmt <= 'z') || (*fmt >= 'A' && *fmt <= 'Z'))) ++fmt;  // flags, width
+    if (*fmt == 'l') ++fmt;
+    if (!*fmt) return false;
+    ++fmt;
+    if (*msg == '-') ++msg;
+    if (!is_num(*msg)) return false;
+    while (is_num(*msg)) ++msg;
+  }
+  return *msg == 0;
+}
+bool is_libjpeg_warning(const char* msg) {
+  struct Message {
+    const char* code;
+    const char* text;
+  };
+  static const Message kMessages[] = {
+// (Two entries name macros of libjpeg's private jversion.h: empty here.)
+#define JVERSION ""
+#define JCOPYRIGHT_SHORT ""
+#define JMESSAGE(code, string) {#code, string},
+#include <jerror.h>
+#undef JVERSION
+#undef JCOPYRIGHT_SHORT
+  };
+  for (const Message& m : kMessages)
+    if (std::strncmp(m.code, "JWRN_", 5) == 0 && format_matches(m.text, msg)) return true;
+  return false;
+}
+
 [[noreturn]] void fail(const std::string& name, const std::string& reason) {
-  reset_decompressor();
   throw DecodeError(name, reason);
 }
 
@@ -133,7 +179,8 @@ bool decode_jpeg_window(const uint8_t* data, size_t n, int denom, int channels, 
 }  // namespace
 
 Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
-  tjhandle tj = thread_decompressor();
+  TjHandle handle;  // fresh: see TjHandle
+  tjhandle tj = handle.h;
   if (!tj) throw DecodeError(name, "cannot create a TurboJPEG decompressor");
   int w = 0, h = 0, subsamp = 0, cs = 0;
   if (tjDecompressHeader3(tj, data, (unsigned long)n, &w, &h, &subsamp, &cs) != 0)
@@ -192,12 +239,11 @@ Image decode_jpeg(const uint8_t* data, size_t n, const std::string& name, const 
   int rc = tjDecompress2(tj, data, (unsigned long)n, dst, sw, sw * pc, sh, pf, 0);
   if (rc != 0) {
     const char* msg = tjGetErrorStr2(tj);
-    bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
+    bool warning = tjGetErrorCode(tj) == TJERR_WARNING && is_libjpeg_warning(msg);
     // Harmless warnings (extraneous bytes, ...) leave a complete image; a premature end of data
     // means the file is truncated and the rest of the picture is made up: reject it.
     if (!warning || std::strstr(msg, "Premature end") != nullptr)
       fail(name, str_cat(warning ? "truncated JPEG (" : "corrupt JPEG (", msg, ")"));
-    reset_decompressor();
   }
   if (cmyk) {
     im.px.resize((size_t)sw * sh * im.c);

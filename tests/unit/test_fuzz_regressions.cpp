@@ -194,8 +194,42 @@ TEST_CASE("fuzz regression: a progressive scan with its components out of frame 
         }
       CHECK(differ == 0);
     }
-  // Not yet fixed: TurboJPEG stops at that scan with a fatal error that it reports as a warning (one came
-  // before it), and decode_jpeg still takes such "warnings" and returns the blank picture. Treating every
-  // non-JWRN text as an error was tried and reverted: the windowed fast path still accepted such files
-  // (fuzz:jpeg, "Huffman table 0x01 was not defined"), so both paths must change together.
+  // TurboJPEG stops at that scan with a fatal error, reported as a warning because one came before
+  // it (2 extraneous bytes before a marker) and leaving the picture blank: decode_jpeg tells the two
+  // apart by the message and answers with one DecodeError, at full size and scaled, fast paths or not.
+  for (bool fast : {true, false})
+    for (int min_side : {0, 3}) {
+      CAPTURE(fast);
+      CAPTURE(min_side);
+      DecodeOptions opt;
+      opt.fast_paths = fast;
+      opt.min_w = opt.min_h = min_side;
+      CHECK_THROWS_WITH_AS(decode_image_bytes(data, n, "found.jpg", opt),
+                           doctest::Contains("Invalid component ID 2 in SOS"), DecodeError);
+    }
+}
+
+// fuzz:jpeg, third campaign: a baseline file whose scan uses Huffman table 1 without defining it.
+// libjpeg keeps the tables of earlier files in a decompressor, and decode_jpeg reused one per
+// thread, so after a file that defines table 1 (seed-b420) it decoded this one with that table and
+// returned a picture with a warning, while on a fresh thread it failed: the answer depended on what
+// the thread had decoded before. decode_jpeg now takes a fresh decompressor per file.
+TEST_CASE("fuzz regression: a JPEG is decoded the same whatever the thread decoded before it") {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/jpeg/";
+  const std::string bad = read_file_bytes(dir + "regress-huffman-table-of-the-previous-file", 1 << 20);
+  const std::string good = read_file_bytes(dir + "seed-b420", 1 << 20);
+  REQUIRE(bad.size() == 754);
+  auto decode = [](const std::string& file, bool fast) {  // option byte first, as in fuzz_jpeg
+    DecodeOptions opt;
+    opt.fast_paths = fast;
+    opt.apply_exif = false;
+    return decode_image_bytes(reinterpret_cast<const uint8_t*>(file.data()) + 1, file.size() - 1, "found.jpg", opt);
+  };
+  for (bool fast : {true, false})
+    for (bool after_good : {false, true}) {
+      CAPTURE(fast);
+      CAPTURE(after_good);
+      if (after_good) REQUIRE(decode(good, fast).w > 0);
+      CHECK_THROWS_WITH_AS(decode(bad, fast), doctest::Contains("Huffman table 0x01 was not defined"), DecodeError);
+    }
 }
