@@ -52,6 +52,13 @@ std::string model_list() {
 
 void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
   t->add_option("--model", c.model, "model name: " + model_list() + ", or a model file NAME.json")->required();
+  t->add_option("--task", c.task,
+                "classify (labels, (N, K) logits) or segment (masks (N, H, W) with 255 = ignore, (N, K, H, W) "
+                "outputs, per-pixel cross-entropy; pixel accuracy, mean IoU and Dice per class each epoch)")
+      ->check(CLI::IsMember({"classify", "segment"}))
+      ->capture_default_str();
+  t->add_flag("--ignore-background", c.ignore_background,
+              "--task segment: leave class 0 (background) out of mean IoU and mean Dice");
   t->add_option("--data", c.data,
                 "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
                 "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64), an image folder (class subfolders; train/ + val/ "

@@ -32,6 +32,10 @@ MemPrediction predict_memory(const MemConfig& c) {
   o.batch = c.train.batch;
   o.input_shape = {c.in_channels, c.image_size, c.image_size};
   o.loss_weight_classes = c.train.class_weights.empty() ? 0 : num_classes_of(c);
+  if (c.train.task == "segment") {  // masks (B, H, W) and the per-pixel step of engine/train/segment_task.h
+    o.target_shape = {c.image_size, c.image_size};
+    o.segmentation = true;
+  }
   o.recompute = c.recompute;
   o.amp = c.train.amp;
   o.scaler.init_scale = c.train.amp_init_scale;
@@ -107,6 +111,7 @@ nlohmann::json MemPrediction::to_json() const {
   for (const auto& [m, b] : layer_activations) layers.push_back({{"module", m}, {"bytes", b}});
   const TrainConfig& t = config.train;
   return {{"model", t.model},
+          {"task", t.task},
           {"batch", t.batch},
           {"accum", t.accum},
           {"image_size", config.image_size},

@@ -4,8 +4,10 @@
 #include "engine/core/usage_error.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "data/array_source.h"
+#include "data/mask_array_source.h"
 #include "engine/ops/ops.h"
 #include "data/image_source.h"
 
@@ -29,8 +31,53 @@ std::string data_kind(const std::string& path) {
   }
 }
 
+namespace {
+
+// "--data PATH" of --task segment that is no segmentation set: one error saying what is taken.
+void check_segment_folder(const std::string& path, const char* flag) {
+  std::error_code ec;
+  KILN_CHECK(fs::exists(path, ec), flag, " ", path, ": no such file or folder");
+  KILN_CHECK(is_mask_npy_folder(path), "--task segment: ", flag, " ", path,
+             ": not a segmentation set (expected a folder with x.npy (N,C,H,W f32 or N,H,W,C u8) and y.npy (N,H,W) "
+             "masks: classes 0..254, 255 = ignore)");
+}
+
+TrainData open_segment_train_data(const TrainConfig& c, Device device) {
+  check_segment_folder(c.data, "--data");
+  MaskArrayDataset train = read_mask_npy_folder(c.data);
+  train.truncate(c.limit);
+  std::optional<MaskArrayDataset> val;
+  if (!c.val.empty()) {
+    check_segment_folder(c.val, "--val");
+    val = read_mask_npy_folder(c.val);
+    KILN_CHECK(val->channels == train.channels, "--val ", c.val, ": ", val->channels, " channels, --data ", c.data,
+               " has ", train.channels);
+  }
+  TrainData t;
+  t.format = "segment";
+  t.mean = {0.0};
+  t.std = {1.0};
+  t.ledger = {{"format", "segment"}, {"train", train.source}, {"train_samples", train.n}, {"mean", 0.0}, {"std", 1.0}};
+  t.ledger["val"] = val ? nlohmann::json(val->source) : nlohmann::json();
+  t.ledger["val_samples"] = val ? val->n : 0;
+  if (!c.image.image_size.empty() || c.image.augment != "none" || c.image.balance || c.image.normalize != "none")
+    t.notes.push_back("note: --image-size, --augment, --balance and --normalize do not apply to npy masks; the "
+                      "arrays are used as stored");
+  t.train = make_mask_array_source(std::move(train), c.seed, device);
+  if (val) t.val = make_mask_array_source(std::move(*val), c.seed, device);
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions&, Device device) {
+  check_segment_folder(path, "--data");
+  return make_mask_array_source(read_mask_npy_folder(path), 0, device);
+}
+
 TrainData open_train_data(const TrainConfig& c, Device device) {
   KILN_USAGE_CHECK(c.limit != 0, "--limit 0: no samples to train on (give a positive count, or leave --limit out)");
+  if (c.task == "segment") return open_segment_train_data(c, device);
   const std::string kind = data_kind(c.data);
   if (kind == "images") {
     if (ImageSizeSchedule::parse(c.image.image_size).progressive())

@@ -72,6 +72,7 @@ std::map<std::string, std::string> ModelCard::to_metadata() const {
   std::map<std::string, std::string> m;
   const Preprocessing& p = preprocessing;
   if (!model.empty()) m["model"] = model;
+  if (!task.empty()) m["task"] = task;
   if (num_classes > 0) m["num_classes"] = std::to_string(num_classes);
   if (p.channels > 0) m["in_channels"] = std::to_string(p.channels);
   if (p.image_size > 0) m["image_size"] = std::to_string(p.image_size);
@@ -95,6 +96,11 @@ ModelCard ModelCard::from_metadata(const std::map<std::string, std::string>& m, 
   Preprocessing& p = c.preprocessing;
   auto has = [&](const char* key) { return m.count(key) > 0; };
   if (has("model")) c.model = m.at("model");
+  if (has("task")) {
+    c.task = m.at("task");
+    KILN_CHECK(c.task == "classify" || c.task == "segment", source, ": metadata 'task' is '", c.task,
+               "' (expected classify or segment)");
+  }
   else c.missing.push_back("model");
   if (has("num_classes")) c.num_classes = int_at(m, "num_classes", source);
   else c.missing.push_back("number of classes");
