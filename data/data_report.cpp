@@ -17,6 +17,8 @@
 #include "data/decode.h"
 #include "data/jpeg_encode.h"
 #include "data/sampler.h"
+#include "data/segmentation_report.h"
+#include "data/segmentation_source.h"
 #include "data/transforms.h"
 
 namespace fs = std::filesystem;
@@ -168,6 +170,7 @@ bool report_split(const std::string& title, const ImageDataset& ds, const DataRe
 }  // namespace
 
 int run_data_report(const DataReportOptions& opt) {
+  if (is_segmentation_data(opt.path)) return run_segmentation_report(opt);
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const int workers = opt.workers > 0 ? opt.workers : std::max(1, (int)std::thread::hardware_concurrency() / 2);
   std::vector<std::pair<std::string, ImageDataset>> splits;

@@ -1,7 +1,8 @@
 // `kiln data PATH` as a library call: what is in an image data set before training on it (class
 // counts and imbalance, image sizes and modes, every unreadable file with its reason, per-channel
 // mean/std ready for --normalize, and a 3x3 contact sheet per class). Must not train or write
-// anything but the report text and the contact sheets.
+// anything but the report text and the contact sheets. Segmentation data (images/ + masks/, or an
+// image,mask CSV) gets data/segmentation_report.h's report instead.
 #pragma once
 #include <cstdint>
 #include <iosfwd>

@@ -102,8 +102,7 @@ DatasetSplits image_folder_splits(const std::string& root) {
   return s;
 }
 
-// Splits one CSV line into fields; double quotes group, "" is a literal quote.
-static std::vector<std::string> csv_fields(const std::string& line) {
+std::vector<std::string> csv_fields(const std::string& line) {
   std::vector<std::string> out(1);
   bool q = false;
   for (size_t i = 0; i < line.size(); ++i) {

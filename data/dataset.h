@@ -47,6 +47,10 @@ DatasetSplits image_folder_splits(const std::string& root);
 // lines are skipped. Errors name the file and line.
 ImageDataset csv_dataset(const std::string& csv_path);
 
+// One CSV line's fields, trimmed of spaces and tabs; double quotes group ("a,b.jpg"), "" is a
+// literal quote, a trailing \r is dropped. (Also the segmentation lists' parser.)
+std::vector<std::string> csv_fields(const std::string& line);
+
 // Folder or CSV, by what the path is.
 ImageDataset open_image_dataset(const std::string& path);
 

@@ -152,6 +152,19 @@ put("image", "gif", b"\0" + saved(rgb.convert("P"), "GIF"))
 put("image", "tga", b"\0" + saved(rgb, "TGA"))
 put("image", "tga-rle", b"\1" + saved(rgb, "TGA", compression="tga_rle"))
 
+# Segmentation masks (tests/fuzz/fuzz_png_mask.cpp, no option byte): gray, palette at 1/2/4 bits (PIL
+# packs a small palette), 16-bit gray, and the refused colour types.
+idx = rng.integers(0, 5, (6, 7), dtype=np.uint8)
+put("png_mask", "l8", saved(Image.fromarray(idx, "L"), "PNG"))
+pim = Image.fromarray(idx, "P")
+pim.putpalette([v for i in range(5) for v in (40 * i, 255 - 40 * i, 9 * i)])
+put("png_mask", "p8", saved(pim, "PNG"))
+for bits in (1, 2, 4):
+    put("png_mask", "p%d" % bits, saved(Image.fromarray(idx % (1 << bits), "P"), "PNG", bits=bits))
+put("png_mask", "l16", saved(Image.fromarray(idx.astype(np.uint16) * 60, "I;16"), "PNG"))
+put("png_mask", "rgb", saved(noise(3, 2), "PNG"))
+put("png_mask", "la", saved(noise(3, 2, "L").convert("LA"), "PNG"))
+
 build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build-asan")
 seed = os.path.join(corpus, "checkpoint", "seed-adamw-amp")
 os.makedirs(os.path.dirname(seed), exist_ok=True)

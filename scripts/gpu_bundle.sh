@@ -2,7 +2,7 @@
 # scripts/gpu_bundle.sh DIR (also `tools/gpu-check --bundle DIR`): on a Debian machine with kiln's build
 # dependencies installed, makes DIR, a relocatable prefix holding what a bare GPU machine (nvcc, CMake, a
 # compiler, PyTorch; no -dev packages, no network) lacks to build and run kiln: TurboJPEG + libjpeg, OpenBLAS
-# (+ libgfortran5, libquadmath0 at run time), zlib, doctest, CLI11, nlohmann-json, stb_image and pkgconf,
+# (+ libgfortran5, libquadmath0 at run time), zlib, libpng, doctest, CLI11, nlohmann-json, stb_image and pkgconf,
 # with headers in DIR/include, libraries in DIR/lib, pkg-config files that find their own folder
 # (${pcfiledir}) and CMake package files that compute their prefix from where they lie. Then DIR.tar.xz
 # (tools/gpu-check unpacks it by itself). Copies files of installed packages only; downloads nothing.
@@ -19,6 +19,7 @@ need() { [ -e "$1" ] || { echo "gpu_bundle: $1 not found: install $2 (apt-get in
 need /usr/include/turbojpeg.h libturbojpeg0-dev
 need /usr/include/jpeglib.h libjpeg62-turbo-dev
 need /usr/include/zlib.h zlib1g-dev
+need /usr/include/libpng16/png.h libpng-dev
 need /usr/include/doctest/doctest.h doctest-dev
 need /usr/include/CLI/CLI.hpp libcli11-dev
 need /usr/include/nlohmann/json.hpp nlohmann-json3-dev
@@ -33,6 +34,7 @@ I=$OUT/include
 
 # Headers.
 cp /usr/include/{turbojpeg.h,jpeglib.h,jerror.h,jmorecfg.h,zlib.h,zconf.h} "$I/"
+cp /usr/include/libpng16/{png.h,pngconf.h,pnglibconf.h} "$I/"
 cp /usr/include/"$MA"/jconfig.h "$I/"
 cp -r /usr/include/doctest /usr/include/CLI /usr/include/nlohmann "$I/"
 cp /usr/include/stb/stb_image.h "$I/stb/"
@@ -52,6 +54,7 @@ add_lib() {  # path-of-libX.so (any link in its chain) [dev-name]
 add_lib "$L/libturbojpeg.so" libturbojpeg.so
 add_lib "$L/libjpeg.so" libjpeg.so
 add_lib "$L/libz.so" libz.so
+add_lib "$L/libpng16.so" libpng.so
 BLAS_LIB=$(sed -n 's/^libdir=//p' "$L/pkgconfig/openblas.pc")
 add_lib "${BLAS_LIB%/}/libopenblas.so" libopenblas.so
 for so in libgfortran.so.5 libquadmath.so.0 libpkgconf.so.3; do add_lib "$L/$so"; done
@@ -83,6 +86,7 @@ pcver() { sed -n 's/^Version: *//p' "$1" | head -1; }
 pc libturbojpeg "$(pcver "$L/pkgconfig/libturbojpeg.pc")" "TurboJPEG" "-L\${libdir} -lturbojpeg" "-I\${includedir}"
 pc libjpeg "$(pcver "$L/pkgconfig/libjpeg.pc")" "libjpeg-turbo" "-L\${libdir} -ljpeg" "-I\${includedir}"
 pc zlib "$(pcver "$L/pkgconfig/zlib.pc")" "zlib" "-L\${libdir} -lz" "-I\${includedir}"
+pc libpng "$(pcver "$L/pkgconfig/libpng16.pc")" "libpng" "-L\${libdir} -lpng16" "-I\${includedir}"
 pc openblas "$(sed -n 's/^version=//p' "$L/pkgconfig/openblas.pc")" "OpenBLAS" \
    "-L\${libdir} -lopenblas" "-I\${includedir}"
 echo "Libs.private: -lm -lpthread -lgfortran" >>"$OUT/lib/pkgconfig/openblas.pc"
@@ -114,7 +118,7 @@ EOF
 {
   echo "kiln GPU bundle, made $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($MA)"
   echo "use: put it (or its .tar.xz) next to the kiln checkout, or KILN_BUNDLE=DIR; then tools/gpu-check"
-  for p in libturbojpeg0 libjpeg62-turbo zlib1g libopenblas0-pthread libgfortran5 libquadmath0 libpkgconf3 \
+  for p in libturbojpeg0 libjpeg62-turbo zlib1g libpng16-16 libopenblas0-pthread libgfortran5 libquadmath0 libpkgconf3 \
            pkgconf-bin doctest-dev libcli11-dev nlohmann-json3-dev libstb-dev; do
     dpkg-query -W -f '${Package} ${Version}\n' "$p" 2>/dev/null || true
   done

@@ -14,10 +14,11 @@ case "${1:-}" in
   --cli) target=kiln_cli; shift ;;
 esac
 
+# libpng-dev: segmentation masks (palette PNGs read as indices, predicted masks written)
 # libonnx-dev + libprotobuf-dev: ONNX export (kiln export; the generated onnx .pb.h files ship in libonnx-dev,
 # so protoc is not needed)
 packages=(build-essential cmake pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev doctest-dev libopenblas-dev
-          nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil
+          nlohmann-json3-dev libcli11-dev zlib1g-dev libpng-dev python3-torch python3-torchvision python3-numpy python3-pil
           dataset-fashion-mnist libonnx-dev libprotobuf-dev)
 # chromium renders the HTML memory report in its test; clang builds the sanitizer run and the
 # libFuzzer targets (libclang-rt: the sanitizer and fuzzer runtimes, libomp: clang's OpenMP)

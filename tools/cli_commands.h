@@ -9,6 +9,7 @@
 #include "tools/alloc_flags.h"
 #include "data/data_report.h"
 #include "data/export_images.h"
+#include "data/export_segmentation.h"
 #include "data/image_options.h"
 #include "tools/train_config.h"
 #include "tools/train_loop.h"
@@ -24,8 +25,14 @@ void add_alloc_options(CLI::App* cmd, kiln::AllocOptions& o);
 CLI::App* add_data_command(CLI::App& app, kiln::DataReportOptions& o);
 int run_data_command(kiln::DataReportOptions& o);
 
-CLI::App* add_export_images_command(CLI::App& app, kiln::ExportImagesOptions& o);
-int run_export_images_command(const kiln::ExportImagesOptions& o);
+// export-images: the image-folder export (--data, --out) or, with --segmentation OUT, the
+// Fashion-MNIST segmentation set.
+struct ExportImagesCommand {
+  kiln::ExportImagesOptions images;
+  kiln::ExportSegmentationOptions segmentation;
+};
+CLI::App* add_export_images_command(CLI::App& app, ExportImagesCommand& c);
+int run_export_images_command(ExportImagesCommand& c);
 
 struct RunsOptions {
   std::vector<std::string> paths;  // OUT folders or runs.jsonl files (empty: runs)

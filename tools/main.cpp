@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
                     "where they contradict what the weights were trained with");
   kiln::DataReportOptions dc;
   CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
-  kiln::ExportImagesOptions ec;
+  kiln_cli::ExportImagesCommand ec;
   CLI::App* export_cmd = kiln_cli::add_export_images_command(app, ec);
   kiln_cli::ExportOnnxOptions xo;
   CLI::App* export_onnx_cmd = kiln_cli::add_export_command(app, xo);

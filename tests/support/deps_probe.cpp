@@ -1,5 +1,5 @@
 // kiln_deps_probe: one call into each Debian dependency kiln builds against (TurboJPEG, libjpeg, OpenBLAS,
-// zlib, nlohmann-json, CLI11, stb_image; doctest's header), so that a build against a tools/gpu-check
+// zlib, libpng, nlohmann-json, CLI11, stb_image; doctest's header), so that a build against a tools/gpu-check
 // bundle can be proven to compile, link and run from the bundle alone (tests/slow/test_gpu_bundle.cpp).
 // Not part of kiln; it must not include kiln's headers. Prints one line and exits 0 when every call works.
 #define DOCTEST_CONFIG_DISABLE
@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 #include <jpeglib.h>
+#include <png.h>
 #include <turbojpeg.h>
 #include <zlib.h>
 
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
   const unsigned char not_png[4] = {0, 1, 2, 3};
   const bool stb_rejects = stbi_info_from_memory(not_png, 4, &w, &h, &ch) == 0;
   const bool ok = tj != nullptr && c[0] + c[1] + c[2] + c[3] == j["sum"].get<float>() && stb_rejects &&
-                  zlibVersion()[0] != '\0' && jerr.error_exit != nullptr && n == 2;
+                  zlibVersion()[0] != '\0' && png_access_version_number() > 0 && jerr.error_exit != nullptr && n == 2;
   if (tj) tjDestroy(tj);
   std::printf("kiln_deps_probe: %s (zlib %s, sgemm sum %g)\n", ok ? "all dependencies answered" : "FAILED",
               zlibVersion(), c[0] + c[1] + c[2] + c[3]);
