@@ -164,7 +164,14 @@ int main(int argc, char** argv) {
                       "IDX folder (its t10k split), x.npy + y.npy, an image folder (its val/ or test/ split when it "
                       "has one; classes matched to the model's by name) or a CSV list")
       ->required();
-  predict->add_option("--out", pc.out, "CSV file to write")->required();
+  predict->add_option("--out", pc.out, "CSV file to write (--task segment: a folder for mask and overlay PNGs)")
+      ->required();
+  predict->add_option("--task", pc.task,
+                      "classify or segment (default: the weights' task; segment writes <stem>_mask.png, "
+                      "<stem>_overlay.png and summary.json into --out)")
+      ->check(CLI::IsMember({"classify", "segment"}));
+  predict->add_flag("--ignore-background", pc.ignore_background,
+                    "--task segment with masks in the data: class 0 left out of the summary's mean IoU and Dice");
   predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
       ->check(kiln_cli::positive);
   predict->add_option("--batch", pc.batch, "images per forward pass")->check(kiln_cli::positive)

@@ -8,6 +8,7 @@
 
 #include "data/array_source.h"
 #include "data/mask_array_source.h"
+#include "data/segmentation_source.h"
 #include "engine/ops/ops.h"
 #include "data/image_source.h"
 
@@ -38,11 +39,22 @@ void check_segment_folder(const std::string& path, const char* flag) {
   std::error_code ec;
   KILN_CHECK(fs::exists(path, ec), flag, " ", path, ": no such file or folder");
   KILN_CHECK(is_mask_npy_folder(path), "--task segment: ", flag, " ", path,
-             ": not a segmentation set (expected a folder with x.npy (N,C,H,W f32 or N,H,W,C u8) and y.npy (N,H,W) "
-             "masks: classes 0..254, 255 = ignore)");
+             ": not a segmentation set (expected a folder with images/ and masks/ matched by stem, a folder whose "
+             "train/ is one, an image,mask CSV, or a folder with x.npy (N,C,H,W f32 or N,H,W,C u8) and y.npy "
+             "(N,H,W) masks: classes 0..254, 255 = ignore)");
 }
 
 TrainData open_segment_train_data(const TrainConfig& c, Device device) {
+  if (is_segmentation_data(c.data)) {  // image + mask files (data/segmentation_source.h)
+    SegmentationDataOptions o;
+    o.data = c.data;
+    o.val = c.val;
+    o.image = c.image;
+    o.seed = c.seed;
+    o.limit = c.limit;
+    o.num_classes = c.num_classes;
+    return open_segmentation_train_data(o, device);
+  }
   check_segment_folder(c.data, "--data");
   MaskArrayDataset train = read_mask_npy_folder(c.data);
   train.truncate(c.limit);
@@ -70,7 +82,9 @@ TrainData open_segment_train_data(const TrainConfig& c, Device device) {
 
 }  // namespace
 
-std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions&, Device device) {
+std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions& opt,
+                                                      Device device) {
+  if (!is_mask_npy_folder(path)) return open_segmentation_predict_data(path, opt, device);  // image files
   check_segment_folder(path, "--data");
   return make_mask_array_source(read_mask_npy_folder(path), 0, device);
 }
