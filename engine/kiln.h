@@ -20,6 +20,7 @@
 #include "engine/ops/confusion.h"
 #include "engine/ops/ops.h"
 #include "engine/ops/upsampling.h"
+#include "engine/ops/segmentation.h"
 #include "engine/nn/batch_norm2d.h"
 #include "engine/nn/recompute.h"
 #include "engine/nn/conv2d.h"

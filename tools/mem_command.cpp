@@ -1,6 +1,8 @@
 // `kiln mem` (see mem_command.h).
 #include "tools/mem_command.h"
 
+#include "models/registry.h"
+
 #include "engine/core/usage_error.h"
 
 #include <algorithm>
@@ -30,9 +32,10 @@ void print_text(const MemPrediction& p, std::ostream& out) {
       << "x" << p.config.image_size << "x" << p.config.image_size << ", "
       << (t.num_classes > 0 ? t.num_classes : p.config.num_classes) << " classes, " << t.optimizer
       << (t.optimizer == "sgd" && t.momentum > 0 ? " (momentum)" : "") << ", checkpoint "
-      << (p.config.recompute > 0 ? std::to_string(p.config.recompute) + " of " + std::to_string(p.num_stages) +
-                                        " stages"
-                                  : "off")
+      << (p.config.recompute <= 0 ? std::string("off")
+          : models::is_segmentation_model(t.model)
+              ? std::to_string(p.config.recompute) + " resolution level(s) recomputed (unet)"
+              : std::to_string(p.config.recompute) + " of " + std::to_string(p.num_stages) + " stages")
       << (t.amp ? ", amp f16" : "") << ", device " << p.target << " (predicted on meta)\n";
   const std::pair<const char*, int64_t> acc[] = {{"parameters", p.params},
                                                  {"gradients", p.grads},

@@ -7,6 +7,8 @@
 #include "engine/ops/ops.h"
 #include "engine/train/memory_peak.h"
 #include "engine/core/devices.h"
+#include "models/registry.h"
+#include "models/unet.h"
 #include "tools/train_components.h"
 
 namespace kiln {
@@ -16,6 +18,14 @@ namespace {
 int64_t num_classes_of(const MemConfig& c) { return c.train.num_classes > 0 ? c.train.num_classes : c.num_classes; }
 
 }  // namespace
+
+// depth + 1 for a UNet (its recompute levels), else 0.
+int unet_recompute_levels(const std::string& model, int64_t num_classes, int64_t in_channels, int64_t image_size) {
+  if (!models::is_segmentation_model(model)) return 0;
+  nn::ModulePtr m = build_model(model, num_classes, in_channels, image_size);
+  auto* u = dynamic_cast<models::UNet*>(m.get());
+  return u ? (int)u->options().depth + 1 : 0;
+}
 
 int model_num_stages(const MemConfig& c) {
   nn::ModulePtr m = build_model(c.train.model, num_classes_of(c), c.in_channels, c.image_size);
@@ -31,6 +41,8 @@ MemPrediction predict_memory(const MemConfig& c) {
   train::PredictOptions o;
   o.batch = c.train.batch;
   o.input_shape = {c.in_channels, c.image_size, c.image_size};
+  // Segmentation models (unet*): per-pixel logits (N, K, H, W) and a class-index mask per sample.
+  if (models::is_segmentation_model(c.train.model)) o.target_shape = {c.image_size, c.image_size};
   o.loss_weight_classes = c.train.class_weights.empty() ? 0 : num_classes_of(c);
   if (c.train.task == "segment") {  // masks (B, H, W) and the per-pixel step of engine/train/segment_task.h
     o.target_shape = {c.image_size, c.image_size};
@@ -63,7 +75,9 @@ int recomputed_stages(int stages, int segments) {
 int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried) {
   const int stages = model_num_stages(c);
   std::vector<int> candidates = {0};
-  for (int s = 2; s <= stages; ++s) candidates.push_back(s);
+  // A UNet's N counts resolution levels (models/unet.h): candidates 1 .. depth + 1, cost N.
+  const int unet_levels = unet_recompute_levels(c.train.model, num_classes_of(c), c.in_channels, c.image_size);
+  for (int s = unet_levels > 0 ? 1 : 2; s <= (unet_levels > 0 ? unet_levels : stages); ++s) candidates.push_back(s);
   int best = -1, best_cost = 1 << 30;
   int64_t best_peak = 0, smallest = INT64_MAX;
   for (int s : candidates) {
@@ -73,7 +87,7 @@ int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<i
     const int64_t peak = predict_memory(k).peak_reserved;
     if (tried) tried->emplace_back(s, peak);
     smallest = std::min(smallest, peak);
-    const int cost = recomputed_stages(stages, s);
+    const int cost = unet_levels > 0 ? s : recomputed_stages(stages, s);
     if (peak <= budget && (best < 0 || cost < best_cost || (cost == best_cost && peak < best_peak))) {
       best = s, best_cost = cost, best_peak = peak;
     }

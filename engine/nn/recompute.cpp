@@ -37,12 +37,14 @@ class RecomputeScope {
 
 bool recomputing() { return g_recompute_depth > 0; }
 
-Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
-                  const std::string& label) {
-  KILN_CHECK(x.defined(), label, ": undefined input");
-  std::vector<Tensor> inputs = {x};
+Tensor recompute(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& xs,
+                 const std::vector<Tensor>& params, const std::string& label) {
+  KILN_CHECK(!xs.empty(), label, ": no input");
+  for (size_t i = 0; i < xs.size(); ++i) KILN_CHECK(xs[i].defined(), label, ": undefined input ", i);
+  const size_t n_x = xs.size();
+  std::vector<Tensor> inputs = xs;
   inputs.insert(inputs.end(), params.begin(), params.end());
-  if (!any_requires_grad(inputs)) return fn(x);  // nothing to differentiate: a plain run keeps nothing either
+  if (!any_requires_grad(inputs)) return fn(xs);  // nothing to differentiate: a plain run keeps nothing either
 
   const RngState rng = global_rng();  // the state fn starts from; the recompute replays it
   // The autocast state fn runs under; the recompute (in backward, normally outside the region)
@@ -52,16 +54,23 @@ Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x
   Tensor y;
   {
     NoGradGuard ng;
-    y = fn(x);
+    y = fn(xs);
   }
   KILN_CHECK(y.defined(), label, ": the segment returned an undefined tensor");
-  if (y.is_same(x)) y = y.detach();  // never overwrite the input's own history
+  for (const Tensor& x : xs)
+    if (y.is_same(x)) {
+      y = y.detach();  // never overwrite an input's own history
+      break;
+    }
   const size_t n_inputs = inputs.size();
   auto node = record_op(label.c_str(), inputs, {y},
-                        [fn, rng, ac_enabled, ac_dtype, n_inputs, label](FunctionNode& nd, const std::vector<Tensor>& g) {
-                          const bool need_dx = nd.needs_input_grad(0);
-                          Tensor xd = nd.saved(0).detach();  // x: same data, a fresh leaf
-                          if (need_dx) xd.set_requires_grad(true);
+                        [fn, rng, ac_enabled, ac_dtype, n_inputs, n_x, label](FunctionNode& nd,
+                                                                                const std::vector<Tensor>& g) {
+                          std::vector<Tensor> xd(n_x);
+                          for (size_t i = 0; i < n_x; ++i) {
+                            xd[i] = nd.saved(i).detach();  // x_i: same data, a fresh leaf
+                            if (nd.needs_input_grad(i)) xd[i].set_requires_grad(true);
+                          }
                           Tensor yr;
                           {
                             RecomputeScope rs(rng);
@@ -74,15 +83,23 @@ Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x
                           // Parameters get their gradients here (AccumulateGrad), as in a plain backward.
                           if (yr.requires_grad()) run_backward({yr}, {g[0]}, /*retain_graph=*/false);
                           std::vector<Tensor> out(n_inputs);
-                          if (need_dx && xd.grad().defined()) {
-                            out[0] = xd.grad();
+                          for (size_t i = 0; i < n_x; ++i) {
+                            if (!nd.needs_input_grad(i) || !xd[i].grad().defined()) continue;
+                            out[i] = xd[i].grad();
                             // AccumulateGrad tagged it `grad`; it is a gradient in flight, as in a plain backward.
-                            if (out[0].storage()) out[0].storage()->retag(MemoryTag::temporary);
+                            if (out[i].storage()) out[i].storage()->retag(MemoryTag::temporary);
                           }
                           return out;
                         });
-  if (node) node->save(x);
+  if (node)
+    for (const Tensor& x : xs) node->save(x);
   return y;
+}
+
+Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
+                 const std::string& label) {
+  KILN_CHECK(x.defined(), label, ": undefined input");
+  return recompute([fn](const std::vector<Tensor>& v) { return fn(v[0]); }, std::vector<Tensor>{x}, params, label);
 }
 
 std::vector<std::pair<size_t, size_t>> segment_bounds(size_t num_stages, int segments) {

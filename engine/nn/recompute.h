@@ -26,6 +26,10 @@ bool recomputing();
 // recorded). label names the node in errors and reports.
 Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const std::vector<Tensor>& params,
                   const std::string& label = "recompute");
+// The same with several inputs (a UNet's Up block: the tensor from below and the skip): saves each
+// input and returns a gradient for each one that needs it.
+Tensor recompute(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& xs,
+                 const std::vector<Tensor>& params, const std::string& label = "recompute");
 
 // Splits `stages` into `segments` contiguous runs of near-equal length (the first ones one stage
 // longer when it does not divide) and runs every run but the last under recompute(), the last

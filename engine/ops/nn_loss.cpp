@@ -1,5 +1,8 @@
 // Losses: cross_entropy (class weights, label smoothing, ignore_index), nll_loss, mse_loss,
-// with PyTorch's reductions. logits (N, K), target (N) i64.
+// with PyTorch's reductions. logits (N, K) with target (N) i64, or per-pixel logits (N, K, d...)
+// with target (N, d...) i64: the class dim is moved last and flattened to (N * prod(d), K) (a
+// differentiable copy), so the kernels only ever see rows of K classes. Reduction none gives
+// (N, d...) back. The Dice loss lives in nn_dice.cpp.
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/loss.h"
@@ -23,6 +26,30 @@ void check_targets(const Tensor& logits, const Tensor& target, const Tensor& wei
 
 Shape loss_shape(Reduction r, int64_t n) { return r == Reduction::none ? Shape{n} : Shape{}; }
 
+// (N, K, d...) logits with (N, d...) targets -> (N * prod(d), K) rows and (N * prod(d)) targets.
+// Returns false (nothing written) for the 2-D case.
+bool flatten_spatial(const Tensor& logits, const Tensor& target, const char* op, Tensor& rows, Tensor& flat_t) {
+  check_defined(logits, op, "input");
+  check_defined(target, op, "target");
+  if (logits.dim() <= 2) return false;
+  const int64_t D = logits.dim();
+  bool ok = target.dtype() == DType::i64 && target.dim() == D - 1 && target.size(0) == logits.size(0);
+  for (int64_t i = 2; ok && i < D; ++i) ok = target.size(i - 1) == logits.size(i);
+  KILN_CHECK(ok, op, ": target must be i64 (N, d...) matching input (N, K, d...) = ", logits.str(), " without K, got ",
+             target.str());
+  std::vector<int64_t> perm{0};
+  for (int64_t i = 2; i < D; ++i) perm.push_back(i);
+  perm.push_back(1);
+  rows = reshape(permute(logits, perm), {-1, logits.size(1)});  // (N * prod(d), K)
+  flat_t = reshape(target, {-1});
+  return true;
+}
+
+// Per-element loss (N * prod(d)) back to the target's shape (N, d...) for reduction none.
+Tensor unflatten_loss(const Tensor& loss, Reduction r, const Tensor& target) {
+  return r == Reduction::none ? reshape(loss, target.sizes()) : loss;
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, Reduction reduction,
@@ -33,6 +60,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
     Suspend off;
     return cross_entropy(lf, target, wf, reduction, ignore_index, label_smoothing);
   }
+  Tensor rows, flat_t;
+  if (flatten_spatial(logits, target, "cross_entropy", rows, flat_t))
+    return unflatten_loss(cross_entropy(rows, flat_t, weight, reduction, ignore_index, label_smoothing), reduction,
+                          target);
   check_targets(logits, target, weight, "cross_entropy");
   if (is_16bit(logits.dtype())) {  // losses run in f32 (autocast rule)
     Tensor w = weight.defined() ? to_dtype(weight, DType::f32) : weight;
@@ -72,6 +103,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
     Suspend off;
     return nll_loss(lf, target, wf, reduction, ignore_index);
   }
+  Tensor rows, flat_t;
+  if (flatten_spatial(log_probs, target, "nll_loss", rows, flat_t))
+    return unflatten_loss(nll_loss(rows, flat_t, weight, reduction, ignore_index), reduction, target);
   check_targets(log_probs, target, weight, "nll_loss");
   if (is_16bit(log_probs.dtype())) {
     Tensor w = weight.defined() ? to_dtype(weight, DType::f32) : weight;

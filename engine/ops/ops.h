@@ -138,7 +138,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 Tensor dropout(const Tensor& x, double p, bool training);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-// logits (N, K), target (N) i64.
+// logits (N, K) + target (N) i64, or per-pixel (N, K, d...) + (N, d...): engine/ops/segmentation.h.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),
                      Reduction reduction = Reduction::mean, int64_t ignore_index = -100, double label_smoothing = 0.0);
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = Tensor(),

@@ -93,7 +93,11 @@ void cross_entropy_backward(int64_t N, int64_t K, const T* grad_out, const T* lo
     T* o = dlogits + i * K;
     const int64_t t = targets[i];
     if (t == ignore_index) {
-      for (int64_t c = 0; c < K; ++c) o[c] = T(0);
+      // PyTorch's composition (nll backward 0, then log_softmax backward 0 - exp(logp) * 0): 0, but
+      // NaN where the row's log-prob is NaN (a NaN or +inf logit), so an ignored pixel's bad logits
+      // still show up in the gradient.
+      const T* lp = logp + i * K;
+      for (int64_t c = 0; c < K; ++c) o[c] = (T)(0.0 - std::exp((double)lp[c]) * 0.0);
       continue;
     }
     const double g = grad_scale(reduction, grad_out, i, D);

@@ -1,7 +1,7 @@
 // CUDA losses with PyTorch 1.13 semantics, as kernels/cpu/loss.h: cross_entropy over class-index
 // targets (class weights, label smoothing, ignore_index, none/mean/sum), nll_loss, mse_loss.
-// Sums run in f64 and are deterministic (per-sample values, then one block sums them in a fixed
-// order; no floating-point atomics).
+// Sums run in f64 and are deterministic (per-block partial sums in a fixed order, then one block
+// sums those; no floating-point atomics).
 // Targets are validated on the device without a host sync: a one-block kernel computes D = sum of
 // w_t over non-ignored samples (and the label-smoothing mass), finds the first out-of-range position
 // with an integer atomicMin and records it in the device's deferred-error slot (deferred_error.h);
@@ -81,11 +81,16 @@ __device__ __forceinline__ bool out_of_range(int64_t t, int64_t K, int64_t ignor
 }
 
 // Cross-entropy per sample, one warp per row: loss_i = -(1 - ls) w_t logp[t] - ls/K sum_c w_c logp[c].
+// none: out[i] = loss_i. sum/mean: parts[block] = the block's sum (its warps' rows in grid-stride
+// order, then a fixed tree), so the scratch is one double per block, not per sample (a
+// 2 x 2048 x 2048 segmentation batch would otherwise need 64 MiB the memory predictor never sees).
 template <typename T>
 __global__ void ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
                                  const T* __restrict__ weight, double ls, int64_t ignore_index, Reduction r,
-                                 T* __restrict__ out, double* __restrict__ per) {
+                                 T* __restrict__ out, double* __restrict__ parts) {
+  __shared__ double scratch[32];
   const int wpb = blockDim.x >> 5, lane = threadIdx.x & 31;
+  double acc = 0;
   for (int64_t i = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); i < N; i += (int64_t)gridDim.x * wpb) {
     const int64_t t = targets[i];
     double li = out_of_range(t, K, ignore_index) ? CUDART_NAN : 0.0;
@@ -100,23 +105,32 @@ __global__ void ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ log
     }
     if (lane == 0) {
       if (r == Reduction::none) out[i] = (T)li;
-      else per[i] = li;
+      else acc += li;
     }
   }
+  if (r == Reduction::none) return;  // uniform across the block
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) parts[blockIdx.x] = acc;
 }
 
+// nll per sample, one thread per row; none: out[i], sum/mean: per-block sums as ce_sample_kernel.
 template <typename T>
 __global__ void nll_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
                                   const T* __restrict__ weight, int64_t ignore_index, Reduction r, T* __restrict__ out,
-                                  double* __restrict__ per) {
+                                  double* __restrict__ parts) {
+  __shared__ double scratch[32];
+  double acc = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = targets[i];
     const double li = live(t, K, ignore_index)           ? -wt(weight, t) * (double)logp[i * K + t]
                       : out_of_range(t, K, ignore_index) ? CUDART_NAN
                                                          : 0.0;
     if (r == Reduction::none) out[i] = (T)li;
-    else per[i] = li;
+    else acc += li;
   }
+  if (r == Reduction::none) return;  // uniform across the block
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) parts[blockIdx.x] = acc;
 }
 
 // out[0] = sum(parts) for sum, sum(parts) / divisor for mean (divisor = *dev_div when given, else
@@ -139,7 +153,8 @@ __device__ __forceinline__ double grad_scale(Reduction r, const T* grad_out, int
   return (double)grad_out[0] / D;
 }
 
-// dlogits[i, c] = g_i * (p_c * sum(q) - q_c), q_c = (ls/K) w_c + (1 - ls) w_t [c == t]; 0 when ignored.
+// dlogits[i, c] = g_i * (p_c * sum(q) - q_c), q_c = (ls/K) w_c + (1 - ls) w_t [c == t]; 0 when ignored
+// (NaN where logp is NaN, as PyTorch).
 template <typename T>
 __global__ void ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out, const T* __restrict__ logp,
                               const int64_t* __restrict__ targets, const T* __restrict__ weight, double ls,
@@ -149,7 +164,8 @@ __global__ void ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_o
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e / K, c = e % K, t = targets[i];
     if (!live(t, K, ignore_index)) {
-      dlogits[e] = out_of_range(t, K, ignore_index) ? T(CUDART_NAN) : T(0);
+      // ignored: 0, but NaN where logp is NaN (PyTorch's log_softmax backward of a zero gradient).
+      dlogits[e] = out_of_range(t, K, ignore_index) ? T(CUDART_NAN) : (T)(0.0 - exp((double)logp[e]) * 0.0);
       continue;
     }
     const double g = grad_scale(r, grad_out, i, st->D);
@@ -205,12 +221,14 @@ void check_sizes(int64_t N, int64_t K, const char* op) {
   KILN_CHECK(N >= 0 && K >= 1, op, ": bad sizes (N ", N, ", K ", K, ")");
 }
 
-// Device scratch of one classification-loss call: the TargetStats header, then N doubles.
+// Device scratch of one classification-loss call: the TargetStats header, then one double per
+// block of the per-sample kernel (its partial sums).
 struct ClassScratch {
   Workspace ws;
   TargetStats* st;
   double* per;
-  explicit ClassScratch(int64_t N) : ws(current_device(), sizeof(TargetStats) + sizeof(double) * (size_t)(N > 0 ? N : 1)) {
+  explicit ClassScratch(int64_t blocks)
+      : ws(current_device(), sizeof(TargetStats) + sizeof(double) * (size_t)(blocks > 0 ? blocks : 1)) {
     st = static_cast<TargetStats*>(ws.get());
     per = reinterpret_cast<double*>(st + 1);
   }
@@ -243,16 +261,18 @@ void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t*
   check_sizes(N, K, op);
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
              label_smoothing);
-  ClassScratch sc(N);
+  const unsigned blocks = grid_for(N * 32);
+  ClassScratch sc(blocks);
   launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st,
                       DeferredOp::cross_entropy_forward, op);
   log_softmax_forward<T>(N, K, logits, logp);
   if (N > 0) {
-    ce_sample_kernel<T><<<grid_for(N * 32), kThreads, 0, stream()>>>(N, K, logp, targets, weight, label_smoothing,
-                                                                     ignore_index, reduction, out, sc.per);
+    ce_sample_kernel<T><<<blocks, kThreads, 0, stream()>>>(N, K, logp, targets, weight, label_smoothing,
+                                                           ignore_index, reduction, out, sc.per);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
-  if (reduction != Reduction::none) launch_finish(sc.per, N, reduction, sc.st, 0.0, out, op);
+  // N == 0: no partial was written; the finish sums none of them (0, or 0 / 0 = NaN for mean).
+  if (reduction != Reduction::none) launch_finish(sc.per, N > 0 ? (int64_t)blocks : 0, reduction, sc.st, 0.0, out, op);
 }
 
 template <typename T>
@@ -277,14 +297,15 @@ void nll_loss_forward(int64_t N, int64_t K, const T* logp, const int64_t* target
                       int64_t ignore_index, Reduction reduction, T* out) {
   const char* op = "nll_loss_forward";
   check_sizes(N, K, op);
-  ClassScratch sc(N);
+  const unsigned blocks = grid_for(N);
+  ClassScratch sc(blocks);
   launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_forward, op);
   if (N > 0) {
-    nll_sample_kernel<T><<<grid_for(N), kThreads, 0, stream()>>>(N, K, logp, targets, weight, ignore_index,
-                                                                 reduction, out, sc.per);
+    nll_sample_kernel<T><<<blocks, kThreads, 0, stream()>>>(N, K, logp, targets, weight, ignore_index, reduction,
+                                                            out, sc.per);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
-  if (reduction != Reduction::none) launch_finish(sc.per, N, reduction, sc.st, 0.0, out, op);
+  if (reduction != Reduction::none) launch_finish(sc.per, N > 0 ? (int64_t)blocks : 0, reduction, sc.st, 0.0, out, op);
 }
 
 template <typename T>

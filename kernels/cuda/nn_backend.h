@@ -28,6 +28,9 @@ namespace kiln::cuda {
 // synchronizing call (to_device to the host, synchronize): kernels/cuda/deferred_error.h.
 #include "kernels/common/api/loss.inc"
 
+// ---- one-hot of class targets (one_hot.cu), for the Dice loss; errors deferred like the losses' ----
+#include "kernels/common/api/one_hot.inc"
+
 // ---- dropout (elementwise.cu): the same Philox mask as the CPU ----
 #include "kernels/common/api/dropout.inc"
 
