@@ -17,6 +17,9 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
                 "per-pixel loss, as kiln train --task segment")
       ->check(CLI::IsMember({"classify", "segment"}))
       ->capture_default_str();
+  m->add_option("--loss", c.train.loss, "--task segment: ce, dice or ce+dice, as kiln train --loss")
+      ->check(CLI::IsMember({"ce", "dice", "ce+dice"}))
+      ->capture_default_str();
   m->add_option("--batch", c.train.batch, "images per optimizer step")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--image-size", c.image_size, "image height = width")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--num-classes", c.num_classes, "classes")->check(kiln_cli::positive)->capture_default_str();

@@ -57,6 +57,11 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
                 "outputs, per-pixel cross-entropy; pixel accuracy, mean IoU and Dice per class each epoch)")
       ->check(CLI::IsMember({"classify", "segment"}))
       ->capture_default_str();
+  t->add_option("--loss", c.loss,
+                "--task segment: ce (per-pixel cross-entropy, --class-weights apply), dice (soft Dice, smoothing 1) "
+                "or ce+dice (their sum)")
+      ->check(CLI::IsMember({"ce", "dice", "ce+dice"}))
+      ->capture_default_str();
   t->add_flag("--ignore-background", c.ignore_background,
               "--task segment: leave class 0 (background) out of mean IoU and mean Dice");
   t->add_option("--data", c.data,

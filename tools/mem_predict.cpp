@@ -47,6 +47,7 @@ MemPrediction predict_memory(const MemConfig& c) {
   if (c.train.task == "segment") {  // masks (B, H, W) and the per-pixel step of engine/train/segment_task.h
     o.target_shape = {c.image_size, c.image_size};
     o.segmentation = true;
+    o.segmentation_loss = c.train.loss;
   }
   o.recompute = c.recompute;
   o.amp = c.train.amp;

@@ -65,6 +65,7 @@ nlohmann::json TrainConfig::to_json() const {
   j["model"] = model;
   j["task"] = task;
   if (ignore_background) j["ignore_background"] = true;
+  if (task == "segment") j["loss"] = loss;
   j["data"] = data;
   j["val"] = val;
   j["num_classes"] = num_classes;

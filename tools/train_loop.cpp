@@ -35,6 +35,7 @@
 #include "engine/core/devices.h"
 #include "engine/train/evaluate.h"
 #include "engine/train/segment_task.h"
+#include "models/registry.h"
 #include "tools/mem_train.h"
 #include "engine/train/memory_peak.h"
 #include "engine/train/run_ledger.h"
@@ -166,6 +167,13 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   KILN_USAGE_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
+  {  // --task segment's flags, before anything is read
+    const bool seg = c.task == "segment";
+    KILN_USAGE_CHECK(seg || !c.ignore_background, "--ignore-background applies to --task segment only");
+    KILN_USAGE_CHECK(seg || c.loss == "ce", "--loss ", c.loss, " applies to --task segment only");
+    KILN_USAGE_CHECK(seg || !models::is_segmentation_model(c.model), "--model ", c.model,
+                     " is a segmentation model (per-pixel outputs): pass --task segment");
+  }
   check_output_folders(c);  // before any data is read: a run must not train and then fail to save
   apply_kernels_option(c.kernels, log);
   if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
@@ -196,7 +204,6 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   const bool segment = c.task == "segment";
   KILN_CHECK(!segment || num_classes <= train::kSegmentMaxClasses, "--task segment: ", num_classes,
              " classes; masks are 8-bit with 255 = ignore, so at most ", train::kSegmentMaxClasses);
-  KILN_USAGE_CHECK(segment || !c.ignore_background, "--ignore-background applies to --task segment only");
   KILN_CHECK(c.class_weights.empty() || (int64_t)c.class_weights.size() == num_classes, "--class-weights: ",
              c.class_weights.size(), " weights for ", num_classes, " classes");
   // A schedule --epochs cuts short: the sizes actually used, and a warning (its last size is never trained).
@@ -341,7 +348,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   fo.class_weights = class_weights;
   if (segment) {  // per-pixel loss and pixel counts; validation = the whole set's confusion matrix
     fo.classification = false;
-    train::use_segmentation_step(&fo.step, class_weights);
+    train::use_segmentation_step(&fo.step, class_weights, c.loss);
     fo.evaluate = [&](nn::Module& m, DataSource& val, int64_t epoch) {
       return train::evaluate_segmentation(m, val, c.batch, epoch, class_weights, c.ignore_background);
     };

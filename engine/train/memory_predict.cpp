@@ -178,7 +178,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
       }
       StepOptions st = o.step;
       st.autocast = o.amp;
-      if (o.segmentation) use_segmentation_step(&st, class_weights);
+      if (o.segmentation) use_segmentation_step(&st, class_weights, o.segmentation_loss);
       if (!st.loss) st.loss = cross_entropy_loss(class_weights);
       if (last)
         st.hooks.after_forward = [&, user = o.step.hooks.after_forward](const MicroBatch& b) {

@@ -75,6 +75,7 @@ struct PredictOptions {
   // Segmentation (engine/train/segment_task.h): the step's loss, pixel metric and pixel count are
   // use_segmentation_step's with the class weights above; target_shape is then {H, W}.
   bool segmentation = false;
+  std::string segmentation_loss = "ce";  // ce | dice | ce+dice (segment_task.h's segmentation_loss)
   Device target = Device::cpu();      // whose allocator policy is imitated
   bool detail = false;                // also the timeline and the segment map at the peak (one more step)
 };

@@ -8,6 +8,7 @@
 #include "engine/memory/tag.h"
 #include "engine/ops/confusion.h"
 #include "engine/ops/ops.h"
+#include "engine/ops/segmentation.h"
 
 namespace kiln::train {
 
@@ -30,10 +31,18 @@ void check_segmentation_output(const Tensor& output, const Tensor& target, const
 Tensor segmentation_cross_entropy(const Tensor& output, const Tensor& target, const Tensor& class_weights,
                                   Reduction reduction) {
   check_segmentation_output(output, target, "segmentation loss");
-  const int64_t K = output.size(1);
-  // (N, K, H, W) -> (N*H*W, K): per-pixel rows for the (N, K) cross-entropy kernel.
-  Tensor rows = reshape(permute(output, {0, 2, 3, 1}), {-1, K});
-  return cross_entropy(rows, reshape(target, {-1}), class_weights, reduction, kSegmentIgnoreIndex);
+  return cross_entropy(output, target, class_weights, reduction, kSegmentIgnoreIndex);  // per-pixel form
+}
+
+LossFn segmentation_loss(const std::string& kind, const Tensor& class_weights) {
+  KILN_CHECK(kind == "ce" || kind == "dice" || kind == "ce+dice", "segmentation loss '", kind,
+             "': expected ce, dice or ce+dice");
+  return [kind, class_weights](const Tensor& output, const Tensor& y) {
+    if (kind == "ce") return segmentation_cross_entropy(output, y, class_weights);
+    check_segmentation_output(output, y, "segmentation loss");
+    Tensor dice = dice_loss(output, y, kSegmentIgnoreIndex, 1.0, true);
+    return kind == "dice" ? dice : add(segmentation_cross_entropy(output, y, class_weights), dice);
+  };
 }
 
 namespace {
@@ -51,10 +60,8 @@ Tensor ignored_pixels(const Tensor& y) {
 
 }  // namespace
 
-void use_segmentation_step(StepOptions* o, const Tensor& class_weights) {
-  o->loss = [class_weights](const Tensor& output, const Tensor& y) {
-    return segmentation_cross_entropy(output, y, class_weights);
-  };
+void use_segmentation_step(StepOptions* o, const Tensor& class_weights, const std::string& loss) {
+  o->loss = segmentation_loss(loss, class_weights);
   o->metric = [](const MicroBatch& b) {
     NoGradGuard no_grad;
     // K <= 255, so an ignored pixel (255) never equals a predicted class.

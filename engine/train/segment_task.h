@@ -26,18 +26,23 @@ void check_segmentation_output(const Tensor& output, const Tensor& target, const
 
 // Per-pixel cross-entropy of output (N, K, H, W) against target (N, H, W): torch's
 // F.cross_entropy(output, target, weight, ignore_index=255, reduction): mean = sum of w[t] * nll
-// over the pixels not ignored / sum of their w[t].
+// over the pixels not ignored / sum of their w[t] (the per-pixel form of engine/ops/segmentation.h).
 Tensor segmentation_cross_entropy(const Tensor& output, const Tensor& target, const Tensor& class_weights = Tensor(),
                                   Reduction reduction = Reduction::mean);
+// The training loss by name: "ce" (segmentation_cross_entropy, class-weighted), "dice" (the soft
+// Dice loss of engine/ops/segmentation.h: 1 - mean over every class of (2 sum p t + 1) / (sum p +
+// sum t + 1), 255 masked out; class weights do not apply), "ce+dice" (their sum). Anything else
+// is a kiln::Error naming it.
+LossFn segmentation_loss(const std::string& kind, const Tensor& class_weights = Tensor());
 
 // The StepOptions of segmentation training on top of `o` (accum, clip, ... kept):
-//   loss          = segmentation_cross_entropy(output, y, class_weights) (mean over the micro-batch);
+//   loss          = segmentation_loss(loss, class_weights) (mean over the micro-batch);
 //   metric        = pixels whose argmax (the first of equal maxima) equals the target;
 //   metric_total  = pixels not ignored; so fit's train_acc is the epoch's pixel accuracy;
 //   loss_undefined = a micro-batch with no pixel that counts (all 255, or all of class weight 0):
 //                    left out and counted, not a 0/0 loss. It reads one device scalar per
 //                    micro-batch (the whole targets when a class weight is 0); meta never calls it.
-void use_segmentation_step(StepOptions* o, const Tensor& class_weights = Tensor());
+void use_segmentation_step(StepOptions* o, const Tensor& class_weights = Tensor(), const std::string& loss = "ce");
 
 // Loss and metrics over one pass of `data` at `epoch`'s image size, in eval mode without gradients:
 // the loss is the mean over every counted pixel of the set (torch's mean with class weights over

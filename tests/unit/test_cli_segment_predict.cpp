@@ -100,3 +100,34 @@ TEST_CASE("cli segment predict: mask and overlay PNGs whose classes are the mode
   CHECK(file_out.status == 1);
   CHECK(contains(file_out.output, "is a file; give a folder"));
 }
+
+TEST_CASE("cli segment: --loss dice and ce+dice train (mem predicts them exactly), unet_small trains, unet needs --task segment") {
+  const std::string dir = kiln_test::cli_temp_dir("segment_losses");
+  const std::string train = dir + "/train", val = dir + "/val";
+  fs::create_directories(train);
+  fs::create_directories(val);
+  kiln_test::make_segment_npy_folder(train, 32, 16, 5);
+  kiln_test::make_segment_npy_folder(val, 8, 16, 6);
+  const std::string model = kiln_test::write_segment_model_file(dir, 16);
+  for (const char* loss : {"dice", "ce+dice"}) {
+    CAPTURE(loss);
+    const std::string out = dir + "/" + std::string(loss == std::string("dice") ? "dice" : "cedice");
+    auto r = run_kiln("train --task segment --loss " + std::string(loss) + " --model " + model + " --data " + train +
+                      " --val " + val + " --epochs 2 --batch 8 --optimizer adamw --lr 0.01 --threads 1 --device cpu --out " +
+                      out);
+    REQUIRE_MESSAGE(r.status == 0, r.output);
+    const nlohmann::json end = kiln_test::last_ledger_line(out + "/runs.jsonl");
+    CHECK(end["config"]["loss"] == loss);
+    CHECK(end["memory"]["predicted"]["peak_allocated"] == end["memory"]["measured_epochs"][0]["measured_peak_allocated"]);
+    CHECK(end["epochs"][1]["val_miou"].is_number());
+  }
+  const std::string out = dir + "/unet";
+  auto u = run_kiln("train --task segment --model unet_small --data " + train + " --val " + val +
+                    " --epochs 1 --batch 8 --threads 1 --device cpu --out " + out + " --num-classes 3");
+  REQUIRE_MESSAGE(u.status == 0, u.output);
+  CHECK(contains(u.output, "(task segment)"));
+  auto cls = run_kiln("train --model unet_small --data " + train + " --epochs 1 --out " + out);
+  CHECK(cls.status == 2);
+  CHECK_MESSAGE(contains(cls.output, "--model unet_small is a segmentation model (per-pixel outputs): pass --task segment"),
+                cls.output);
+}
