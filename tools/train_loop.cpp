@@ -80,6 +80,7 @@ nlohmann::json epoch_json(const EpochStats& e) {
     j["val_dice"] = dice;
     j["val_pixels"] = m.pixels;
     j["ignore_background"] = m.ignore_background;
+    j["val_baseline_miou"] = number_or_null(train::all_background_metrics(m).mean_iou);  // all background
   }
   j["peak_memory_bytes"] = e.peak_memory >= 0 ? nlohmann::json(e.peak_memory) : nlohmann::json();
   if (e.undefined_batches > 0) j["undefined_batches"] = e.undefined_batches;
@@ -521,6 +522,12 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   if (fin && fin->val_segment) {
     j["final_val_miou"] = number_or_null(fin->val_segment->mean_iou);
     j["final_val_mean_dice"] = number_or_null(fin->val_segment->mean_dice);
+    j["val_baseline_miou"] = number_or_null(train::all_background_metrics(*fin->val_segment).mean_iou);
+    char line[160];
+    std::snprintf(line, sizeof line, "segment: val mIoU %.2f%% after epoch %lld; predicting background everywhere "
+                  "gives %.2f%%", 100 * fin->val_segment->mean_iou, (long long)fin->epoch,
+                  100 * train::all_background_metrics(*fin->val_segment).mean_iou);
+    log << line << "\n";
   }
   j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();

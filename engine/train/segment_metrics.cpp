@@ -50,4 +50,12 @@ SegmentMetrics segment_metrics(const std::vector<int64_t>& confusion, int64_t K,
   return m;
 }
 
+SegmentMetrics all_background_metrics(const SegmentMetrics& m) {
+  const int64_t K = m.num_classes;
+  std::vector<int64_t> c((size_t)(K * K), 0);
+  for (int64_t t = 0; t < K; ++t)
+    for (int64_t p = 0; p < K; ++p) c[(size_t)(t * K)] += m.confusion[(size_t)(t * K + p)];
+  return segment_metrics(c, K, m.ignore_background);
+}
+
 }  // namespace kiln::train

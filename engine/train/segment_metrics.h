@@ -35,4 +35,9 @@ struct SegmentMetrics {
 // size is not K * K or a count is negative.
 SegmentMetrics segment_metrics(const std::vector<int64_t>& confusion, int64_t num_classes, bool ignore_background);
 
+// The baseline that predicts background (class 0) for every pixel of the same targets: each row
+// of m's confusion matrix moved to column 0, then segment_metrics with m's ignore_background. Its
+// mean IoU is background's pixel share over the classes present in the targets.
+SegmentMetrics all_background_metrics(const SegmentMetrics& m);
+
 }  // namespace kiln::train

@@ -101,6 +101,9 @@ TEST_CASE("cli segment: a tiny UNet-like model learns, mIoU, pixel accuracy and 
   CHECK(miou > d.baseline_miou + 0.35);
   CHECK(last["train_acc"].get<double>() > 0.9);
   CHECK(end["final_val_miou"] == last["val_miou"]);
+  // The baseline kiln prints from the confusion matrix is the one computed here from the masks.
+  CHECK(end["val_baseline_miou"].get<double>() == doctest::Approx(d.baseline_miou).epsilon(1e-12));
+  CHECK(contains(r.output, "predicting background everywhere gives"));
   // kiln runs: a segment run shows its best mIoU.
   auto runs = run_kiln("runs " + r.dir);
   REQUIRE_MESSAGE(runs.status == 0, runs.output);

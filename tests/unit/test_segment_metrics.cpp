@@ -138,6 +138,10 @@ TEST_CASE("segment_metrics: a class only predicted counts with IoU 0, empty and 
   CHECK(none.pixels == 0);
   CHECK(std::isnan(none.pixel_accuracy));
   CHECK(std::isnan(none.mean_iou));
+  // The all-background baseline of a matrix: rows moved to column 0.
+  train::SegmentMetrics base = train::all_background_metrics(train::segment_metrics({5, 1, 0, 2, 3, 0, 0, 0, 0}, 3, false));
+  CHECK(base.confusion == std::vector<int64_t>{6, 0, 0, 5, 0, 0, 0, 0, 0});
+  CHECK(base.mean_iou == doctest::Approx(6.0 / 11.0 / 2.0).epsilon(1e-15));  // IoU0 6/11, IoU1 0
   CHECK_THROWS_WITH_AS(train::segment_metrics({1, 2, 3}, 2, false), doctest::Contains("3 counts for 2 classes"),
                        Error);
   CHECK_THROWS_WITH_AS(train::segment_metrics({1, -2, 3, 4}, 2, false), doctest::Contains("negative count"), Error);
