@@ -394,7 +394,13 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       save_state(fs.epoch, fs.step_in_epoch + 1,
                  {fs.loss_sum, fs.correct, fs.seen, fs.undefined_batches, fs.metric_total});
     memory.after_step(log);
-    bar->set_suffix(amp.progress_text());
+    std::string suffix = amp.progress_text();
+    if (segment && fs.metric_total > 0) {  // the epoch's running pixel accuracy
+      char acc[48];
+      std::snprintf(acc, sizeof acc, "  pixel acc %.2f%%", 100.0 * (double)fs.correct / (double)fs.metric_total);
+      suffix += acc;
+    }
+    bar->set_suffix(suffix);
     bar->update(fs.step_in_epoch + 1, fs.mean_loss, fs.seen);
     if (!first_step.done()) {
       bar->finish();
