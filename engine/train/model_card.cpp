@@ -96,12 +96,12 @@ ModelCard ModelCard::from_metadata(const std::map<std::string, std::string>& m, 
   Preprocessing& p = c.preprocessing;
   auto has = [&](const char* key) { return m.count(key) > 0; };
   if (has("model")) c.model = m.at("model");
-  if (has("task")) {
+  else c.missing.push_back("model");
+  if (has("task")) {  // absent: a file written before tasks, a classifier
     c.task = m.at("task");
     KILN_CHECK(c.task == "classify" || c.task == "segment", source, ": metadata 'task' is '", c.task,
                "' (expected classify or segment)");
   }
-  else c.missing.push_back("model");
   if (has("num_classes")) c.num_classes = int_at(m, "num_classes", source);
   else c.missing.push_back("number of classes");
   if (has("image_size")) p.image_size = int_at(m, "image_size", source);

@@ -7,7 +7,8 @@
 // existed: what is absent is listed in ModelCard::missing, and the caller decides what to assume.
 // Pure values and their text form: no files are opened here except by read_model_card, nothing
 // is decoded, no statistics are measured.
-// Metadata keys: model, task (classify|segment; absent in files written before tasks: classify), num_classes, in_channels, image_size, data_format (images|idx|npy),
+// Metadata keys: model, task (classify|segment; absent in older files: classify), num_classes,
+// in_channels, image_size, data_format (images|idx|npy|segment),
 // resize, crop (center|none), normalize (the requested kind: none|imagenet|auto|custom text),
 // mean and std (JSON arrays, one value per channel, or one for all), class_names (JSON array).
 #pragma once

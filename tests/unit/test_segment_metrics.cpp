@@ -4,6 +4,7 @@
 // Dice smoothing), and evaluate_segmentation over a whole set (not a mean of per-batch values).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "engine/ops/confusion.h"
 #include "engine/ops/ops.h"
 #include "engine/train/segment_metrics.h"
+#include "engine/train/model_card.h"
 #include "engine/train/segment_task.h"
 
 using namespace kiln;
@@ -190,4 +192,20 @@ TEST_CASE("segmentation loss: per-pixel cross-entropy with ignore 255, and the o
   Tensor logits = zeros({1, 10});
   CHECK_THROWS_WITH_AS(train::check_segmentation_output(logits, y, "--model small_cnn"),
                        doctest::Contains("--model small_cnn: gives output (1, 10) for masks"), Error);
+}
+
+TEST_CASE("model card: the task round trip, an older file reads as classify, a bad task is an error") {
+  kiln::ModelCard card;
+  card.model = "unet";
+  card.task = "segment";
+  card.num_classes = 4;
+  const kiln::ModelCard back = kiln::ModelCard::from_metadata(card.to_metadata(), "w.safetensors");
+  CHECK(back.task == "segment");
+  CHECK(back.missing == std::vector<std::string>{"image size", "channels", "resize/crop", "normalization mean/std",
+                                                 "class names"});
+  const kiln::ModelCard old = kiln::ModelCard::from_metadata({{"model", "small_cnn"}, {"num_classes", "3"}}, "old");
+  CHECK(old.task == "classify");
+  CHECK(std::find(old.missing.begin(), old.missing.end(), "model") == old.missing.end());
+  CHECK_THROWS_WITH_AS(kiln::ModelCard::from_metadata({{"model", "x"}, {"task", "detect"}}, "bad.safetensors"),
+                       doctest::Contains("bad.safetensors: metadata 'task' is 'detect'"), Error);
 }
