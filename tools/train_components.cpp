@@ -43,6 +43,7 @@ void check_segment_model(const std::string& name, int64_t num_classes, int64_t i
   {
     nn::ModulePtr m = build_model(name, num_classes, in_channels, image_size);
     m->to(Device::meta());
+    m->eval();  // one sample: BatchNorm's running statistics, not a batch of 1
     NoGradGuard no_grad;
     out_shape = (*m)(empty({1, in_channels, image_size, image_size}, DType::f32, Device::meta())).sizes();
   }
