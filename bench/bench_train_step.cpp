@@ -5,7 +5,11 @@
 // <bytes>" per shape (tools/gpu-check reads the last one).
 //   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
 //                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
-//                    [--cudnn-benchmark]
+//                    [--cudnn-benchmark] [--recompute N]
+// --recompute N times the plain step against the same step with the model split into N
+// recompute-on-backward segments (kiln train's --recompute N), step by step in alternating order
+// (plain, recompute, recompute, plain, ...) so both see the same machine load; it prints both
+// medians, their ratio and the median of the per-pair ratios. No peer then.
 // --cudnn-benchmark times cuDNN's algorithms per convolution shape on first use (kiln's
 // cuda::set_cudnn_benchmark, PyTorch's torch.backends.cudnn.benchmark = True; a PyTorch GPU row
 // compared with it must set that too).
@@ -23,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -52,7 +57,61 @@ double median(std::vector<double> v) {
 
 struct Mode {
   bool amp = false, channels_last = false;
+  int recompute = 0;  // > 0: also time the step with this many recompute segments
 };
+
+// One model + optimizer + scaler + batch, ready to step (the same setup as time_kiln's).
+struct StepRig {
+  nn::ModulePtr model;
+  std::unique_ptr<optim::SGD> opt;
+  std::unique_ptr<optim::LossScaler> scaler;
+  train::StepOptions step;
+  Tensor x, y;
+};
+
+StepRig make_rig(Shape2 s, Device d, Mode mode, int recompute) {
+  manual_seed(0);
+  StepRig r;
+  r.model = models::make_model("resnet18", 1000, 3, s.size);
+  r.model->to(d);
+  r.model->train();
+  if (recompute > 0) r.model->set_recompute_segments(recompute);
+  optim::SGDOptions o;
+  o.lr = 0.01;
+  o.momentum = 0.9;
+  r.opt = std::make_unique<optim::SGD>(r.model->named_parameters(), o);
+  optim::LossScalerOptions so;
+  so.enabled = mode.amp;
+  r.scaler = std::make_unique<optim::LossScaler>(so, d);
+  r.step.autocast = mode.amp;
+  r.x = to_device(randn({s.batch, 3, s.size, s.size}), d);
+  if (mode.channels_last) r.x = contiguous(r.x, MemoryFormat::channels_last);
+  std::vector<int64_t> yv((size_t)s.batch);
+  for (int64_t i = 0; i < s.batch; ++i) yv[(size_t)i] = (i * 37) % 1000;
+  r.y = to_device(tensor_from(yv, {s.batch}), d);
+  return r;
+}
+
+double time_one_step(StepRig& r) {
+  auto t = std::chrono::steady_clock::now();
+  train::train_step(*r.model, *r.opt, *r.scaler, Batch{r.x, r.y}, r.step);
+  (void)sum(r.model->parameters().back()).item();  // waits for the step's kernels
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Plain and recompute steps in alternating order (ABBA): per-step times of each.
+void time_recompute_pair(Shape2 s, Device d, Mode mode, int steps, int warmup, std::vector<double>* plain,
+                         std::vector<double>* rec) {
+  StepRig a = make_rig(s, d, mode, 0), b = make_rig(s, d, mode, mode.recompute);
+  for (int i = 0; i < warmup + steps; ++i) {
+    const bool a_first = i % 2 == 0;
+    const double t1 = time_one_step(a_first ? a : b);
+    const double t2 = time_one_step(a_first ? b : a);
+    if (i < warmup) continue;
+    plain->push_back(a_first ? t1 : t2);
+    rec->push_back(a_first ? t2 : t1);
+  }
+}
 
 std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warmup, int64_t* peak) {
   manual_seed(0);
@@ -133,15 +192,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--channels-last")) mode.channels_last = true;
     else if (!std::strcmp(argv[i], "--kernels")) kernels = next();
     else if (!std::strcmp(argv[i], "--cudnn-benchmark")) cudnn_bench = true;
+    else if (!std::strcmp(argv[i], "--recompute")) mode.recompute = std::atoi(next());
     else {
       std::fprintf(stderr,
                    "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer] "
-                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last] [--cudnn-benchmark]\n");
+                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last] [--cudnn-benchmark] [--recompute N]\n");
       return 2;
     }
   }
-  if ((batch > 0) != (size > 0) || batch < 0 || size < 0 || steps < 1 || warmup < 0) {
-    std::fprintf(stderr, "bench_train_step: give --batch and --image-size together (positive), --steps >= 1\n");
+  if ((batch > 0) != (size > 0) || batch < 0 || size < 0 || steps < 1 || warmup < 0 || mode.recompute < 0) {
+    std::fprintf(stderr, "bench_train_step: give --batch and --image-size together (positive), --steps >= 1, "
+                 "--recompute >= 0\n");
     return 2;
   }
   try {
@@ -163,6 +224,21 @@ int main(int argc, char** argv) {
     if (mode.amp || mode.channels_last) peer = false;
     std::vector<Shape2> shapes = {Shape2{8, 224}, Shape2{32, 64}};
     if (batch > 0) shapes = {Shape2{batch, size}};
+    if (mode.recompute > 0) {
+      std::printf("recompute %d segments against plain, alternating steps\n", mode.recompute);
+      std::printf("%-12s %12s %14s %8s %14s\n", "shape", "plain ms", "recompute ms", "ratio", "pair median");
+      for (Shape2 s : shapes) {
+        std::vector<double> plain, rec, pair;
+        time_recompute_pair(s, d, mode, steps, warmup, &plain, &rec);
+        for (size_t i = 0; i < plain.size(); ++i) pair.push_back(rec[i] / plain[i]);
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
+        const double p = median(plain), r = median(rec);
+        std::printf("%-12s %12.1f %14.1f %7.2fx %13.2fx\n", shape, p, r, r / p, median(pair));
+        std::fflush(stdout);
+      }
+      return 0;
+    }
     std::vector<std::string> summary;
     std::printf("%-12s %12s %12s %8s %12s\n", "shape", "kiln ms", "torch ms", "ratio", "kiln peak");
     for (Shape2 s : shapes) {

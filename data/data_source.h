@@ -33,6 +33,9 @@ class DataSource {
   // Class names in label order (an image folder's class folders, a CSV's names); empty when the
   // labels are plain indices (IDX, npy).
   virtual std::vector<std::string> class_names() const { return {}; }
+  // A source that plans its own batches (data/bucketed_image_source.h, --batch-memory): the number
+  // of batches of every training epoch, whatever batch start_epoch is given; 0: batches of that size.
+  virtual int64_t planned_steps_per_epoch() const { return 0; }
   // Starts an epoch; returns its number of batches. train: shuffled (or balanced) and augmented;
   // else the data set's order, no augmentation (validation is never shuffled).
   virtual int64_t start_epoch(int64_t epoch, int64_t batch, bool train) = 0;

@@ -50,37 +50,63 @@ void ImageLoader::stop_workers() {
 void ImageLoader::start_epoch(uint64_t epoch, size_t first_batch) {
   stop_workers();
   epoch_ = epoch;
-  std::vector<size_t> order = epoch_indices(opt_.sampler, ds_.labels(), ds_.classes.size(), epoch);
-  batches_ = make_batches(order, opt_.batch_size, opt_.drop_last);
+  batches_.clear();
+  sizes_.clear();
+  if (opt_.plan) {
+    for (PlannedBatch& p : opt_.plan(epoch)) {
+      for (size_t i : p.indices)
+        KILN_CHECK(i < ds_.size(), "image loader: planned sample ", i, " is outside the data set (", ds_.size(), ")");
+      batches_.push_back(std::move(p.indices));
+      sizes_.push_back(p.size);
+    }
+  } else {
+    std::vector<size_t> order = epoch_indices(opt_.sampler, ds_.labels(), ds_.classes.size(), epoch);
+    batches_ = make_batches(order, opt_.batch_size, opt_.drop_last);
+    sizes_.assign(batches_.size(), 0);
+  }
   total_items_ = 0;
-  for (auto& b : batches_) total_items_ += b.size();
+  first_item_.clear();
+  for (auto& b : batches_) {
+    first_item_.push_back(total_items_);
+    total_items_ += b.size();
+  }
+  first_item_.push_back(total_items_);
   slots_.clear();
   for (size_t i = 0; i < batches_.size(); ++i) slots_.emplace_back(new Slot());
-  // Items are numbered b * batch_size + k (only the last batch is short), as the workers read them.
+  // Items are numbered in batch order (first_item_[b] + k), as the workers read them.
   delivered_ = std::min(first_batch, batches_.size());
-  next_item_ = std::min(delivered_ * opt_.batch_size, total_items_);
+  next_item_ = first_item_[delivered_];
   samples_done_ = 0;
   stop_ = false;
   fatal_.clear();
   for (int i = 0; i < workers_; ++i) threads_.emplace_back([this] { worker_loop(); });
 }
 
+SampleTransform ImageLoader::transform_of(size_t b) const {
+  SampleTransform t = opt_.transform;
+  if (b < sizes_.size() && sizes_[b] > 0) t.out_w = t.out_h = t.resize = sizes_[b];
+  return t;
+}
+
 void ImageLoader::worker_loop() {
-  const size_t bs = opt_.batch_size, sbytes = opt_.transform.sample_bytes();
   for (;;) {
     size_t item, b, k;
     void* dst;
+    SampleTransform t;
     {
       std::unique_lock<std::mutex> lk(mu_);
       if (stop_ || next_item_ >= total_items_) return;
       item = next_item_++;
-      b = item / bs;
-      k = item % bs;
+      b = (size_t)(std::upper_bound(first_item_.begin(), first_item_.end(), item) - first_item_.begin()) - 1;
+      k = item - first_item_[b];
+      t = transform_of(b);
       cv_.wait(lk, [&] { return stop_ || b < delivered_ + (size_t)opt_.prefetch_batches; });
       if (stop_) return;
       Slot& s = *slots_[b];
+      const size_t sbytes = t.sample_bytes();
       if (!s.buffer) {
-        size_t bytes = sbytes * bs;
+        // A fixed batch size: every buffer holds batch_size samples (one size for the allocator to reuse).
+        size_t bytes = sbytes * (opt_.plan ? batches_[b].size() : opt_.batch_size);
         void* p = nullptr;
         try {
           p = opt_.alloc(bytes);
@@ -103,7 +129,7 @@ void ImageLoader::worker_loop() {
     bool ok = true;
     std::string reason;
     try {
-      load_sample_file(path, opt_.transform, opt_.seed, sample_stream(epoch_, item), dst);
+      load_sample_file(path, t, opt_.seed, sample_stream(epoch_, item), dst);
     } catch (const std::exception& e) {
       ok = false;
       const auto* de = dynamic_cast<const DecodeError*>(&e);
@@ -133,13 +159,13 @@ void ImageLoader::worker_loop() {
 }
 
 bool ImageLoader::next(ImageBatch& out) {
-  const SampleTransform& t = opt_.transform;
-  const size_t sbytes = t.sample_bytes();
   for (;;) {
     std::unique_lock<std::mutex> lk(mu_);
     if (!fatal_.empty()) throw Error(fatal_);
     if (delivered_ >= batches_.size()) return false;
     const size_t b = delivered_;
+    const SampleTransform t = transform_of(b);
+    const size_t sbytes = t.sample_bytes();
     cv_.wait(lk, [&] { return slots_[b]->done == batches_[b].size() || !fatal_.empty(); });
     if (!fatal_.empty()) throw Error(fatal_);
     Slot& s = *slots_[b];

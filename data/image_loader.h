@@ -3,6 +3,10 @@
 // window. Batch memory comes from caller callbacks (pinned memory, kiln's allocator) or plain
 // aligned host memory. Must not know about tensors or devices: it hands out raw buffers.
 //
+// Planned batches (plan set): the epoch's batches come from the caller, each with its own sample
+// count and output size (data/bucketed_image_source.h: --batch-memory's buckets); batch_size,
+// drop_last and the sampler are then unused. Buffers are sized to each batch.
+//
 // Determinism: the epoch's index order comes from the sampler (seed, epoch); the augmentation of
 // the k-th sample of the epoch uses Philox(seed) at sample_stream(epoch, k). Which worker decodes
 // a sample never matters, so the same seed gives the same batches with any worker count.
@@ -29,6 +33,12 @@
 
 namespace kiln {
 
+// One batch of a planned epoch: data set indices and the square output size (0: the transform's).
+struct PlannedBatch {
+  std::vector<size_t> indices;
+  int size = 0;
+};
+
 struct ImageLoaderOptions {
   size_t batch_size = 32;
   bool drop_last = false;
@@ -45,6 +55,9 @@ struct ImageLoaderOptions {
   // A batch whose every sample was bad: delivered with n = 0 (true: a trainer counts it as a step,
   // so its step numbers and a resumed run's batch position agree) or left out (false).
   bool keep_empty_batches = false;
+  // Planned batches (see above): the batches of an epoch, in delivery order; unset: the sampler's
+  // order cut into batch_size batches.
+  std::function<std::vector<PlannedBatch>(uint64_t epoch)> plan;
 };
 
 struct ImageBatch {
@@ -96,6 +109,9 @@ class ImageLoader {
   int workers_ = 1;
   uint64_t epoch_ = 0;
   std::vector<std::vector<size_t>> batches_;  // data set indices per batch
+  std::vector<size_t> first_item_;            // item number of each batch's first sample (+ the total)
+  std::vector<int> sizes_;                    // each batch's output size (0: the transform's)
+  SampleTransform transform_of(size_t b) const;
   size_t total_items_ = 0;
 
   mutable std::mutex mu_;

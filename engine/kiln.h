@@ -38,6 +38,8 @@
 #include "engine/io/tensor_io.h"
 #include "data/array_dataset.h"
 #include "data/array_source.h"
+#include "data/batch_plan.h"
+#include "data/bucketed_image_source.h"
 #include "data/data_source.h"
 #include "data/dataset.h"
 #include "data/image_options.h"

@@ -76,6 +76,11 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
   t->add_option("--batch", c.batch, "images per optimizer step (split into --accum micro-batches)")
       ->check(kiln_cli::positive)
       ->capture_default_str();
+  t->add_option("--batch-memory", c.batch_memory,
+                "image folders/CSV of mixed sizes: keep each image near its own size (buckets: shorter side rounded "
+                "down to a multiple of 32 px) and size each bucket's batch so that a step's predicted peak allocated "
+                "bytes fit BYTES (e.g. 6G); lr not scaled with the batch")
+      ->excludes("--batch");
   t->add_flag("--drop-last", c.drop_last,
               "drop each epoch's last batch when it is short (default: keep it, no sample left out)");
   t->add_option("--accum", c.accum, "micro-batches per optimizer step (loss divided by N)")

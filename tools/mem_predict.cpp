@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/nn/init.h"
 #include "engine/nn/recompute.h"
 #include "engine/ops/ops.h"
 #include "engine/train/memory_peak.h"
@@ -61,7 +62,10 @@ MemPrediction predict_memory(const MemConfig& c) {
   o.detail = c.detail;
   MemPrediction r;
   static_cast<StepMemory&>(r) = train::predict_step_memory(
-      [&] { return build_model(c.train.model, num_classes_of(c), c.in_channels, c.image_size); },
+      [&] {
+        nn::init::SkipRandomInitGuard structure_only;  // the meta step needs shapes, not values
+        return build_model(c.train.model, num_classes_of(c), c.in_channels, c.image_size);
+      },
       [&](nn::Module& m) { return build_optimizer(c.train, m); }, o);
   r.config = c;
   return r;

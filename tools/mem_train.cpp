@@ -1,6 +1,7 @@
 // Prediction vs measurement for `kiln train` (see mem_train.h).
 #include "tools/mem_train.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "tools/mem_command.h"
@@ -33,6 +34,11 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
   mc.in_channels = channels;
   mc.num_classes = num_classes;
   int ck = parse_recompute_option(c.recompute);
+  if (!c.batch_memory.empty()) {  // per size bucket, by tools/batch_memory.h (which refuses auto)
+    segments_ = std::max(ck, 0);
+    per_bucket_ = true;
+    return;
+  }
   if (ck < 0) {
     KILN_CHECK(height == width, "--checkpoint auto needs square images, got ", height, "x", width);
     const int64_t budget = device_budget(device);
@@ -128,7 +134,7 @@ void TrainMemoryMonitor::after_step(std::ostream& log) {
 }
 
 void TrainMemoryMonitor::after_epoch(int64_t epoch, std::ostream& log) {
-  if (!last_epoch_.present) return;
+  if (!last_epoch_.present || per_bucket_) return;  // --batch-memory: peaks are reset every step
   last_epoch_.when = "epoch " + std::to_string(epoch);
   nlohmann::json e = {{"epoch", epoch},
                       {"measured_peak_allocated", last_epoch_.peak_allocated},

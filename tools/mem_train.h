@@ -22,7 +22,7 @@ class TrainMemoryMonitor {
   // images). Throws kiln::Error for a bad --checkpoint or when auto finds nothing that fits, and,
   // unless c.force, when the predicted peak reserved bytes exceed the device's budget: the message
   // lists the remedies with their predicted peaks (tools/mem_remedies.h; image_size_applies:
-  // --image-size is among them).
+  // --image-size is among them). With --batch-memory it only keeps --recompute N.
   TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes, int64_t channels, int64_t height, int64_t width,
                      Device device, bool image_size_applies, std::ostream& log);
   // Sets the model's recompute segments (--checkpoint).
@@ -48,6 +48,7 @@ class TrainMemoryMonitor {
   bool image_size_applies_ = false;
   int segments_ = 0;
   bool have_prediction_ = false;
+  bool per_bucket_ = false;  // --batch-memory: predicted and measured per step by tools/batch_memory.h
   MemPrediction prediction_;
   int64_t steps_seen_ = 0;
   MemMeasured first_, last_epoch_;

@@ -71,6 +71,7 @@ nlohmann::json TrainConfig::to_json() const {
   j["num_classes"] = num_classes;
   j["epochs"] = epochs;
   j["batch"] = batch;
+  j["batch_memory"] = batch_memory.empty() ? nlohmann::json() : nlohmann::json(batch_memory);  // null: --batch
   j["accum"] = accum;
   j["drop_last"] = drop_last;
   j["optimizer"] = optimizer;

@@ -41,6 +41,9 @@ struct TrainConfig {
   int64_t num_classes = 0;  // 0: from the data (max label + 1)
   int64_t epochs = 1;
   int64_t batch = 64;
+  // --batch-memory BYTES (tools/batch_memory.h): image batches sized per size bucket so that each
+  // step's predicted peak allocated bytes fit; "" = fixed --batch.
+  std::string batch_memory;
   bool drop_last = false;  // drop each epoch's last batch when it is short
   int64_t accum = 1;
   std::string optimizer = "sgd";  // sgd | adamw

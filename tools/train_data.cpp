@@ -7,9 +7,11 @@
 #include <optional>
 
 #include "data/array_source.h"
+#include "engine/memory/alloc_config.h"
 #include "data/mask_array_source.h"
 #include "data/segmentation_source.h"
 #include "engine/ops/ops.h"
+#include "data/bucketed_image_source.h"
 #include "data/image_source.h"
 
 namespace kiln {
@@ -91,7 +93,20 @@ std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, c
 
 TrainData open_train_data(const TrainConfig& c, Device device) {
   KILN_USAGE_CHECK(c.limit != 0, "--limit 0: no samples to train on (give a positive count, or leave --limit out)");
-  if (c.task == "segment") return open_segment_train_data(c, device);
+  if (!c.batch_memory.empty()) {  // before any file is read
+    size_t bytes = 0;
+    try {
+      bytes = parse_bytes(c.batch_memory);
+    } catch (const Error& e) {
+      throw UsageError(str_cat("--batch-memory ", c.batch_memory, ": ", e.what()));
+    }
+    KILN_USAGE_CHECK(bytes > 0, "--batch-memory ", c.batch_memory, ": the budget must be > 0 bytes");
+  }
+  if (c.task == "segment") {
+    KILN_USAGE_CHECK(c.batch_memory.empty(), "--batch-memory ", c.batch_memory,
+                     ": not available with --task segment yet (give --batch)");
+    return open_segment_train_data(c, device);
+  }
   const std::string kind = data_kind(c.data);
   if (kind == "images") {
     if (ImageSizeSchedule::parse(c.image.image_size).progressive())
@@ -104,8 +119,11 @@ TrainData open_train_data(const TrainConfig& c, Device device) {
     o.image = c.image;
     o.seed = c.seed;
     o.limit = c.limit;
+    if (!c.batch_memory.empty()) return open_bucketed_image_train_data(o, device);
     return open_image_train_data(o, device);
   }
+  KILN_USAGE_CHECK(c.batch_memory.empty(), "--batch-memory: ", c.data, " is ", kind, " data of one image size; "
+                   "batches sized by memory are for image folders and CSV lists of mixed sizes (use --batch)");
   TrainData t;
   DataSplits s = load_training_data(c.data, c.val, c.limit, c.num_classes);  // labels checked against --num-classes
   t.format = s.format;

@@ -29,6 +29,7 @@
 #include "engine/train/fit.h"
 #include "kernels/cpu/threads.h"
 #include "tools/alloc_flags.h"
+#include "tools/batch_memory.h"
 #include "tools/train_amp.h"
 #include "engine/train/kernel_option.h"
 #include "engine/train/train_state.h"
@@ -246,7 +247,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
           << "; it is not loaded, the optimizer starts fresh\n";
     // The interrupted epoch's batches depend on these; with new values the epoch starts over.
     for (const std::string& d : diffs)
-      for (const char* key : {"batch:", "drop_last:", "limit:", "seed:", "data:"})
+      for (const char* key : {"batch:", "batch_memory:", "drop_last:", "limit:", "seed:", "data:"})
         if (d.rfind(key, 0) == 0) restart_epoch = true;
   }
 
@@ -256,6 +257,10 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   // The memory prediction runs first (it builds a throwaway model and restores the RNG), so on a
   // small simulated device it never competes with the real model for memory. It is for the first
   // epoch's image size (progressive resizing changes it later).
+  std::unique_ptr<BatchMemoryRun> batch_memory;  // --batch-memory: each size bucket's batch from meta runs
+  if (!c.batch_memory.empty())
+    batch_memory = std::make_unique<BatchMemoryRun>(c, num_classes, dynamic_cast<BucketedImageSource&>(train),
+                                                    dynamic_cast<BucketedImageSource*>(data.val.get()), device, log);
   TrainMemoryMonitor memory(c, num_classes, train.channels(), train.image_size(0), train.image_size(0), device,
                             data.format == "images", log);
   manual_seed(c.seed);
@@ -270,7 +275,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   }
   memory.apply(*model);
   std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, *model);
-  const int64_t steps_per_epoch = train::steps_per_epoch(train.size(), c.batch, c.drop_last);
+  const int64_t steps_per_epoch = train.planned_steps_per_epoch() > 0
+                                      ? train.planned_steps_per_epoch()
+                                      : train::steps_per_epoch(train.size(), c.batch, c.drop_last);
   // Flags that would silently do nothing.
   if (c.optimizer == "adamw" && c.momentum != 0)
     log << "warning: --momentum " << c.momentum << " is ignored by adamw (its betas are 0.9, 0.999)\n";
@@ -369,6 +376,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   fo.callbacks.before_step = [&](const train::FitStep&) {
     report_bad_samples(train, log);
     memory.before_step();
+    if (batch_memory) batch_memory->before_step();
   };
   const std::string state_path = c.out.empty() ? "" : (fs::path(c.out) / "checkpoint.safetensors").string();
   for (const std::string& target : {state_path, c.save})
@@ -394,6 +402,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   };
   fo.callbacks.on_step_end = [&](const train::FitStep& fs) {
     step = fs.global_step + 1;
+    if (batch_memory) batch_memory->after_step(fs);
     if (auto point = curve.observe(fs)) ledger.step(*point);
     // Every --checkpoint-every Nsteps; one due at an epoch's last step is written at the epoch's end.
     if (!state_path.empty() && c.checkpoint_steps > 0 && step % c.checkpoint_steps == 0 &&
@@ -401,7 +410,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       save_state(fs.epoch, fs.step_in_epoch + 1,
                  {fs.loss_sum, fs.correct, fs.seen, fs.undefined_batches, fs.metric_total});
     memory.after_step(log);
-    std::string suffix = amp.progress_text();
+    std::string suffix = amp.progress_text() + (batch_memory ? batch_memory->progress_text() : "");
     if (segment && fs.metric_total > 0) {  // the epoch's running pixel accuracy
       char acc[48];
       std::snprintf(acc, sizeof acc, "  pixel acc %.2f%%", 100.0 * (double)fs.correct / (double)fs.metric_total);
@@ -422,7 +431,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     bar->finish();
     if (amp.enabled()) log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
     if (data.val) report_bad_samples(*data.val, log);
-    es.peak_memory = peak_memory_bytes(device);
+    es.peak_memory = batch_memory ? batch_memory->take_epoch_peak() : peak_memory_bytes(device);
     char mem[32], line[384];
     std::snprintf(line, sizeof line,
                   "epoch %lld/%lld  train loss %.4f acc %.2f%%  val loss %s acc %s  %.0f img/s  %.1f s  peak %s  "
@@ -456,7 +465,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       log << line << std::endl;
     }
     memory.after_epoch(es.epoch, log);
-    log << "memory epoch " << es.epoch << ": " << format_tag_peaks(device) << "\n";
+    log << "memory epoch " << es.epoch << ": " << (batch_memory ? batch_memory->epoch_text() : format_tag_peaks(device))
+        << "\n";
     if (es.undefined_batches > 0)
       log << "train: " << es.undefined_batches << " batches left out in epoch " << es.epoch
           << " (their loss is undefined: empty, or every target of class weight 0)\n";
@@ -548,6 +558,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["memory"] = memory.to_json();
   j["amp"] = amp.ledger_json();
   j["image_size"] = train_size;
+  if (batch_memory) j["batch_memory"] = batch_memory->to_json();
   ledger.finish(j, "ok");
   j["record"] = "end";
   j["run"] = ledger.run_id();

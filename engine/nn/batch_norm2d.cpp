@@ -3,6 +3,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
+#include "engine/nn/init.h"
 #include "engine/nn/recompute.h"
 #include "engine/ops/ops.h"
 
@@ -18,6 +19,14 @@ BatchNorm2d::BatchNorm2d(int64_t c, double eps, double momentum)
   running_mean = register_buffer("running_mean", zeros({c}));
   running_var = register_buffer("running_var", ones({c}));
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+}
+
+void BatchNorm2d::reset_parameters() {
+  init::constant_(weight, 1.0);
+  init::constant_(bias, 0.0);
+  init::constant_(running_mean, 0.0);
+  init::constant_(running_var, 1.0);
+  init::constant_(num_batches_tracked, 0.0);
 }
 
 // num_batches_tracked += 1 on the counter's own device, with no host round trip (which would be

@@ -15,6 +15,8 @@ class BatchNorm2d : public Module {
   int64_t num_features() const { return c_; }
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
+  // weight 1, bias 0, running_mean 0, running_var 1, num_batches_tracked 0 (in place).
+  void reset_parameters() override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:

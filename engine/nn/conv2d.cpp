@@ -31,13 +31,26 @@ Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), o_(o) {
   KILN_CHECK(o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0, "Conv2d: channels ", o.in_channels,
              "->", o.out_channels, " not divisible by groups ", o.groups);
   MemoryScope ms(MemoryTag::param);
+  // Registered and drawn one after the other (the allocation order kiln mem's figures rest on);
+  // the draws are reset_parameters()'s.
   weight = register_parameter("weight", empty({o.out_channels, o.in_channels / o.groups, o.kernel, o.kernel}));
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  init_weight();
   if (o.bias) {
     bias = register_parameter("bias", empty({o.out_channels}));
-    double bound = 1.0 / std::sqrt((double)init::fan_in(weight));
-    init::uniform_(bias, -bound, bound);
+    init_bias();
   }
+}
+
+void Conv2d::init_weight() { init::kaiming_uniform_(weight, std::sqrt(5.0)); }
+
+void Conv2d::init_bias() {
+  double bound = 1.0 / std::sqrt((double)init::fan_in(weight));
+  init::uniform_(bias, -bound, bound);
+}
+
+void Conv2d::reset_parameters() {
+  init_weight();
+  if (bias.defined()) init_bias();
 }
 
 Tensor Conv2d::forward(const Tensor& x) {

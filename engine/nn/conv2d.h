@@ -18,9 +18,13 @@ class Conv2d : public Module {
   // x: (N, in, H, W) -> (N, out, H', W')
   Tensor forward(const Tensor& x) override;
   const Conv2dOptions& options() const { return o_; }
+  // Redraws weight and bias from the constructor's distributions (in place).
+  void reset_parameters() override;
   Tensor weight, bias;  // bias undefined when options().bias is false
 
  private:
+  void init_weight();
+  void init_bias();
   Conv2dOptions o_;
 };
 

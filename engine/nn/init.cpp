@@ -26,13 +26,22 @@ double gain(const std::string& nl, double param) {
   throw Error(str_cat("init::gain: unknown nonlinearity '", nl, "' (linear, sigmoid, relu, tanh, leaky_relu)"));
 }
 
+namespace {
+thread_local bool skip_random_init = false;
+}  // namespace
+
+SkipRandomInitGuard::SkipRandomInitGuard() : prev_(skip_random_init) { skip_random_init = true; }
+SkipRandomInitGuard::~SkipRandomInitGuard() { skip_random_init = prev_; }
+
 void uniform_(Tensor& t, double lo, double hi) {
+  if (skip_random_init) return;
   NoGradGuard ng;
   MemoryScope ms(MemoryTag::temporary);
   copy_(t, uniform(t.sizes(), lo, hi, t.dtype(), t.device()));
 }
 
 void normal_(Tensor& t, double mean, double std) {
+  if (skip_random_init) return;
   NoGradGuard ng;
   MemoryScope ms(MemoryTag::temporary);
   copy_(t, normal(t.sizes(), mean, std, t.dtype(), t.device()));

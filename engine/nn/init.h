@@ -16,6 +16,19 @@ int64_t fan_out(const Tensor& w);
 // torch.nn.init.calculate_gain for "linear", "relu", "leaky_relu" (param = slope), "tanh", "sigmoid".
 double gain(const std::string& nonlinearity, double param = 0.01);
 
+// While one lives on this thread, uniform_ and normal_ (and so the kaiming ones) leave values as
+// they are and draw no random numbers: for models built only for their structure (a memory
+// prediction moves them to the meta device), where random init is most of the build's time.
+class SkipRandomInitGuard {
+ public:
+  SkipRandomInitGuard();
+  ~SkipRandomInitGuard();
+  SkipRandomInitGuard(const SkipRandomInitGuard&) = delete;
+  SkipRandomInitGuard& operator=(const SkipRandomInitGuard&) = delete;
+ private:
+  bool prev_;
+};
+
 void uniform_(Tensor& t, double lo, double hi);
 void normal_(Tensor& t, double mean, double std);
 void constant_(Tensor& t, double v);

@@ -12,9 +12,13 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) override;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  // Redraws weight and bias from the constructor's distributions (in place).
+  void reset_parameters() override;
   Tensor weight, bias;
 
  private:
+  void init_weight();
+  void init_bias();
   int64_t in_, out_;
 };
 

@@ -236,6 +236,10 @@ Module& Module::to(DType dt) {
   return *this;
 }
 
+void Module::reset_all_parameters() {
+  apply([](const std::string&, Module& m) { m.reset_parameters(); });
+}
+
 void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t.zero_grad();
 }

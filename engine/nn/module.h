@@ -79,6 +79,15 @@ class Module : public std::enable_shared_from_this<Module> {
   // num_batches_tracked keep their dtype); f64 modules are what gradient checks run on.
   Module& to(DType dt);
   void zero_grad();  // drops every parameter's .grad
+  // Re-initializes this module's OWN parameters and buffers with its layer's default init, in place
+  // (PyTorch's reset_parameters; BatchNorm2d also resets its running statistics): the tensor
+  // handles stay valid, so an optimizer keeps stepping them, but its state (momentum, Adam's
+  // moments) is not touched. Not recursive; the default does nothing (a module with no init of
+  // its own). A model's custom init (resnet's kaiming_normal) is not redone: the layer's default is.
+  // This throws training away: it is not a memory operation (docs/memory-rules-of-thumb.md).
+  virtual void reset_parameters() {}
+  // reset_parameters() on this module and every descendant, pre-order.
+  void reset_all_parameters();
   // Sets each parameter's and buffer's Tensor::name to its dotted name (for reports).
   void name_tensors();
 

@@ -28,6 +28,15 @@ ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : Module("Conv
   }
 }
 
+// The constructor's draws, in its order (it draws each tensor right after registering it).
+void ConvTranspose2d::reset_parameters() {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt((double)init::fan_in(weight));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
 Tensor ConvTranspose2d::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == o_.in_channels, "ConvTranspose2d(", o_.in_channels, "->",
              o_.out_channels, "): expected input (N, ", o_.in_channels, ", H, W), got ", x.str());

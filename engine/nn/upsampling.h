@@ -22,6 +22,8 @@ class ConvTranspose2d : public Module {
   // x: (N, in, H, W) -> (N, out, (H-1) stride - 2 padding + dilation (kernel-1) + output_padding + 1, ...)
   Tensor forward(const Tensor& x) override;
   const ConvTranspose2dOptions& options() const { return o_; }
+  // Redraws weight and bias from the constructor's distributions (in place).
+  void reset_parameters() override;
   Tensor weight, bias;  // bias undefined when options().bias is false
 
  private:

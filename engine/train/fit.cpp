@@ -55,7 +55,8 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
              " (each micro-batch needs at least one sample)");
   KILN_CHECK(o.start_epoch >= 0 && o.start_epoch <= o.epochs, "fit: start_epoch ", o.start_epoch,
              " is outside [0, ", o.epochs, "]");
-  const int64_t per_epoch = steps_per_epoch(train.size(), o.batch, o.drop_last);
+  const int64_t planned = train.planned_steps_per_epoch();  // a source that sizes its own batches
+  const int64_t per_epoch = planned > 0 ? planned : steps_per_epoch(train.size(), o.batch, o.drop_last);
   KILN_CHECK(per_epoch >= 1, "fit: ", train.source(), " has ", train.size(), " samples, fewer than one batch of ",
              o.batch, " with drop_last");
   KILN_CHECK(o.start_step_in_epoch >= 0 && o.start_step_in_epoch < per_epoch &&

@@ -78,7 +78,7 @@ struct FitCallbacks {
 
 struct FitOptions {
   int64_t epochs = 1;
-  int64_t batch = 64;
+  int64_t batch = 64;           // a source that plans its own batches (planned_steps_per_epoch) ignores it
   bool drop_last = false;       // drop an epoch's last batch when it is short (PyTorch's drop_last)
   int64_t start_epoch = 0;      // a resumed run: epochs already done
   int64_t start_step = 0;       // a resumed run: optimizer steps already done
