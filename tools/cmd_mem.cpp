@@ -12,6 +12,14 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
   std::string names;
   for (const std::string& n : models::model_names()) names += (names.empty() ? "" : ", ") + n;
   m->add_option("--model", c.train.model, "model name: " + names + ", or a model file NAME.json")->required();
+  m->add_option("--task", c.train.task,
+                "classify: (B) labels and (B, K) logits; segment: (B, H, W) masks, (B, K, H, W) outputs and the "
+                "per-pixel loss, as kiln train --task segment")
+      ->check(CLI::IsMember({"classify", "segment"}))
+      ->capture_default_str();
+  m->add_option("--loss", c.train.loss, "--task segment: ce, dice or ce+dice, as kiln train --loss")
+      ->check(CLI::IsMember({"ce", "dice", "ce+dice"}))
+      ->capture_default_str();
   m->add_option("--batch", c.train.batch, "images per optimizer step")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--image-size", c.image_size, "image height = width")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--num-classes", c.num_classes, "classes")->check(kiln_cli::positive)->capture_default_str();

@@ -52,6 +52,18 @@ std::string model_list() {
 
 void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
   t->add_option("--model", c.model, "model name: " + model_list() + ", or a model file NAME.json")->required();
+  t->add_option("--task", c.task,
+                "classify (labels, (N, K) logits) or segment (masks (N, H, W) with 255 = ignore, (N, K, H, W) "
+                "outputs, per-pixel cross-entropy; pixel accuracy, mean IoU and Dice per class each epoch)")
+      ->check(CLI::IsMember({"classify", "segment"}))
+      ->capture_default_str();
+  t->add_option("--loss", c.loss,
+                "--task segment: ce (per-pixel cross-entropy, --class-weights apply), dice (soft Dice, smoothing 1) "
+                "or ce+dice (their sum)")
+      ->check(CLI::IsMember({"ce", "dice", "ce+dice"}))
+      ->capture_default_str();
+  t->add_flag("--ignore-background", c.ignore_background,
+              "--task segment: leave class 0 (background) out of mean IoU and mean Dice");
   t->add_option("--data", c.data,
                 "training data: a folder of MNIST-format IDX files (gzip ok; its t10k files become --val), x.npy "
                 "(N,C,H,W f32 or N,H,W,C u8) + y.npy (N i64), an image folder (class subfolders; train/ + val/ "
@@ -162,7 +174,14 @@ int main(int argc, char** argv) {
                       "IDX folder (its t10k split), x.npy + y.npy, an image folder (its val/ or test/ split when it "
                       "has one; classes matched to the model's by name) or a CSV list")
       ->required();
-  predict->add_option("--out", pc.out, "CSV file to write")->required();
+  predict->add_option("--out", pc.out, "CSV file to write (--task segment: a folder for mask and overlay PNGs)")
+      ->required();
+  predict->add_option("--task", pc.task,
+                      "classify or segment (default: the weights' task; segment writes <stem>_mask.png, "
+                      "<stem>_overlay.png and summary.json into --out)")
+      ->check(CLI::IsMember({"classify", "segment"}));
+  predict->add_flag("--ignore-background", pc.ignore_background,
+                    "--task segment with masks in the data: class 0 left out of the summary's mean IoU and Dice");
   predict->add_option("--num-classes", pc.num_classes, "number of classes (default: from the weights file)")
       ->check(kiln_cli::positive);
   predict->add_option("--batch", pc.batch, "images per forward pass")->check(kiln_cli::positive)

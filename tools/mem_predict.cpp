@@ -45,6 +45,11 @@ MemPrediction predict_memory(const MemConfig& c) {
   // Segmentation models (unet*): per-pixel logits (N, K, H, W) and a class-index mask per sample.
   if (models::is_segmentation_model(c.train.model)) o.target_shape = {c.image_size, c.image_size};
   o.loss_weight_classes = c.train.class_weights.empty() ? 0 : num_classes_of(c);
+  if (c.train.task == "segment") {  // masks (B, H, W) and the per-pixel step of engine/train/segment_task.h
+    o.target_shape = {c.image_size, c.image_size};
+    o.segmentation = true;
+    o.segmentation_loss = c.train.loss;
+  }
   o.recompute = c.recompute;
   o.amp = c.train.amp;
   o.scaler.init_scale = c.train.amp_init_scale;
@@ -125,6 +130,7 @@ nlohmann::json MemPrediction::to_json() const {
   for (const auto& [m, b] : layer_activations) layers.push_back({{"module", m}, {"bytes", b}});
   const TrainConfig& t = config.train;
   return {{"model", t.model},
+          {"task", t.task},
           {"batch", t.batch},
           {"accum", t.accum},
           {"image_size", config.image_size},

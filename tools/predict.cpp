@@ -16,6 +16,7 @@
 #include "engine/ops/ops.h"
 #include "engine/train/train_state.h"
 #include "models/model_file.h"
+#include "tools/predict_segment.h"
 #include "tools/train_components.h"
 #include "tools/train_data.h"
 
@@ -68,6 +69,8 @@ std::vector<std::string> differences(const PredictConfig& c, const ModelCard& ca
   const Preprocessing& p = card.preprocessing;
   auto given = [&](const char* k) { return c.given.count(k) > 0; };
   std::vector<std::string> d;
+  if (!c.task.empty() && c.task != card.task)
+    d.push_back(str_cat("--task ", c.task, " (the weights hold a ", card.task, " model)"));
   if (!c.model.empty() && !card.model.empty() && !same_model(card.model, c.model))
     d.push_back(str_cat("--model ", c.model, " (the weights hold a ", card.model, ")"));
   if (c.num_classes > 0 && card.num_classes > 0 && c.num_classes != card.num_classes)
@@ -147,6 +150,9 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
     idx_stats[0] = p.mean[0];
     idx_stats[1] = p.std[0];
   }
+  // A segmentation model: masks and overlays into a folder (tools/predict_segment.h).
+  if ((!c.task.empty() ? c.task : card.task) == "segment")
+    return run_segment_predict(c, wf, image, model_name, num_classes, log);
   std::unique_ptr<DataSource> src = open_predict_data(c.data, image, device, idx_given ? idx_stats : nullptr);
   DataSource& data = *src;
   const bool images = !data.path(0).empty();

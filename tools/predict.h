@@ -21,6 +21,8 @@ namespace kiln {
 
 struct PredictConfig {
   std::string model;        // "": the weights' model
+  std::string task;         // "": the weights' (classify, or segment: tools/predict_segment.h, --out a folder)
+  bool ignore_background = false;  // segment: class 0 left out of the mean IoU / Dice of the summary
   std::string weights, data, out;
   int64_t num_classes = 0;  // 0: from the weights' metadata
   int64_t batch = 256;
@@ -35,8 +37,8 @@ struct PredictConfig {
 
 struct PredictResult {
   int64_t n = 0;
-  int64_t scored = 0;       // samples whose class is one of the model's
-  double accuracy = 0;      // correct / scored
+  int64_t scored = 0;       // samples whose class is one of the model's (segment: pixels scored by masks)
+  double accuracy = 0;      // correct / scored (segment: pixel accuracy)
 };
 
 PredictResult run_predict(const PredictConfig& c, std::ostream& log);

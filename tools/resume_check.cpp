@@ -28,7 +28,7 @@ std::vector<std::string> resume_differences(const nlohmann::json& saved, const T
   auto compare = [&](const nlohmann::json& a, const nlohmann::json& b, const std::string& name) {
     if (!a.is_null() && a != b) out.push_back(str_cat(name, ": saved ", show(a), ", now ", show(b)));
   };
-  for (const char* key : {"optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup", "clip",
+  for (const char* key : {"task", "loss", "optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup", "clip",
                           "class_weights", "batch", "batch_memory", "accum", "drop_last", "limit", "seed"}) {
     compare(saved.value(key, nlohmann::json()), cur[key], key);
   }

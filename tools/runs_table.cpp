@@ -43,7 +43,8 @@ const std::vector<std::string>& run_row_keys() {
   static const std::vector<std::string> keys = {
       "when",       "run",       "status",       "model",          "data",          "image_size",
       "batch",      "accum",     "optimizer",    "lr",             "amp",           "recompute",
-      "epochs",     "epochs_planned", "train_acc", "val_acc",      "time_s",        "images_per_s",
+      "epochs",     "epochs_planned", "train_acc", "val_acc",      "task",          "val_miou",
+      "time_s",     "images_per_s",
       "predicted_peak", "measured_peak", "last_step", "error",     "file"};
   return keys;
 }
@@ -72,8 +73,8 @@ json run_row(const kiln::train::LedgerRun& r) {
     row["recompute"] = rc;
   }
   int64_t done = -1;
-  double best_val = -1;
-  bool have_val = false;
+  double best_val = -1, best_miou = -1;
+  bool have_val = false, have_miou = false;
   double secs = 0, ips = 0;
   int64_t peak = -1;
   for (const json& e : r.epochs) {
@@ -81,6 +82,10 @@ json run_row(const kiln::train::LedgerRun& r) {
     if (field(e, "val_acc").is_number()) {
       best_val = have_val ? std::max(best_val, e["val_acc"].get<double>()) : e["val_acc"].get<double>();
       have_val = true;
+    }
+    if (field(e, "val_miou").is_number()) {  // segmentation runs (kiln train --task segment)
+      best_miou = have_miou ? std::max(best_miou, e["val_miou"].get<double>()) : e["val_miou"].get<double>();
+      have_miou = true;
     }
     if (field(e, "seconds").is_number()) secs += e["seconds"].get<double>();
     if (field(e, "images_per_s").is_number()) ips += e["images_per_s"].get<double>();
@@ -91,6 +96,8 @@ json run_row(const kiln::train::LedgerRun& r) {
   row["epochs_planned"] = field(c, "epochs");
   if (!r.epochs.empty()) row["train_acc"] = field(r.epochs.back(), "train_acc");
   if (have_val) row["val_acc"] = best_val;
+  row["task"] = field(c, "task").is_string() ? field(c, "task") : json("classify");  // older ledgers: classify
+  if (have_miou) row["val_miou"] = best_miou;
   const json& wall = field(r.end, "wall_s");
   row["time_s"] = wall.is_number() ? wall : (r.epochs.empty() ? json() : json(secs));
   const json& run_ips = field(r.end, "images_per_s");
@@ -216,6 +223,7 @@ std::vector<std::string> cells(const json& r) {
           s(r["recompute"]),
           epochs,
           r["val_acc"].is_number() ? fmt("%.2f%%", 100 * r["val_acc"].get<double>()) : "-",
+          r["val_miou"].is_number() ? fmt("%.2f%%", 100 * r["val_miou"].get<double>()) : "-",
           r["time_s"].is_number() ? fmt("%.1f s", r["time_s"].get<double>()) : "-",
           r["images_per_s"].is_number() ? fmt("%.0f", r["images_per_s"].get<double>()) : "-",
           format_mib(r["predicted_peak"]),
@@ -228,7 +236,7 @@ std::vector<std::string> cells(const json& r) {
 const std::vector<std::string>& table_headers() {
   static const std::vector<std::string> h = {"when",    "model",     "data",  "size",   "batch",
                                              "opt lr",  "prec",      "recompute", "epochs", "best val",
-                                             "time",    "img/s",     "pred peak", "peak",   "status"};
+                                             "best mIoU", "time",  "img/s",  "pred peak", "peak",      "status"};
   return h;
 }
 

@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "engine/autograd/grad_mode.h"
+#include "engine/core/generator.h"
+#include "engine/ops/ops.h"
 #include "engine/optim/adamw.h"
+#include "engine/train/segment_task.h"
 #include "engine/optim/sgd.h"
 #include "models/model_file.h"
 #include "models/registry.h"
@@ -31,6 +35,25 @@ bool same_model(const std::string& stored, const std::string& wanted) {
 
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {
   return models::make_model(name, num_classes, in_channels, image_size);
+}
+
+void check_segment_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {
+  const RngState rng = global_rng();  // the real model's initialization must not see this one
+  Shape out_shape;
+  {
+    nn::ModulePtr m = build_model(name, num_classes, in_channels, image_size);
+    m->to(Device::meta());
+    m->eval();  // one sample: BatchNorm's running statistics, not a batch of 1
+    NoGradGuard no_grad;
+    out_shape = (*m)(empty({1, in_channels, image_size, image_size}, DType::f32, Device::meta())).sizes();
+  }
+  global_rng() = rng;
+  const Shape want = {1, num_classes, image_size, image_size};
+  if (out_shape == want) return;
+  throw Error(str_cat("--task segment: --model ", name, " gives output ", shape_str(out_shape), " for input ",
+                      shape_str({1, in_channels, image_size, image_size}), "; segmentation needs ", shape_str(want),
+                      " (per-pixel scores of the ", num_classes,
+                      " classes at the input's size: a fully convolutional model such as a UNet)"));
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, nn::Module& model) {

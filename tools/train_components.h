@@ -21,6 +21,11 @@ bool same_model(const std::string& stored, const std::string& wanted);
 // make_model(name, num_classes, in_channels, image_size) with the error naming the known models.
 nn::ModulePtr build_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size);
 
+// --task segment: builds `name` (the global RNG restored after), runs it on a meta input
+// (1, in_channels, image_size, image_size) and throws one kiln::Error naming the model and its output
+// shape unless that is (1, K, image_size, image_size) with K = num_classes <= 255.
+void check_segment_model(const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size);
+
 // SGD (momentum, weight decay) or AdamW over every parameter of `model`, PyTorch semantics.
 std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, nn::Module& model);
 

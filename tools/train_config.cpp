@@ -63,6 +63,9 @@ optim::LRSchedulePtr LrSchedule::build(int64_t steps_per_epoch, int64_t total_st
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j;
   j["model"] = model;
+  j["task"] = task;
+  if (ignore_background) j["ignore_background"] = true;
+  if (task == "segment") j["loss"] = loss;
   j["data"] = data;
   j["val"] = val;
   j["num_classes"] = num_classes;

@@ -34,6 +34,9 @@ struct LrSchedule {
 
 struct TrainConfig {
   std::string model;
+  std::string task = "classify";  // classify | segment (engine/train/segment_task.h)
+  bool ignore_background = false; // segment: class 0 left out of mean IoU and mean Dice
+  std::string loss = "ce";        // segment: ce | dice | ce+dice (engine/train/segment_task.h)
   std::string data, val;
   int64_t num_classes = 0;  // 0: from the data (max label + 1)
   int64_t epochs = 1;

@@ -25,8 +25,13 @@ namespace kiln {
 // "idx", "npy" or "images" (an image folder or a .csv file) for --data; throws naming the path.
 std::string data_kind(const std::string& path);
 
-// The training (and validation) data of run `c` on `device`.
+// The training (and validation) data of run `c` on `device`. --task segment: a folder of x.npy +
+// y.npy (N, H, W) masks (data/mask_array_source.h); format "segment".
 TrainData open_train_data(const TrainConfig& c, Device device);
+// The data `kiln predict --task segment` runs on: an npy mask folder (images and masks, so the
+// masks score the prediction), or image files (data/segmentation_source.h: a folder of images, a
+// segmentation folder's images/, a split folder's val/; no masks).
+std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions& opt, Device device);
 // The data `kiln predict` runs on: an IDX folder's t10k split, x.npy + y.npy, or for image data
 // the val/ or test/ split of a folder with splits (else the whole folder, or the CSV), with the
 // eval transform (opt.normalize must not be auto: predict never measures its data).

@@ -35,6 +35,8 @@
 #include "engine/train/train_state.h"
 #include "engine/core/devices.h"
 #include "engine/train/evaluate.h"
+#include "engine/train/segment_task.h"
+#include "models/registry.h"
 #include "tools/mem_train.h"
 #include "engine/train/memory_peak.h"
 #include "engine/train/run_ledger.h"
@@ -58,11 +60,30 @@ std::string now_iso8601() {
   return buf;
 }
 
+// A number, or null when it is NaN (an undefined metric: JSON has no NaN).
+nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+
 nlohmann::json epoch_json(const EpochStats& e) {
   nlohmann::json j = {{"epoch", e.epoch},         {"train_loss", e.train_loss}, {"train_acc", e.train_acc},
                       {"images_per_s", e.images_per_s}, {"seconds", e.seconds}, {"lr", e.lr}};
   j["val_loss"] = e.val_loss >= 0 ? nlohmann::json(e.val_loss) : nlohmann::json();
   j["val_acc"] = e.val_acc >= 0 ? nlohmann::json(e.val_acc) : nlohmann::json();
+  if (e.val_segment) {  // --task segment: the whole validation set's metrics (engine/train/segment_metrics.h)
+    const train::SegmentMetrics& m = *e.val_segment;
+    j["val_pixel_acc"] = number_or_null(m.pixel_accuracy);
+    j["val_miou"] = number_or_null(m.mean_iou);
+    j["val_mean_dice"] = number_or_null(m.mean_dice);
+    nlohmann::json iou = nlohmann::json::array(), dice = nlohmann::json::array();
+    for (int64_t k = 0; k < m.num_classes; ++k) {
+      iou.push_back(number_or_null(m.iou[(size_t)k]));  // null: the class is in neither target nor prediction
+      dice.push_back(number_or_null(m.dice[(size_t)k]));
+    }
+    j["val_iou"] = iou;
+    j["val_dice"] = dice;
+    j["val_pixels"] = m.pixels;
+    j["ignore_background"] = m.ignore_background;
+    j["val_baseline_miou"] = number_or_null(train::all_background_metrics(m).mean_iou);  // all background
+  }
   j["peak_memory_bytes"] = e.peak_memory >= 0 ? nlohmann::json(e.peak_memory) : nlohmann::json();
   if (e.undefined_batches > 0) j["undefined_batches"] = e.undefined_batches;
   if (e.loss_scale > 0) {
@@ -147,6 +168,13 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   KILN_USAGE_CHECK(c.accum <= c.batch, "train: --accum ", c.accum, " is larger than --batch ", c.batch,
              " (each micro-batch needs at least one sample)");
   const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
+  {  // --task segment's flags, before anything is read
+    const bool seg = c.task == "segment";
+    KILN_USAGE_CHECK(seg || !c.ignore_background, "--ignore-background applies to --task segment only");
+    KILN_USAGE_CHECK(seg || c.loss == "ce", "--loss ", c.loss, " applies to --task segment only");
+    KILN_USAGE_CHECK(seg || !models::is_segmentation_model(c.model), "--model ", c.model,
+                     " is a segmentation model (per-pixel outputs): pass --task segment");
+  }
   check_output_folders(c);  // before any data is read: a run must not train and then fail to save
   apply_kernels_option(c.kernels, log);
   if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
@@ -174,6 +202,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       c.num_classes > 0 ? c.num_classes : std::max(max_label + 1, data.num_classes);
   KILN_CHECK(max_label < num_classes, "train: label ", max_label, " found in the data but --num-classes is ",
              num_classes);
+  const bool segment = c.task == "segment";
+  KILN_CHECK(!segment || num_classes <= train::kSegmentMaxClasses, "--task segment: ", num_classes,
+             " classes; masks are 8-bit with 255 = ignore, so at most ", train::kSegmentMaxClasses);
   KILN_CHECK(c.class_weights.empty() || (int64_t)c.class_weights.size() == num_classes, "--class-weights: ",
              c.class_weights.size(), " weights for ", num_classes, " classes");
   // A schedule --epochs cuts short: the sizes actually used, and a warning (its last size is never trained).
@@ -188,7 +219,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     }
   }
   // What predict and export need, stored in the weights and training-state files.
-  const ModelCard card = make_model_card(c.model, num_classes, data, c.image, train_channels, train_size);
+  ModelCard card = make_model_card(c.model, num_classes, data, c.image, train_channels, train_size);
+  card.task = c.task;
   log << "data: " << train.source() << ", " << train.size() << " samples (" << train_channels << "x" << train_size
       << "x" << train_size << ")";
   if (data.val) log << "; val " << data.val->source() << ", " << data.val->size() << " samples";
@@ -220,6 +252,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   }
 
   // ---- model, optimizer, state ----
+  // --task segment: the model must give (N, K, H, W) at the masks' size (a meta forward, no arithmetic).
+  if (segment) check_segment_model(c.model, num_classes, train_channels, train.image_size(0));
   // The memory prediction runs first (it builds a throwaway model and restores the RNG), so on a
   // small simulated device it never competes with the real model for memory. It is for the first
   // epoch's image size (progressive resizing changes it later).
@@ -269,7 +303,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       KILN_CHECK(st.step_in_epoch < steps_per_epoch, "--resume: ", c.resume, " was saved after step ",
                  st.step_in_epoch, " of an epoch, but an epoch has ", steps_per_epoch, " steps");
       start_step_in_epoch = st.step_in_epoch;
-      start_sums = {st.epoch_loss_sum, st.epoch_correct, st.epoch_seen, st.epoch_undefined_batches};
+      start_sums = {st.epoch_loss_sum, st.epoch_correct, st.epoch_seen, st.epoch_undefined_batches,
+                    st.epoch_metric_total};
     }
     log << "resume: " << c.resume << " at epoch " << start_epoch;
     if (start_step_in_epoch > 0) log << " + " << start_step_in_epoch << "/" << steps_per_epoch << " steps";
@@ -281,7 +316,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     class_weights = to_device(tensor_from(w, {num_classes}), device);
   }
   log << "model: " << c.model << ", " << model->num_parameters() << " parameters, " << num_classes
-      << " classes; device " << device.str() << ", " << cpu::num_threads() << " threads; " << steps_per_epoch
+      << " classes" << (segment ? " (task segment)" : "") << "; device " << device.str() << ", " << cpu::num_threads() << " threads; " << steps_per_epoch
       << " steps/epoch\n";
 
   AmpTraining amp(c, device);
@@ -318,6 +353,13 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     return c.lr * lr_factor->factor(at);
   };
   fo.class_weights = class_weights;
+  if (segment) {  // per-pixel loss and pixel counts; validation = the whole set's confusion matrix
+    fo.classification = false;
+    train::use_segmentation_step(&fo.step, class_weights, c.loss);
+    fo.evaluate = [&](nn::Module& m, DataSource& val, int64_t epoch) {
+      return train::evaluate_segmentation(m, val, c.batch, epoch, class_weights, c.ignore_background);
+    };
+  }
   fo.step.accum = c.accum;
   fo.step.clip = c.clip;
   fo.step.autocast = amp.enabled();
@@ -349,6 +391,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     st.epoch_correct = sums.correct;
     st.epoch_seen = sums.seen;
     st.epoch_undefined_batches = sums.undefined_batches;
+    st.epoch_metric_total = sums.metric_total;
     if (amp.enabled()) {
       st.has_amp = true;
       st.amp_scale = amp.scaler().current_scale();
@@ -364,9 +407,16 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     // Every --checkpoint-every Nsteps; one due at an epoch's last step is written at the epoch's end.
     if (!state_path.empty() && c.checkpoint_steps > 0 && step % c.checkpoint_steps == 0 &&
         fs.step_in_epoch + 1 < fs.steps_per_epoch)
-      save_state(fs.epoch, fs.step_in_epoch + 1, {fs.loss_sum, fs.correct, fs.seen, fs.undefined_batches});
+      save_state(fs.epoch, fs.step_in_epoch + 1,
+                 {fs.loss_sum, fs.correct, fs.seen, fs.undefined_batches, fs.metric_total});
     memory.after_step(log);
-    bar->set_suffix(amp.progress_text() + (batch_memory ? batch_memory->progress_text() : ""));
+    std::string suffix = amp.progress_text() + (batch_memory ? batch_memory->progress_text() : "");
+    if (segment && fs.metric_total > 0) {  // the epoch's running pixel accuracy
+      char acc[48];
+      std::snprintf(acc, sizeof acc, "  pixel acc %.2f%%", 100.0 * (double)fs.correct / (double)fs.metric_total);
+      suffix += acc;
+    }
+    bar->set_suffix(suffix);
     bar->update(fs.step_in_epoch + 1, fs.mean_loss, fs.seen);
     if (!first_step.done()) {
       bar->finish();
@@ -382,7 +432,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     if (amp.enabled()) log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
     if (data.val) report_bad_samples(*data.val, log);
     es.peak_memory = batch_memory ? batch_memory->take_epoch_peak() : peak_memory_bytes(device);
-    char mem[32], line[256];
+    char mem[32], line[384];
     std::snprintf(line, sizeof line,
                   "epoch %lld/%lld  train loss %.4f acc %.2f%%  val loss %s acc %s  %.0f img/s  %.1f s  peak %s  "
                   "lr %.4g",
@@ -390,7 +440,30 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
                   es.val_loss >= 0 ? std::to_string(es.val_loss).substr(0, 6).c_str() : "-",
                   es.val_acc >= 0 ? (std::to_string(100 * es.val_acc).substr(0, 5) + "%").c_str() : "-",
                   es.images_per_s, es.seconds, format_bytes(es.peak_memory, mem, sizeof mem), es.lr);
-    log << line << std::endl;
+    if (es.val_segment) {  // replaces the classification line: pixel accuracy, mIoU, Dice per class
+      const train::SegmentMetrics& m = *es.val_segment;
+      std::string dice;
+      for (int64_t k = 0; k < m.num_classes; ++k) {
+        char d[16];
+        std::snprintf(d, sizeof d, "%.3f", m.dice[(size_t)k]);
+        dice += (k ? "/" : "") + std::string(d);
+      }
+      std::snprintf(line, sizeof line,
+                    "epoch %lld/%lld  train loss %.4f pixel acc %.2f%%  val loss %.4f pixel acc %.2f%% mIoU %.2f%%%s  "
+                    "%.0f img/s  %.1f s  peak %s  lr %.4g",
+                    (long long)es.epoch, (long long)c.epochs, es.train_loss, 100 * es.train_acc, es.val_loss,
+                    100 * m.pixel_accuracy, 100 * m.mean_iou, m.ignore_background ? " (no background)" : "",
+                    es.images_per_s, es.seconds, format_bytes(es.peak_memory, mem, sizeof mem), es.lr);
+      log << line << "  dice " << dice << std::endl;
+    } else if (segment) {
+      std::snprintf(line, sizeof line, "epoch %lld/%lld  train loss %.4f pixel acc %.2f%%  (no --val)  %.0f img/s  "
+                    "%.1f s  peak %s  lr %.4g",
+                    (long long)es.epoch, (long long)c.epochs, es.train_loss, 100 * es.train_acc, es.images_per_s,
+                    es.seconds, format_bytes(es.peak_memory, mem, sizeof mem), es.lr);
+      log << line << std::endl;
+    } else {
+      log << line << std::endl;
+    }
     memory.after_epoch(es.epoch, log);
     log << "memory epoch " << es.epoch << ": " << (batch_memory ? batch_memory->epoch_text() : format_tag_peaks(device))
         << "\n";
@@ -469,6 +542,16 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["final_val_acc"] = fin && fin->val_acc >= 0 ? nlohmann::json(fin->val_acc) : nlohmann::json();
   j["final_train_loss"] = fin ? nlohmann::json(fin->train_loss) : nlohmann::json();
   j["final_val_loss"] = fin && fin->val_loss >= 0 ? nlohmann::json(fin->val_loss) : nlohmann::json();
+  if (fin && fin->val_segment) {
+    j["final_val_miou"] = number_or_null(fin->val_segment->mean_iou);
+    j["final_val_mean_dice"] = number_or_null(fin->val_segment->mean_dice);
+    j["val_baseline_miou"] = number_or_null(train::all_background_metrics(*fin->val_segment).mean_iou);
+    char line[160];
+    std::snprintf(line, sizeof line, "segment: val mIoU %.2f%% after epoch %lld; predicting background everywhere "
+                  "gives %.2f%%", 100 * fin->val_segment->mean_iou, (long long)fin->epoch,
+                  100 * train::all_background_metrics(*fin->val_segment).mean_iou);
+    log << line << "\n";
+  }
   j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();
   j["wall_s"] = result.wall_s;

@@ -4,16 +4,19 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "data/array_dataset.h"
 #include "data/data_source.h"
 #include "engine/nn/module.h"
+#include "engine/train/segment_metrics.h"
 
 namespace kiln {
 
 struct EvalResult {
-  double loss = 0, accuracy = 0;
-  int64_t n = 0;
+  double loss = 0, accuracy = 0;  // segmentation: accuracy = pixel accuracy
+  int64_t n = 0;                  // samples (images)
+  std::optional<train::SegmentMetrics> segment;  // segmentation only (engine/train/segment_task.h)
 };
 
 // Argmax of logits (B, K) (any device) equals y (B) i64: how many.

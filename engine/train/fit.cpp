@@ -75,6 +75,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     train.start_epoch(epoch, o.batch, true);
     double loss_sum = 0;
     int64_t correct = 0, seen = 0, loss_rows = 0;  // loss_rows: rows of finite losses (amp skips aside)
+    int64_t metric_total = 0;                       // sum of so.metric_total (segmentation: pixels counted)
     EpochStats es;
     es.epoch = epoch + 1;
     StepOptions so = o.step;
@@ -87,6 +88,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     // Loss and correct predictions stay on the device through the step; train_step reads both
     // back in its one host read per step (a GPU step waits for the device once, not per micro-batch).
     if (o.classification) so.metric = [](const MicroBatch& b) { return count_correct_tensor(b.output, b.y); };
+    const bool has_metric = (bool)so.metric;
     if (epoch == o.start_epoch && o.start_step_in_epoch > 0) {  // resumed mid-epoch
       train.skip_batches(o.start_step_in_epoch);
       s = es.steps = o.start_step_in_epoch;
@@ -95,6 +97,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       seen = o.start_sums.seen;
       loss_rows = o.start_sums.seen;  // the state file keeps seen; it differs only after an --amp skip in this epoch
       es.undefined_batches = o.start_sums.undefined_batches;
+      metric_total = o.start_sums.metric_total;
     }
     SourceBatch batch;
     // Where a non-finite step happened, for the one error that stops the run.
@@ -162,7 +165,8 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
           loss_sum += r.loss * (double)r.used_samples;
           loss_rows += r.used_samples;
         }
-        if (o.classification && std::isfinite(r.metric)) correct += (int64_t)std::llround(r.metric);
+        if (has_metric && std::isfinite(r.metric)) correct += (int64_t)std::llround(r.metric);
+        if (so.metric_total && std::isfinite(r.metric_total)) metric_total += (int64_t)std::llround(r.metric_total);
         seen += r.used_samples;
       }
       fs.result = &r;
@@ -170,6 +174,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       fs.seen = seen;
       fs.loss_sum = loss_sum;
       fs.correct = correct;
+      fs.metric_total = metric_total;
       fs.undefined_batches = es.undefined_batches;
       if (o.callbacks.on_step_end) o.callbacks.on_step_end(fs);
       if (o.watch_memory) {
@@ -186,7 +191,9 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     es.seconds = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     es.images_per_s = (double)seen / std::max(es.seconds, 1e-9);
     es.train_loss = loss_sum / (double)std::max<int64_t>(loss_rows, 1);
-    es.train_acc = o.classification ? (double)correct / (double)std::max<int64_t>(seen, 1) : -1;
+    es.train_acc = !has_metric ? -1
+                   : so.metric_total ? (double)correct / (double)std::max<int64_t>(metric_total, 1)
+                                     : (double)correct / (double)std::max<int64_t>(seen, 1);
     if (scaler.enabled()) {
       es.loss_scale = scaler.current_scale();
       es.skipped_steps = scaler.skipped_steps();
@@ -197,6 +204,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
                                  : evaluate_source(model, *val, o.batch, epoch, o.class_weights);
       es.val_loss = ev.loss;
       es.val_acc = ev.accuracy;
+      es.val_segment = ev.segment;
     }
     if (o.callbacks.on_epoch_end) o.callbacks.on_epoch_end(es);
     result.epochs.push_back(es);

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "data/data_source.h"
@@ -20,8 +21,11 @@ namespace kiln::train {
 
 struct EpochStats {
   int64_t epoch = 0;  // 1-based
-  double train_loss = 0, train_acc = 0;
-  double val_loss = -1, val_acc = -1;  // -1: no validation data
+  double train_loss = 0, train_acc = 0;  // train_acc: classification accuracy, or the metric's
+                                          // share (segmentation: pixel accuracy); -1 without a metric
+  double val_loss = -1, val_acc = -1;  // -1: no validation data (segmentation: val_acc = pixel accuracy)
+  // Segmentation (FitOptions::evaluate that fills EvalResult::segment): the validation set's metrics.
+  std::optional<SegmentMetrics> val_segment;
   double images_per_s = 0;
   double seconds = 0;
   double lr = 0;                 // LR of the epoch's last step
@@ -47,7 +51,8 @@ struct FitStep {
   // The epoch's sums so far (on_step_end): what a mid-epoch training-state file saves so that a
   // resumed epoch reports the numbers of an uninterrupted one (FitOptions::start_sums).
   double loss_sum = 0;          // sum of loss * samples
-  int64_t correct = 0;
+  int64_t correct = 0;          // sum of the step metric (correct predictions or pixels)
+  int64_t metric_total = 0;     // sum of StepOptions::metric_total (segmentation: pixels counted)
   int64_t undefined_batches = 0;  // batches left out so far (empty, or a loss undefined by construction)
 };
 
@@ -56,6 +61,7 @@ struct EpochSums {
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
   int64_t undefined_batches = 0;
+  int64_t metric_total = 0;
 };
 
 struct FitCallbacks {
@@ -83,7 +89,10 @@ struct FitOptions {
   // LR of optimizer step `step` (0-based over the run); unset: the optimizer's own LR is kept.
   std::function<double(int64_t step, int64_t steps_per_epoch, int64_t total_steps)> lr_at;
   Tensor class_weights;         // classification loss and validation (optional, (K) on the device)
-  bool classification = true;   // accuracy from argmax of (B, K) outputs; false: loss only
+  // true: accuracy from argmax of (B, K) outputs. false: step.metric (when set) summed over the
+  // epoch, divided by the sum of step.metric_total when that is set, else by the samples
+  // (segmentation: correct pixels / pixels counted); without step.metric, loss only.
+  bool classification = true;
   // Validation of one epoch; unset: evaluate_source (classification loss and accuracy).
   std::function<EvalResult(nn::Module& model, DataSource& val, int64_t epoch)> evaluate;
   StepOptions step;             // accum, clip, autocast, channels_last, loss, step hooks

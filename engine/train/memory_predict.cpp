@@ -12,6 +12,7 @@
 #include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #include "engine/ops/ops.h"
+#include "engine/train/segment_task.h"
 
 namespace kiln::train {
 
@@ -177,6 +178,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
       }
       StepOptions st = o.step;
       st.autocast = o.amp;
+      if (o.segmentation) use_segmentation_step(&st, class_weights, o.segmentation_loss);
       if (!st.loss) st.loss = cross_entropy_loss(class_weights);
       if (last)
         st.hooks.after_forward = [&, user = o.step.hooks.after_forward](const MicroBatch& b) {

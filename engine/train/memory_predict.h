@@ -72,6 +72,10 @@ struct PredictOptions {
   bool amp = false;                   // f16 autocast + loss scaling, as the trainer's --amp
   optim::LossScalerOptions scaler;    // the scaler's options under amp (its `enabled` is ignored)
   StepOptions step;                   // accum, clip, lr, channels_last, loss (as the trainer's)
+  // Segmentation (engine/train/segment_task.h): the step's loss, pixel metric and pixel count are
+  // use_segmentation_step's with the class weights above; target_shape is then {H, W}.
+  bool segmentation = false;
+  std::string segmentation_loss = "ce";  // ce | dice | ce+dice (segment_task.h's segmentation_loss)
   Device target = Device::cpu();      // whose allocator policy is imitated
   bool detail = false;                // also the timeline and the segment map at the peak (one more step)
 };

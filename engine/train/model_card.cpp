@@ -72,6 +72,7 @@ std::map<std::string, std::string> ModelCard::to_metadata() const {
   std::map<std::string, std::string> m;
   const Preprocessing& p = preprocessing;
   if (!model.empty()) m["model"] = model;
+  if (!task.empty()) m["task"] = task;
   if (num_classes > 0) m["num_classes"] = std::to_string(num_classes);
   if (p.channels > 0) m["in_channels"] = std::to_string(p.channels);
   if (p.image_size > 0) m["image_size"] = std::to_string(p.image_size);
@@ -96,6 +97,11 @@ ModelCard ModelCard::from_metadata(const std::map<std::string, std::string>& m, 
   auto has = [&](const char* key) { return m.count(key) > 0; };
   if (has("model")) c.model = m.at("model");
   else c.missing.push_back("model");
+  if (has("task")) {  // absent: a file written before tasks, a classifier
+    c.task = m.at("task");
+    KILN_CHECK(c.task == "classify" || c.task == "segment", source, ": metadata 'task' is '", c.task,
+               "' (expected classify or segment)");
+  }
   if (has("num_classes")) c.num_classes = int_at(m, "num_classes", source);
   else c.missing.push_back("number of classes");
   if (has("image_size")) p.image_size = int_at(m, "image_size", source);

@@ -7,7 +7,8 @@
 // existed: what is absent is listed in ModelCard::missing, and the caller decides what to assume.
 // Pure values and their text form: no files are opened here except by read_model_card, nothing
 // is decoded, no statistics are measured.
-// Metadata keys: model, num_classes, in_channels, image_size, data_format (images|idx|npy),
+// Metadata keys: model, task (classify|segment; absent in older files: classify), num_classes,
+// in_channels, image_size, data_format (images|idx|npy|segment),
 // resize, crop (center|none), normalize (the requested kind: none|imagenet|auto|custom text),
 // mean and std (JSON arrays, one value per channel, or one for all), class_names (JSON array).
 #pragma once
@@ -40,6 +41,9 @@ struct Preprocessing {
 
 struct ModelCard {
   std::string model;                     // a built-in model name ("" unknown)
+  // What the model's output means: "classify" (N, K) logits, "segment" (N, K, H, W) per-pixel
+  // scores (engine/train/segment_task.h). Files written before tasks existed read as "classify".
+  std::string task = "classify";
   int64_t num_classes = 0;               // 0 unknown
   std::vector<std::string> class_names;  // index = class; empty: unknown
   Preprocessing preprocessing;

@@ -62,6 +62,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["epoch_correct"] = std::to_string(st.epoch_correct);
     meta["epoch_seen"] = std::to_string(st.epoch_seen);
     meta["epoch_undefined_batches"] = std::to_string(st.epoch_undefined_batches);
+    if (st.epoch_metric_total > 0) meta["epoch_metric_total"] = std::to_string(st.epoch_metric_total);
   }
   if (st.has_amp) {
     char scale[64];
@@ -101,6 +102,7 @@ CheckpointFile read_checkpoint(const std::string& path, const std::string& model
     st.epoch_correct = std::stoll(optional_meta("epoch_correct"));
     st.epoch_seen = std::stoll(optional_meta("epoch_seen"));
     st.epoch_undefined_batches = std::stoll(optional_meta("epoch_undefined_batches"));
+    st.epoch_metric_total = std::stoll(optional_meta("epoch_metric_total"));
     if (f.metadata.count("amp_scale")) {
       st.has_amp = true;
       st.amp_scale = std::stod(meta_at(f, "amp_scale", path));

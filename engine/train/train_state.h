@@ -37,6 +37,7 @@ struct CheckpointState {
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0, epoch_seen = 0;
   int64_t epoch_undefined_batches = 0;  // batches of those steps left out (all samples bad, ...)
+  int64_t epoch_metric_total = 0;       // segmentation: pixels counted by those steps (0 otherwise)
   // The --amp loss scaler's state (has_amp: the run that saved it used --amp).
   bool has_amp = false;
   double amp_scale = 0;

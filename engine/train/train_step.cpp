@@ -92,13 +92,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   if (used == 0) {  // every micro-batch's loss is undefined: nothing to learn from, no step
     r.undefined = true;
     r.stepped = false;
-    r.loss = r.metric = nan;
+    r.loss = r.metric = r.metric_total = nan;
     r.loss_scale = scaler.current_scale();
     if (o.hooks.on_step_end) o.hooks.on_step_end(r);
     return r;
   }
   r.used_samples = used;
-  // The step's running sums on the device, f64: [sum of loss * rows (, sum of metric)]. Read once
+  // The step's running sums on the device, f64: [sum of loss * rows (, metric) (, metric_total)]. Read once
   // after the last micro-batch: on a GPU each read waits for the device.
   Tensor sums;
   std::vector<MicroBatch> kept;  // the micro-batches' rows and losses, for the non-finite report
@@ -118,6 +118,7 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
       NoGradGuard no_grad;
       Tensor part = reshape(mul(to_dtype(b.loss.detach(), DType::f64), (double)b.size), {1});
       if (o.metric) part = cat({part, reshape(to_dtype(o.metric(b).detach(), DType::f64), {1})});
+      if (o.metric_total) part = cat({part, reshape(to_dtype(o.metric_total(b).detach(), DType::f64), {1})});
       sums = sums.defined() ? add(sums, part) : part;
     }
     MicroBatch k;
@@ -158,12 +159,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     else if (grad_total.defined()) readback = cat({sums, grad_total});
   }
   if (meta) {
-    r.loss = r.metric = nan;
+    r.loss = r.metric = r.metric_total = nan;
   } else {
     const std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
     if (scaler.enabled()) scaler.set_found_inf_read(v.back() != 0.0);
     r.loss = v[0] / (double)used;
     r.metric = o.metric ? v[1] : nan;
+    r.metric_total = o.metric_total ? v[o.metric ? 2 : 1] : nan;
     // With a loss scaler an inf/NaN loss is an overflow like any other: its step is skipped.
     if (!std::isfinite(r.loss) && !scaler.enabled()) {
       // The error path reads each micro-batch's loss to name the first non-finite one.

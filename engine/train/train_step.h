@@ -59,6 +59,7 @@ struct StepResult {
   int64_t micro_batches = 0;
   double loss = 0;            // mean loss over the step's rows (NaN on the meta device)
   double metric = 0;          // the sum of options.metric over the micro-batches (NaN on meta or without)
+  double metric_total = 0;    // the sum of options.metric_total (NaN on meta or without)
   int64_t used_samples = 0;   // rows not left out (loss_undefined): the loss is their mean
   double grad_norm = -1;      // before clipping; -1 without clipping, NaN on the meta device
   bool stepped = true;        // false: no optimizer step (the scaler skipped it, or every micro-batch was left out)
@@ -88,6 +89,9 @@ struct StepOptions {
   // Optional per-micro-batch scalar on the device (fit: the correct predictions), summed on the
   // device and read back with the loss in the step's one host read (StepResult::metric).
   std::function<Tensor(const MicroBatch&)> metric;
+  // Optional: what metric counts out of (segmentation: the pixels that are not ignored, so that
+  // metric / metric_total is the pixel accuracy); read back in the same host read.
+  std::function<Tensor(const MicroBatch&)> metric_total;
   // True when the loss of these targets is undefined by construction (0/0: every target is the
   // ignore_index or has class weight 0); such a micro-batch is left out and counted. Unset: never.
   std::function<bool(const Tensor& y)> loss_undefined;

@@ -22,6 +22,7 @@ const char* op_name(int32_t op) {
     case DeferredOp::nll_loss_forward: return "nll_loss_forward";
     case DeferredOp::nll_loss_backward: return "nll_loss_backward";
     case DeferredOp::one_hot_forward: return "one_hot (dice_loss)";
+    case DeferredOp::confusion_matrix: return "confusion_matrix";
     default: return "a cuda kernel";
   }
 }

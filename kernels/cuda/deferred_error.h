@@ -1,5 +1,6 @@
 // Errors that CUDA kernels detect in their input (today: an out-of-range class target of
-// cross_entropy / nll_loss / one_hot) and that are reported at the next host synchronization instead of by a
+// cross_entropy / nll_loss / one_hot / confusion_matrix) and that are reported at the next host
+// synchronization instead of by a
 // stream sync per call. A kernel writes the first bad input into a slot of mapped pinned host
 // memory (one slot per device); copy_bytes (device -> host) and synchronize() check the slots
 // right after they wait, and throw kiln::Error naming the op, the position, the target and K, as
@@ -13,7 +14,7 @@
 namespace kiln::cuda {
 
 enum class DeferredOp : int32_t { none = 0, cross_entropy_forward, cross_entropy_backward, nll_loss_forward,
-                                  nll_loss_backward, one_hot_forward };
+                                  nll_loss_backward, one_hot_forward, confusion_matrix };
 
 // Written by device code (one thread, only when pos < 0), read by the host after a sync.
 struct DeferredTargetError {

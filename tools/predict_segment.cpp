@@ -1,0 +1,169 @@
+// `kiln predict --task segment` (see predict_segment.h).
+#include "tools/predict_segment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "data/png_io.h"
+#include "data/segmentation_overlay.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/core/devices.h"
+#include "engine/io/atomic_file.h"
+#include "engine/io/tensor_io.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/confusion.h"
+#include "engine/ops/ops.h"
+#include "engine/train/segment_task.h"
+#include "models/model_file.h"
+#include "tools/train_components.h"
+#include "tools/train_data.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The input as the model saw it, back in 0..255 (HWC, 1 or 3 channels): the normalization undone
+// with the card's mean/std (one value for every channel, or one per channel).
+Image input_image(const float* x, int64_t channels, int64_t h, int64_t w, const Preprocessing& p) {
+  Image im;
+  im.w = (int)w, im.h = (int)h, im.c = channels == 1 ? 1 : 3;
+  im.px.resize((size_t)(w * h * im.c));
+  for (int64_t ch = 0; ch < im.c; ++ch)
+    for (int64_t p_ = 0; p_ < h * w; ++p_) {
+      double v = x[ch * h * w + p_];
+      if (p.has_normalization()) {
+        const size_t i = std::min(p.mean.size() - 1, (size_t)ch);
+        v = v * p.std[i] + p.mean[i];
+      }
+      im.px[(size_t)(p_ * im.c + ch)] = (uint8_t)std::lround(std::clamp(v, 0.0, 1.0) * 255.0);
+    }
+  return im;
+}
+
+std::string image_stem(const DataSource& data, int64_t index) {
+  const std::string path = data.path(index);
+  if (!path.empty()) return fs::path(path).stem().string();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "sample_%05lld", (long long)index);
+  return buf;
+}
+
+nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+
+}  // namespace
+
+PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const ImageOptions& image,
+                                  const std::string& model_name, int64_t num_classes, std::ostream& log) {
+  const Device device = resolve_device(c.device);
+  const ModelCard& card = wf.card;
+  KILN_CHECK(num_classes <= train::kSegmentMaxClasses, "predict --task segment: ", num_classes,
+             " classes (masks are 8-bit: at most ", train::kSegmentMaxClasses, ")");
+  {
+    std::error_code ec;
+    KILN_CHECK(!fs::exists(c.out, ec) || fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out,
+               " is a file; give a folder for the mask and overlay PNGs");
+    fs::create_directories(c.out, ec);
+    KILN_CHECK(fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out, ": cannot create the folder (",
+               ec.message(), ")");
+  }
+  std::unique_ptr<DataSource> src = open_segment_predict_data(c.data, image, device);
+  DataSource& data = *src;
+  KILN_CHECK(data.size() > 0, "predict: ", c.data, " holds no images");
+
+  nn::ModulePtr model;
+  if (models::is_model_file_name(model_name) && !wf.model_json.empty() && !fs::exists(model_name))
+    model = models::build_graph_model(wf.model_json, c.weights + " (model_json)",
+                                      {num_classes, data.channels(), data.image_size(0)});
+  else
+    model = build_model(model_name, num_classes, data.channels(), data.image_size(0));
+  model->to(device);
+  NamedTensors state;
+  for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, device));
+  wf.tensors.clear();
+  model->load_state_dict(state, true);
+  state.clear();
+
+  const std::vector<PngColor> palette = class_palette((int)num_classes);
+  nlohmann::json images = nlohmann::json::array();
+  Tensor counts;  // the set's confusion matrix on the device, when the data has masks
+  PredictResult result;
+  model->eval();
+  {
+    NoGradGuard no_grad;
+    data.start_epoch(0, c.batch, false);
+    SourceBatch b;
+    while (data.next(&b)) {
+      if (b.x.size(0) == 0) continue;
+      MemoryScope scope(MemoryTag::temporary);
+      Tensor out = (*model)(b.x);
+      const bool masks = b.y.defined() && b.y.dim() == 3;
+      const Tensor shape_y = masks ? b.y : empty({b.x.size(0), b.x.size(2), b.x.size(3)}, DType::i64, Device::meta());
+      train::check_segmentation_output(out, shape_y, str_cat("predict: --model ", model_name));
+      KILN_CHECK(out.size(1) == num_classes, "predict: ", model_name, " gives ", out.size(1), " classes, the weights ",
+                 num_classes);
+      if (masks) {
+        if (!counts.defined()) counts = zeros({num_classes, num_classes}, DType::i64, out.device());
+        confusion_matrix_add_(counts, out, b.y, train::kSegmentIgnoreIndex);
+      }
+      // The class of each pixel: argmax, the first of equal maxima (the metrics' rule).
+      const Tensor cls = to_device(argmax(out, 1), Device::cpu());
+      const Tensor x = contiguous(to_device(b.x, Device::cpu()));
+      const int64_t bn = out.size(0), h = out.size(2), w = out.size(3), ch = x.size(1);
+      const int64_t* cp = cls.data<int64_t>();
+      for (int64_t i = 0; i < bn; ++i) {
+        const int64_t index = b.indices[(size_t)i];
+        const std::string stem = image_stem(data, index);
+        Image mask;
+        mask.w = (int)w, mask.h = (int)h, mask.c = 1;
+        mask.px.resize((size_t)(w * h));
+        std::vector<int64_t> per_class((size_t)num_classes, 0);
+        for (int64_t p = 0; p < h * w; ++p) {
+          const int64_t k = cp[i * h * w + p];
+          mask.px[(size_t)p] = (uint8_t)k;
+          ++per_class[(size_t)k];
+        }
+        write_png_palette((fs::path(c.out) / (stem + "_mask.png")).string(), mask, palette);
+        const Image in = input_image(x.data<float>() + i * ch * h * w, ch, h, w, card.preprocessing);
+        write_png((fs::path(c.out) / (stem + "_overlay.png")).string(), side_by_side_overlay(in, mask, palette, 0.5f));
+        images.push_back({{"index", index}, {"stem", stem}, {"path", data.path(index)},
+                          {"pixels_per_class", per_class}});
+        ++result.n;
+      }
+    }
+  }
+  report_bad_samples(data, log);
+  nlohmann::json summary = {{"weights", c.weights}, {"model", model_name}, {"data", data.source()},
+                            {"num_classes", num_classes}, {"images", images}};
+  log << "predict: " << result.n << " images from " << data.source() << " -> " << c.out
+      << "/ (<stem>_mask.png, <stem>_overlay.png, summary.json)";
+  if (counts.defined()) {
+    const train::SegmentMetrics m =
+        train::segment_metrics(to_device(counts, Device::cpu()).to_vector<int64_t>(), num_classes, c.ignore_background);
+    nlohmann::json iou = nlohmann::json::array(), dice = nlohmann::json::array();
+    for (int64_t k = 0; k < num_classes; ++k) {
+      iou.push_back(number_or_null(m.iou[(size_t)k]));
+      dice.push_back(number_or_null(m.dice[(size_t)k]));
+    }
+    summary["metrics"] = {{"pixel_accuracy", number_or_null(m.pixel_accuracy)}, {"mean_iou", number_or_null(m.mean_iou)},
+                          {"mean_dice", number_or_null(m.mean_dice)}, {"iou", iou}, {"dice", dice},
+                          {"pixels", m.pixels}, {"ignore_background", m.ignore_background}};
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "; against the data's masks: pixel accuracy %.2f%%, mIoU %.2f%%%s, mean Dice %.4f",
+                  100 * m.pixel_accuracy, 100 * m.mean_iou, m.ignore_background ? " (no background)" : "",
+                  m.mean_dice);
+    log << buf;
+    result.scored = m.pixels;
+    result.accuracy = m.pixels > 0 ? m.pixel_accuracy : 0.0;
+  }
+  log << "\n";
+  const std::string text = summary.dump(1) + "\n";
+  atomic_write_file((fs::path(c.out) / "summary.json").string(), text.data(), text.size());
+  return result;
+}
+
+}  // namespace kiln
