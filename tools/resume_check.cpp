@@ -30,16 +30,18 @@ std::vector<std::string> resume_differences(const nlohmann::json& saved, const T
   };
   for (const char* key : {"task", "loss", "optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup", "clip",
                           "class_weights", "batch", "batch_memory", "accum", "drop_last", "limit", "seed"}) {
-    compare(saved.value(key, nlohmann::json()), cur[key], key);
+    // value(): a key absent now (loss outside --task segment) reads as null; const operator[] on a missing key is
+    // undefined behaviour (an assertion in a Debug build).
+    compare(saved.value(key, nlohmann::json()), cur.value(key, nlohmann::json()), key);
   }
   if (saved.contains("data") && saved["data"].is_string() &&
       canonical_path(saved["data"].get<std::string>()) != canonical_path(now.data))
     out.push_back(str_cat("data: saved ", saved["data"].get<std::string>(), ", now ", now.data));
   // The cosine schedule's LR at every step depends on the run's length.
-  if (now.schedule == "cosine") compare(saved.value("epochs", nlohmann::json()), cur["epochs"], "epochs (cosine schedule)");
+  if (now.schedule == "cosine") compare(saved.value("epochs", nlohmann::json()), cur.value("epochs", nlohmann::json()), "epochs (cosine schedule)");
   if (saved.contains("image") && saved["image"].is_object()) {
     for (const char* key : {"image_size", "resize", "crop", "augment", "normalize", "balance", "channels"})
-      compare(saved["image"].value(key, nlohmann::json()), cur["image"][key], key);
+      compare(saved["image"].value(key, nlohmann::json()), cur.value("image", nlohmann::json::object()).value(key, nlohmann::json()), key);
   }
   return out;
 }
