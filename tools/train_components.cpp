@@ -14,12 +14,21 @@
 #include "engine/optim/sgd.h"
 #include "models/model_file.h"
 #include "models/registry.h"
+#include "models/unet.h"
 
 namespace kiln {
 
 void check_model_name(const std::string& name) {
   if (models::is_model_file_name(name)) {
     KILN_CHECK(std::filesystem::is_regular_file(name), "--model ", name, ": no such model file");
+    return;
+  }
+  if (models::is_segmentation_model(name)) {  // unet[:opts], unet_small[:opts]: the options are checked here too
+    try {
+      (void)models::unet_options_from_name(name);
+    } catch (const Error& e) {
+      throw UsageError(str_cat("--model '", name, "': ", e.what()));
+    }
     return;
   }
   const std::vector<std::string> names = models::model_names();

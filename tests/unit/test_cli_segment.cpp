@@ -191,3 +191,18 @@ TEST_CASE("cli segment: a classifier, a classification set and --ignore-backgrou
   CHECK(bg.status == 2);
   CHECK(contains(bg.output, "--ignore-background applies to --task segment only"));
 }
+
+TEST_CASE("cli segment: kiln train takes unet options in --model, and refuses an unknown option in one line") {
+  // kiln mem took unet:stride2 while kiln train refused it as an unknown model (found by the case study script).
+  const SegmentData& d = seg_data();
+  const std::string out = kiln_test::cli_temp_dir("segment_unet_opts");
+  auto ok = run_kiln("train --task segment --model unet_small:base=4,depth=2,stride2 --data " + d.train +
+                     " --epochs 1 --batch 8 --limit 16 --threads 1 --device cpu --out " + out);
+  CHECK_MESSAGE(ok.status == 0, ok.output);
+  CHECK_MESSAGE(contains(ok.output, "model: unet_small:base=4,depth=2,stride2"), ok.output);
+  auto bad = run_kiln("train --task segment --model unet_small:stride3 --data " + d.train +
+                      " --epochs 1 --batch 8 --device cpu --out " + out);
+  CHECK(bad.status == 2);
+  CHECK_MESSAGE(contains(bad.output, "--model 'unet_small:stride3': model 'unet_small:stride3': unknown option 'stride3'"),
+                bad.output);
+}
