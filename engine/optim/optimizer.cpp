@@ -112,7 +112,10 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     } else if (name.rfind("group.", 0) == 0) {
       size_t dot = name.find('.', 6);
       KILN_CHECK(dot != std::string::npos, type_, ".load_state_dict: bad key '", name, "'");
-      size_t k = std::stoul(name.substr(6, dot - 6));
+      const std::string index = name.substr(6, dot - 6);  // digits only: std::stoul threw std::invalid_argument
+      KILN_CHECK(!index.empty() && index.size() <= 9 && index.find_first_not_of("0123456789") == std::string::npos,
+                 type_, ".load_state_dict: bad group index in key '", name, "'");
+      const size_t k = (size_t)std::stoul(index);
       KILN_CHECK(k < groups_.size(), type_, ".load_state_dict: '", name, "' names group ", k, " of ", groups_.size());
       std::string field = name.substr(dot + 1);
       if (field == "lr") groups_[k].lr = t.item();

@@ -10,6 +10,9 @@
 #include "data/decode.h"
 #include "data/jpeg_encode.h"
 #include "data/jpeg_progressive.h"
+#include "engine/core/error.h"
+#include "engine/ops/ops.h"
+#include "engine/optim/sgd.h"
 #include "test_data_support.h"
 
 using namespace kiln;
@@ -232,4 +235,19 @@ TEST_CASE("fuzz regression: a JPEG is decoded the same whatever the thread decod
       if (after_good) REQUIRE(decode(good, fast).w > 0);
       CHECK_THROWS_WITH_AS(decode(bad, fast), doctest::Contains("Huffman table 0x01 was not defined"), DecodeError);
     }
+}
+
+// fuzz_checkpoint, crash (std::terminate): a training-state file whose optimizer key reads
+// "group.*0.lr" reached std::stoul with "*0", which throws std::invalid_argument, not a kiln::Error.
+// The input is tests/fuzz/corpus/checkpoint/regress-group-index-not-a-number.
+TEST_CASE("fuzz regression: an optimizer group index that is not a number is one kiln::Error") {
+  Tensor w = zeros({2});
+  w.set_requires_grad(true);
+  optim::SGD sgd(NamedTensors{{"w", w}}, optim::SGDOptions{});
+  for (const char* key : {"group.*0.lr", "group.-1.lr", "group..lr", "group.99999999999999999999.lr", "group.0x1.lr"}) {
+    CAPTURE(key);
+    CHECK_THROWS_AS(sgd.load_state_dict(NamedTensors{{key, scalar_tensor(0.1, DType::f64)}}), Error);
+  }
+  sgd.load_state_dict(NamedTensors{{"group.0.lr", scalar_tensor(0.25, DType::f64)}});
+  CHECK(sgd.lr() == 0.25);  // a good key still loads
 }
