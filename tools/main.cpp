@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "engine/core/error.h"
+#include "engine/dist/process_group.h"
 #include "engine/core/usage_error.h"
 #include "models/registry.h"
 #include "kernels/cpu/threads.h"
@@ -42,6 +43,20 @@ void usage_checks(F&& checks) {
   } catch (const kiln::Error& e) {
     throw kiln::UsageError(e.what());
   }
+}
+
+// The one error line and the exit status. A rank of a data-parallel run names itself and ends every
+// rank (MPI_Abort): the others would otherwise wait in their next collective for ever.
+int fail(const char* what, int code) {
+  std::cout.flush();
+  if (kiln::dist::world_is_distributed()) {
+    std::fprintf(stderr, "kiln: error: rank %d of %d: %s\n", kiln::dist::world().rank(), kiln::dist::world().size(),
+                 what);
+    std::fflush(stderr);
+    kiln::dist::world().abort(code);
+  }
+  std::fprintf(stderr, "kiln: error: %s\n", what);
+  return code;
 }
 
 std::string model_list() {
@@ -248,7 +263,7 @@ int main(int argc, char** argv) {
       }
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
       kiln::run_training(tc, std::cout, std::cerr, kiln_cli::train_report_hook(tc));
-      if (!tc.report.empty()) std::cout << "report: " << tc.report << "\n";
+      if (!tc.report.empty() && kiln::dist::world().rank() == 0) std::cout << "report: " << tc.report << "\n";
     } else if (mem->parsed()) {
       kiln::run_mem_command(mo, std::cout);
     } else if (predict->parsed()) {
@@ -273,13 +288,9 @@ int main(int argc, char** argv) {
       std::cout << kiln::format_device_report(kiln::query_devices());
     }
   } catch (const kiln::UsageError& e) {
-    std::cout.flush();
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
-    return kExitUsage;
+    return fail(e.what(), kExitUsage);
   } catch (const std::exception& e) {
-    std::cout.flush();
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
-    return kExitRunError;
+    return fail(e.what(), kExitRunError);
   }
   return 0;
 }

@@ -10,22 +10,29 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <streambuf>
 
 #include "data/array_dataset.h"
 #include "data/image_options.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/generator.h"
+#include "engine/dist/process_group.h"
+#include "engine/dist/shard.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/fit.h"
 #include "kernels/cpu/threads.h"
 #include "tools/alloc_flags.h"
@@ -149,9 +156,47 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
                                  const LedgerHook& on_ledger, bool* ledger_started);
 }  // namespace
 
+namespace {
+
+// Ranks a launcher asked for (mpirun, srun), read from its environment; 1 when none is named.
+int64_t launcher_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(var)) return std::max<int64_t>(1, std::atoll(v));
+  return 1;
+}
+
+// A stream that drops everything: what ranks other than 0 print to.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return traits_type::not_eof(c); }
+  std::streamsize xsputn(const char*, std::streamsize n) override { return n; }
+};
+
+}  // namespace
+
 TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
                          const LedgerHook& on_ledger) {
   bool ledger_started = false;  // from the start record on, a failure is the run's own end line
+  // Data-parallel (`mpirun -n N kiln train`, engine/dist/): rank 0 prints and writes the ledger, the
+  // training-state files, --save, the reports and memory files; the other ranks train silently.
+  dist::ProcessGroup& group = dist::world();
+  if (group.size() == 1 && launcher_ranks() > 1)
+    throw Error(str_cat("train: started as one of ", launcher_ranks(), " ranks, but this kiln was built without MPI ",
+                        "(KILN_MPI=OFF or no MPI library at build time): each rank would train alone and write the ",
+                        "same files; rebuild with libopenmpi-dev installed, or run without mpirun"));
+  if (group.rank() != 0) {
+    TrainConfig quiet = c;
+    quiet.out.clear();
+    quiet.save.clear();
+    quiet.report.clear();
+    quiet.memory_report.clear();
+    quiet.alloc.memory_snapshot.clear();
+    quiet.alloc.trace.clear();
+    quiet.alloc.alloc_trace.clear();
+    NullBuffer nothing;
+    std::ostream null_log(&nothing), null_progress(&nothing);
+    return run_training_started(quiet, null_log, null_progress, false, {}, &ledger_started);
+  }
   try {
     return run_training_started(c, log, progress, progress_tty, on_ledger, &ledger_started);
   } catch (const std::exception& e) {
@@ -275,9 +320,13 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   }
   memory.apply(*model);
   std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, *model);
+  dist::ProcessGroup& group = dist::world();
+  const int ranks = group.size();
+  // --batch is per rank (PyTorch DDP's rule); an epoch counts global batches of --batch x ranks.
+  const int64_t global_batch = dist::global_batch(c.batch, ranks);
   const int64_t steps_per_epoch = train.planned_steps_per_epoch() > 0
                                       ? train.planned_steps_per_epoch()
-                                      : train::steps_per_epoch(train.size(), c.batch, c.drop_last);
+                                      : train::steps_per_epoch(train.size(), global_batch, c.drop_last);
   // Flags that would silently do nothing.
   if (c.optimizer == "adamw" && c.momentum != 0)
     log << "warning: --momentum " << c.momentum << " is ignored by adamw (its betas are 0.9, 0.999)\n";
@@ -310,6 +359,22 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     if (start_step_in_epoch > 0) log << " + " << start_step_in_epoch << "/" << steps_per_epoch << " steps";
     log << ", step " << step << "\n";
   }
+  std::unique_ptr<train::DataParallel> data_parallel;
+  if (ranks > 1) {
+    KILN_USAGE_CHECK(c.batch_memory.empty(), "train: --batch-memory is not supported with ", ranks,
+                     " ranks yet (data-parallel training needs batches of --batch rows per rank)");
+    data_parallel = std::make_unique<train::DataParallel>(group, *model);
+    data_parallel->broadcast_state(0);  // rank 0's weights and buffers (fresh, --init or --resume) everywhere
+    log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), batch " << c.batch << " per rank, "
+        << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
+        << " buckets\n";
+    for (const auto& [name, b] : model->named_buffers())
+      if (name.find("running_mean") != std::string::npos) {
+        log << "warning: data-parallel: " << c.model << " has BatchNorm; its statistics are each rank's own "
+            << "(--sync-bn is not implemented yet), so the result depends on the number of ranks\n";
+        break;
+      }
+  }
   Tensor class_weights;
   if (!c.class_weights.empty()) {
     std::vector<float> w(c.class_weights.begin(), c.class_weights.end());
@@ -333,7 +398,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   auto ledger_written = [&] {
     if (on_ledger && ledger.enabled()) on_ledger(ledger.path(), ledger.run_id());
   };
-  ledger.start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"data", data.ledger},
+  ledger.start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"ranks", ranks}, {"data", data.ledger},
                 {"image_size", train_size}, {"model_parameters", model->num_parameters()},
                 {"start_epoch", start_epoch}, {"steps_per_epoch", steps_per_epoch}, {"memory", memory.to_json()}});
   *ledger_started = true;
@@ -364,6 +429,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   fo.step.clip = c.clip;
   fo.step.autocast = amp.enabled();
   fo.step.channels_last = c.channels_last;
+  fo.step.data_parallel = data_parallel.get();
   fo.detect_anomaly = c.detect_anomaly;
   fo.max_skipped_steps = c.max_skipped_steps;
   if (c.detect_anomaly) log << "detect-anomaly: every op's output and gradient is checked for inf/NaN (slow)\n";
@@ -373,7 +439,15 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     bar = std::make_unique<ProgressLine>(progress, progress_tty, epoch + 1, c.epochs, per_epoch);
     if (!first_step.done()) first_step.begin();
   };
-  fo.callbacks.before_step = [&](const train::FitStep&) {
+  // A test hook of the data-parallel fault path: KILN_TEST_FAIL_RANK=R:S makes rank R throw before step S (1-based).
+  int fail_rank = -1;
+  int64_t fail_step = -1;
+  if (const char* v = std::getenv("KILN_TEST_FAIL_RANK"))
+    if (std::sscanf(v, "%d:%lld", &fail_rank, (long long*)&fail_step) != 2) fail_rank = -1;
+  fo.callbacks.before_step = [&](const train::FitStep& fs) {
+    if (fail_rank == group.rank() && fs.global_step + 1 == fail_step)
+      throw Error(str_cat("KILN_TEST_FAIL_RANK: rank ", fail_rank, " fails before step ", fail_step,
+                          " (a test of the fault path)"));
     report_bad_samples(train, log);
     memory.before_step();
     if (batch_memory) batch_memory->before_step();
@@ -494,7 +568,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     }
   };
   try {
-    fr = train::fit(*model, *opt, amp.scaler(), train, data.val.get(), fo);
+    // Validation runs on rank 0 alone (it changes no state; the other ranks would only repeat it).
+    fr = train::fit(*model, *opt, amp.scaler(), train, group.rank() == 0 ? data.val.get() : nullptr, fo);
   } catch (const OutOfMemory& e) {
     // The same remedies as the stop before the first step, from meta runs, not proportional guesses.
     OutOfMemory full(memory.out_of_memory(e.what(), [&] {
@@ -523,6 +598,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["config"]["num_classes"] = num_classes;
   j["device"] = device.str();
   j["threads"] = cpu::num_threads();
+  j["ranks"] = ranks;
   j["data"] = data.ledger;
   j["data"]["bad_samples"] = train.bad_count() + (data.val ? data.val->bad_count() : 0);
   j["model_parameters"] = model->num_parameters();

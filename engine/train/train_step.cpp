@@ -10,6 +10,7 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/clip_grad.h"
+#include "engine/train/data_parallel.h"
 
 namespace kiln::train {
 
@@ -74,9 +75,11 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
              "train_step: batch x ", batch.x.defined() ? shape_str(batch.x.sizes()) : "(undefined)", " and y ",
              batch.y.defined() ? shape_str(batch.y.sizes()) : "(undefined)", " must have the same number of rows");
   const int64_t n = batch.x.size(0);
-  KILN_CHECK(n >= 1 && o.accum >= 1 && o.accum <= n, "train_step: accum ", o.accum, " must be in [1, ", n,
-             "] for a batch of ", n, " rows (each micro-batch needs at least one row)");
+  DataParallel* const dp = o.data_parallel;  // a rank's shard may have no row (a short last global batch)
+  KILN_CHECK(o.accum >= 1 && (n == 0 ? dp != nullptr : o.accum <= n), "train_step: accum ", o.accum,
+             " must be in [1, ", n, "] for a batch of ", n, " rows (each micro-batch needs at least one row)");
   const bool meta = batch.x.device().is_meta();
+  KILN_CHECK(!(meta && dp), "train_step: data-parallel steps need real tensors (the meta device has no values to reduce)");
   const LossFn& loss_fn = o.loss ? o.loss : cross_entropy_loss();
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -87,6 +90,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   for (const MicroRange& m : ranges) {
     if (m.left_out) ++r.undefined_micro_batches;
     else used += m.size;
+  }
+  if (dp) {  // the global batch's numbers: every rank weights its losses by the same denominator
+    int64_t counts[3] = {used, n, r.undefined_micro_batches};
+    dp->group().all_reduce_sum(counts, 3);
+    used = counts[0];
+    r.samples = counts[1];
+    r.undefined_micro_batches = counts[2];
   }
   model.zero_grad();
   if (used == 0) {  // every micro-batch's loss is undefined: nothing to learn from, no step
@@ -127,6 +137,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     ++r.micro_batches;
     if (o.hooks.after_backward) o.hooks.after_backward(b);
   }
+  if (dp) {
+    dp->all_reduce_gradients();  // gradients of the global batch from here on, the same on every rank
+    if (!sums.defined()) {       // no row here: this rank adds zeros to the step's sums
+      NoGradGuard no_grad;
+      sums = zeros({1 + (o.metric ? 1 : 0) + (o.metric_total ? 1 : 0)}, DType::f64, batch.x.device());
+    }
+  }
   const std::vector<Tensor> params = model.parameters();
   if (o.hooks.on_grad_ready)
     for (size_t i = 0; i < params.size(); ++i)
@@ -161,7 +178,9 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   if (meta) {
     r.loss = r.metric = r.metric_total = nan;
   } else {
-    const std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
+    std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
+    // The loss and metric sums over the ranks (the found_inf / gradient sum after them is already global).
+    if (dp) dp->group().all_reduce_sum(v.data(), (int64_t)sums.numel());
     if (scaler.enabled()) scaler.set_found_inf_read(v.back() != 0.0);
     r.loss = v[0] / (double)used;
     r.metric = o.metric ? v[1] : nan;
@@ -169,11 +188,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     // With a loss scaler an inf/NaN loss is an overflow like any other: its step is skipped.
     if (!std::isfinite(r.loss) && !scaler.enabled()) {
       // The error path reads each micro-batch's loss to name the first non-finite one.
+      bool found_here = false;
       for (MicroBatch& b : kept) {
         b.loss_value = to_device(b.loss, Device::cpu()).item();
         if (std::isfinite(b.loss_value)) continue;
         b.x = narrow(batch.x, 0, b.offset, b.size);
         b.y = narrow(batch.y, 0, b.offset, b.size);
+        found_here = true;
         if (o.hooks.on_non_finite) {
           o.hooks.on_non_finite(b);
           break;
@@ -183,6 +204,10 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
                             str_cat("non-finite loss (",
                                     std::isnan(b.loss_value) ? "NaN" : b.loss_value > 0 ? "inf" : "-inf", ")"));
       }
+      // Data-parallel: another rank's rows made the global loss non-finite; this rank stops as well.
+      if (dp && !found_here)
+        throw NonFiniteStep(str_cat("train_step: the global loss became ", r.loss, " on another rank's rows"),
+                            "non-finite loss (on another rank)");
     }
     if (grad_total.defined() && !std::isfinite(v.back())) {
       const std::string which = first_non_finite_grad(model);
