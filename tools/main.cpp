@@ -145,6 +145,11 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
                 "--amp: end the run after N consecutive steps the loss scaler skipped (0: never)")
       ->check(kiln_cli::non_negative)
       ->capture_default_str();
+  t->add_option("--bucket-mb", c.bucket_mb,
+                "data-parallel runs (mpirun -n N kiln train): gradient bucket size in MiB, all-reduced during "
+                "backward (the first bucket at most 1 MiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   t->add_flag("--detect-anomaly", c.detect_anomaly,
               "check every op's output and gradient for inf/NaN as it runs (slow; without it only a step whose "
               "loss or gradient is non-finite is re-run with the check, to name the op)");

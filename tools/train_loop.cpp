@@ -363,11 +363,15 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   if (ranks > 1) {
     KILN_USAGE_CHECK(c.batch_memory.empty(), "train: --batch-memory is not supported with ", ranks,
                      " ranks yet (data-parallel training needs batches of --batch rows per rank)");
-    data_parallel = std::make_unique<train::DataParallel>(group, *model);
+    train::DataParallelOptions dpo;
+    dpo.bucket_bytes = std::max<int64_t>(1, std::llround(c.bucket_mb * (1 << 20)));
+    dpo.first_bucket_bytes = std::min<int64_t>(dpo.bucket_bytes, 1 << 20);
+    data_parallel = std::make_unique<train::DataParallel>(group, *model, dpo);
     data_parallel->broadcast_state(0);  // rank 0's weights and buffers (fresh, --init or --resume) everywhere
     log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), batch " << c.batch << " per rank, "
         << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
-        << " buckets\n";
+        << " buckets of up to " << c.bucket_mb << " MiB"
+        << (data_parallel->overlaps() ? ", during backward" : ", after backward") << "\n";
     for (const auto& [name, b] : model->named_buffers())
       if (name.find("running_mean") != std::string::npos) {
         log << "warning: data-parallel: " << c.model << " has BatchNorm; its statistics are each rank's own "
@@ -539,6 +543,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       log << line << std::endl;
     }
     memory.after_epoch(es.epoch, log);
+    if (data_parallel && data_parallel->overlaps())
+      log << "data-parallel: " << data_parallel->started_during_backward() << " of "
+          << data_parallel->buckets().size() << " buckets started their all-reduce during the last backward\n";
     log << "memory epoch " << es.epoch << ": " << (batch_memory ? batch_memory->epoch_text() : format_tag_peaks(device))
         << "\n";
     if (es.undefined_batches > 0)

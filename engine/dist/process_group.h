@@ -19,6 +19,9 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "single" or "mpi"
+  // Whether a thread other than the one that made the group may call the collectives (one thread at a
+  // time): MPI initialized with MPI_THREAD_SERIALIZED or more. Data-parallel overlap needs it.
+  virtual bool allows_other_threads() const { return true; }
 
   // Collectives over host memory; every rank calls them in the same order with the same counts.
   virtual void broadcast_bytes(void* data, int64_t bytes, int root) = 0;

@@ -33,6 +33,9 @@ class MpiProcessGroup : public ProcessGroup {
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", -1);
       owns_init_ = true;
     }
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    threads_ok_ = level >= MPI_THREAD_SERIALIZED;
     // Errors come back as codes (then kiln::Error), not MPI's default abort without a message.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -46,6 +49,7 @@ class MpiProcessGroup : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool allows_other_threads() const override { return threads_ok_; }
 
   void broadcast_bytes(void* data, int64_t bytes, int root) override {
     KILN_CHECK(root >= 0 && root < size_, "dist::broadcast: root rank ", root, " outside a group of ", size_);
@@ -77,6 +81,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   int rank_ = 0, size_ = 1;
   bool owns_init_ = false;
+  bool threads_ok_ = false;
 };
 
 }  // namespace

@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "engine/autograd/grad_hook.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/autocast.h"
@@ -99,6 +101,7 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     r.undefined_micro_batches = counts[2];
   }
   model.zero_grad();
+  if (dp) dp->begin_step();
   if (used == 0) {  // every micro-batch's loss is undefined: nothing to learn from, no step
     r.undefined = true;
     r.stepped = false;
@@ -112,6 +115,9 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   // after the last micro-batch: on a GPU each read waits for the device.
   Tensor sums;
   std::vector<MicroBatch> kept;  // the micro-batches' rows and losses, for the non-finite report
+  int64_t last_kept = -1;        // the last micro-batch that is not left out: its backward completes the gradients
+  for (int64_t index = 0; index < (int64_t)ranges.size(); ++index)
+    if (!ranges[index].left_out) last_kept = index;
   for (int64_t index = 0; index < (int64_t)ranges.size(); ++index) {
     const MicroRange& m = ranges[index];
     if (m.left_out) continue;
@@ -123,7 +129,14 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     b.y = narrow(batch.y, 0, m.offset, m.size);
     forward(model, b, loss_fn, o);
     if (o.hooks.after_forward) o.hooks.after_forward(b);
-    scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
+    {
+      // Data-parallel: the last micro-batch's backward starts each gradient bucket's all-reduce as soon
+      // as the bucket's gradients are complete (overlap; engine/train/data_parallel.h).
+      std::optional<GradAccumulatedHookGuard> watch;
+      if (dp && index == last_kept)
+        if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
+      scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
+    }
     {
       NoGradGuard no_grad;
       Tensor part = reshape(mul(to_dtype(b.loss.detach(), DType::f64), (double)b.size), {1});

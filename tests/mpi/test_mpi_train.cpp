@@ -184,7 +184,7 @@ TEST_CASE("mpi: 2 ranks at batch 8 train the weights of 1 process at batch 16 (s
   CHECK(rel > 1e-3);
 }
 
-TEST_CASE("mpi: 2 ranks at batch 8 give bit for bit 1 process at batch 16 in 2 micro-batches (adamw, --clip)") {
+TEST_CASE("mpi: 2 ranks at batch 8 give bit for bit 1 process at batch 16 in 2 micro-batches (adamw, --clip, 5 overlapped buckets)") {
   // Rank r's gradient is that of micro-batch r of the one-process step (same rows, same weight 8/16),
   // and their sum is added in the same order, so the weights are the same bits; clipping sees the
   // global gradient. (Against --batch 16 without --accum, AdamW at this LR differs by ~4e-5 relative,
@@ -192,11 +192,15 @@ TEST_CASE("mpi: 2 ranks at batch 8 give bit for bit 1 process at batch 16 in 2 m
   // of near-zero gradients. Exactness against accumulation is the stronger check.)
   if (!can_run()) return;
   const Setup& s = setup();
+  // --bucket-mb 0.05: 5 buckets (fc2 and fc1.bias, fc1.weight, conv2.bias, conv2.weight, conv1), each
+  // all-reduced on the communication thread as soon as backward completes it.
   const std::string extra = "--optimizer adamw --lr 0.003 --clip 0.5";
   auto r1 = run_kiln(train_args(s.dir + "/adamw_accum", 16, extra + " --accum 2"));
   REQUIRE_MESSAGE(r1.status == 0, r1.output);
-  auto r2 = run_mpi(2, train_args(s.dir + "/adamw_two", 8, extra));
+  auto r2 = run_mpi(2, train_args(s.dir + "/adamw_two", 8, extra + " --bucket-mb 0.05"));
   REQUIRE_MESSAGE(r2.status == 0, r2.output);
+  CHECK(contains(r2.output, "gradients all-reduced in 5 buckets of up to 0.05 MiB, during backward"));
+  CHECK(count(r2.output, "data-parallel: 5 of 5 buckets started their all-reduce during the last backward") == 8);
   const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/adamw_accum/w.safetensors"),
                               fb = kiln::read_safetensors(s.dir + "/adamw_two/w.safetensors");
   REQUIRE(fa.tensors.size() == fb.tensors.size());

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "engine/autograd/grad_hook.h"
 #include "engine/dist/process_group.h"
 #include "engine/dist/shard.h"
 #include "engine/nn/linear.h"
@@ -121,4 +122,29 @@ TEST_CASE("data-parallel: one process alone: rank 0 of 1, collectives change not
   CHECK(g.sum(7) == 7);
   CHECK_THROWS_AS(g.broadcast(t, 1), kiln::Error);
   g.barrier();
+}
+
+TEST_CASE("data-parallel: the gradient-accumulated hook sees each leaf once per backward, its gradient complete") {
+  // w is used twice (two paths into the loss): its AccumulateGrad runs once, after both contributions.
+  kiln::Tensor w = kiln::tensor_from(std::vector<float>{1, 2, 3}, {3});
+  w.set_requires_grad(true);
+  kiln::Tensor b = kiln::tensor_from(std::vector<float>{0.5f}, {1});
+  b.set_requires_grad(true);
+  std::vector<std::pair<const kiln::TensorImpl*, std::vector<float>>> seen;
+  {
+    kiln::GradAccumulatedHookGuard guard([&](const kiln::TensorImpl* leaf) {
+      const kiln::Tensor& t = leaf == w.impl() ? w : b;
+      seen.emplace_back(leaf, t.grad().to_vector<float>());
+    });
+    kiln::Tensor y = kiln::sum(kiln::add(kiln::mul(w, w), kiln::mul(w, b)));  // d/dw = 2w + b, d/db = sum(w)
+    y.backward();
+  }
+  REQUIRE(seen.size() == 2);
+  for (const auto& [leaf, g] : seen) {
+    if (leaf == w.impl()) CHECK(g == std::vector<float>{2.5f, 4.5f, 6.5f});
+    else CHECK(g == std::vector<float>{6.0f});
+  }
+  // Without the guard, no hook: a second backward is not seen.
+  kiln::sum(kiln::mul(w, w)).backward();
+  CHECK(seen.size() == 2);
 }
