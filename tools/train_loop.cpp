@@ -180,12 +180,14 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   // Data-parallel (`mpirun -n N kiln train`, engine/dist/): rank 0 prints and writes the ledger, the
   // training-state files, --save, the reports and memory files; the other ranks train silently.
   dist::ProcessGroup& group = dist::world();
+  TrainConfig with_ranks = c;
+  with_ranks.ranks = group.size();
   if (group.size() == 1 && launcher_ranks() > 1)
     throw Error(str_cat("train: started as one of ", launcher_ranks(), " ranks, but this kiln was built without MPI ",
                         "(KILN_MPI=OFF or no MPI library at build time): each rank would train alone and write the ",
                         "same files; rebuild with libopenmpi-dev installed, or run without mpirun"));
   if (group.rank() != 0) {
-    TrainConfig quiet = c;
+    TrainConfig quiet = with_ranks;
     quiet.out.clear();
     quiet.save.clear();
     quiet.report.clear();
@@ -198,7 +200,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
     return run_training_started(quiet, null_log, null_progress, false, {}, &ledger_started);
   }
   try {
-    return run_training_started(c, log, progress, progress_tty, on_ledger, &ledger_started);
+    return run_training_started(with_ranks, log, progress, progress_tty, on_ledger, &ledger_started);
   } catch (const std::exception& e) {
     if (!ledger_started) record_refused_run(c, e.what(), on_ledger);
     throw;

@@ -234,3 +234,37 @@ TEST_CASE("mpi: a rank that fails ends every rank with one message naming it") {
   CHECK(contains(r.output, "kiln: error: rank 1 of 2: KILN_TEST_FAIL_RANK: rank 1 fails before step 3"));
   CHECK_FALSE(contains(r.output, "epoch 1/8  train loss"));
 }
+
+TEST_CASE("mpi: a 2-rank run resumed mid-epoch, by 2 ranks or by 1 process at the same global batch, ends on the bytes of an uninterrupted run") {
+  if (!can_run()) return;
+  const Setup& s = setup();
+  const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine";
+  auto ref = run_mpi(2, train_args(s.dir + "/resume_ref", 8, flags, 4));
+  REQUIRE_MESSAGE(ref.status == 0, ref.output);
+  // Rank 0 fails before step 8; the state file of step 6 (epoch 2, step 2 of 4) is left.
+  auto cut = run_mpi(2, train_args(s.dir + "/resume_cut", 8, flags + " --checkpoint-every 6steps", 4),
+                     "KILN_TEST_FAIL_RANK=0:8 timeout 60");
+  REQUIRE(cut.status != 0);
+  const std::string state = s.dir + "/resume_cut/checkpoint.safetensors";
+  REQUIRE(fs::exists(state));
+  auto same = run_mpi(2, train_args(s.dir + "/resume_two", 8, flags + " --resume " + state, 4));
+  REQUIRE_MESSAGE(same.status == 0, same.output);
+  CHECK(contains(same.output, "at epoch 1 + 2/4 steps, step 6"));
+  // One process at --batch 16 keeps the global batch (no "batch:" difference); with --accum 2 (a flag that
+  // differs, so --resume-override) it computes the ranks' gradients as micro-batches, bit for bit.
+  auto refused = run_kiln(train_args(s.dir + "/resume_refused", 8, flags + " --resume " + state, 4));
+  CHECK(refused.status != 0);
+  CHECK(contains(refused.output, "batch: saved 8 x 2 ranks, now 8"));
+  auto one = run_kiln(train_args(s.dir + "/resume_one", 16, flags + " --accum 2 --resume-override --resume " + state, 4));
+  REQUIRE_MESSAGE(one.status == 0, one.output);
+  CHECK_FALSE(contains(one.output, "--resume-override: batch"));
+  CHECK(contains(one.output, "--resume-override: accum: saved 1, now 2"));
+  CHECK(contains(one.output, "at epoch 1 + 2/4 steps, step 6"));
+  for (const std::string& run : {"resume_two", "resume_one"}) {
+    const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/resume_ref/w.safetensors"),
+                                fb = kiln::read_safetensors(s.dir + "/" + run + "/w.safetensors");
+    REQUIRE(fa.tensors.size() == fb.tensors.size());
+    for (size_t i = 0; i < fa.tensors.size(); ++i)
+      CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, run, ": ", fa.tensors[i].name);
+  }
+}
