@@ -82,6 +82,8 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
              "fit: start_step_in_epoch ", o.start_step_in_epoch, " is outside [0, ", per_epoch,
              ") steps of an epoch (or the run is already over)");
   const int64_t total_steps = per_epoch * o.epochs;
+  // Data-parallel: a source that shards reads only this rank's rows; else each global batch is cut here.
+  const bool source_shards = ranks > 1 && train.shard(rank, ranks);
   FitResult result;
   int64_t step = o.start_step;
   int64_t skipped_in_a_row = 0;  // loss scaler skips
@@ -124,7 +126,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     };
     for (; train.next(&batch); ++s) {
       if (s >= per_epoch) continue;  // drop_last: the short last batch is read and left out
-      if (ranks > 1) batch = take_shard(batch, rank, ranks);
+      if (ranks > 1 && !source_shards) batch = take_shard(batch, rank, ranks);
       FitStep fs;
       fs.epoch = epoch;
       fs.step_in_epoch = s;

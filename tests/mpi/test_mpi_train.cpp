@@ -5,8 +5,11 @@
 // weights of 1 process at --batch 16: max |difference| / max |value| <= 1e-5 per tensor. The epoch's
 // last global batch has 1 row, so rank 1 takes no row there (it still all-reduces zeros). A control run
 // at --batch 8 in one process differs by far more, so the comparison can fail; and 2 ranks are bit for bit
-// one process at --batch 16 --accum 2 (the same sums in the same order). Only rank 0 prints the
-// epochs and writes the ledger and the state file; `mpirun -n 1` is byte-identical to no launcher.
+// one process at --batch 16 --accum 2 (the same sums in the same order), also on an image folder with a
+// bad file (the trainer cuts the decoded global batch). Only rank 0 prints the epochs and writes the ledger
+// and the state file; `mpirun -n 1` is byte-identical to no launcher; a failing rank aborts the job with
+// one message naming it; a 2-rank state resumes mid-epoch (2 ranks, or 1 process at the same global batch)
+// to the bytes of an uninterrupted run.
 // Skipped, with a message, in a build without MPI or where mpirun is missing.
 #include <doctest/doctest.h>
 
@@ -18,6 +21,7 @@
 
 #include "engine/dist/process_group.h"
 #include "engine/io/safetensors.h"
+#include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
 
 using kiln_test::contains;
@@ -267,4 +271,30 @@ TEST_CASE("mpi: a 2-rank run resumed mid-epoch, by 2 ranks or by 1 process at th
     for (size_t i = 0; i < fa.tensors.size(); ++i)
       CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, run, ": ", fa.tensors[i].name);
   }
+}
+
+TEST_CASE("mpi: an image folder (with a bad JPEG): 2 ranks cut each decoded global batch, bit for bit 1 process with --accum 2") {
+  // Image sources do not shard (DataSource::shard): every rank decodes the global batch and fit keeps its
+  // rows; a bad file leaves the global batch shorter on every rank alike, and the split of what is left
+  // is --accum 2's split in one process. Only rank 0 reports the bad file and validates.
+  if (!can_run()) return;
+  const Setup& s = setup();
+  const std::string root = s.dir + "/images";
+  kiln_test::make_image_folder(root, 3, 9, 16, 1, true);  // 27 good training images + 1 truncated
+  auto args = [&](const std::string& out, int batch, const std::string& extra) {
+    return "train --model " + s.net + " --data " + root + " --channels 1 --image-size 8 --epochs 3 --batch " +
+           std::to_string(batch) + " --optimizer adamw --lr 0.003 --seed 4 --threads 1 --workers 1 --device cpu --out " +
+           out + " --save " + out + "/w.safetensors " + extra;
+  };
+  auto one = run_kiln(args(s.dir + "/img_one", 16, "--accum 2"));
+  REQUIRE_MESSAGE(one.status == 0, one.output);
+  auto two = run_mpi(2, args(s.dir + "/img_two", 8, ""));
+  REQUIRE_MESSAGE(two.status == 0, two.output);
+  CHECK(kiln_test::count_of(two.output, "zz_truncated.jpg") == kiln_test::count_of(one.output, "zz_truncated.jpg"));
+  CHECK(kiln_test::count_of(two.output, "epoch 3/3  train loss") == 1);
+  const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/img_one/w.safetensors"),
+                              fb = kiln::read_safetensors(s.dir + "/img_two/w.safetensors");
+  REQUIRE(fa.tensors.size() == fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i)
+    CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
 }
