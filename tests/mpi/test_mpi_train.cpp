@@ -298,3 +298,22 @@ TEST_CASE("mpi: an image folder (with a bad JPEG): 2 ranks cut each decoded glob
   for (size_t i = 0; i < fa.tensors.size(); ++i)
     CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
 }
+
+TEST_CASE("mpi: --amp: the ranks skip the same steps (found_inf of the summed gradients), bit for bit 1 process with --accum 2") {
+  // Loss scale 1e12 with growth every 3 clean steps: the scaler skips 25 of the 32 steps. Each rank
+  // checks the all-reduced gradients, so no rank takes a step the others skip.
+  if (!can_run()) return;
+  const Setup& s = setup();
+  const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9 --amp --amp-init-scale 1e12 --amp-growth-interval 3";
+  auto one = run_kiln(train_args(s.dir + "/amp_one", 16, flags + " --accum 2"));
+  REQUIRE_MESSAGE(one.status == 0, one.output);
+  auto two = run_mpi(2, train_args(s.dir + "/amp_two", 8, flags));
+  REQUIRE_MESSAGE(two.status == 0, two.output);
+  CHECK(contains(one.output, "25 skipped steps"));
+  CHECK(count(two.output, "amp: loss scale 119209, 25 skipped steps") == 1);  // rank 0's last epoch line
+  const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/amp_one/w.safetensors"),
+                              fb = kiln::read_safetensors(s.dir + "/amp_two/w.safetensors");
+  REQUIRE(fa.tensors.size() == fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i)
+    CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
+}
