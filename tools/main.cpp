@@ -23,6 +23,7 @@
 #include "tools/cmd_model.h"
 #include "tools/cli_commands.h"
 #include "tools/cmd_export.h"
+#include "tools/launch_ranks.h"
 #include "engine/core/devices.h"
 #include "tools/predict.h"
 #include "tools/train_config.h"
@@ -172,6 +173,11 @@ int main(int argc, char** argv) {
   std::string class_weights, checkpoint_every = "1";
   CLI::App* train = app.add_subcommand("train", "train a model on a data set");
   add_train_options(train, tc, class_weights, checkpoint_every);
+  int nproc = 1;
+  train->add_option("--nproc", nproc,
+                    "train data-parallel with N processes on this machine: starts mpirun -n N kiln train <the other "
+                    "flags> (--batch is per process; needs a kiln built with MPI)")
+      ->check(kiln_cli::positive);
   kiln::add_train_memory_options(train, tc);
 
   kiln::MemCommandOptions mo;
@@ -254,6 +260,7 @@ int main(int argc, char** argv) {
 
   try {
     if (train->parsed()) {
+      if (nproc > 1) kiln_cli::launch_ranks(nproc, argc, argv);  // exec: mpirun -n N kiln train ...
       try {
         usage_checks([&] {
           if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");

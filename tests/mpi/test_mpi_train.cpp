@@ -264,7 +264,7 @@ TEST_CASE("mpi: a 2-rank run resumed mid-epoch, by 2 ranks or by 1 process at th
   CHECK_FALSE(contains(one.output, "--resume-override: batch"));
   CHECK(contains(one.output, "--resume-override: accum: saved 1, now 2"));
   CHECK(contains(one.output, "at epoch 1 + 2/4 steps, step 6"));
-  for (const std::string& run : {"resume_two", "resume_one"}) {
+  for (const char* run : {"resume_two", "resume_one"}) {
     const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/resume_ref/w.safetensors"),
                                 fb = kiln::read_safetensors(s.dir + "/" + run + "/w.safetensors");
     REQUIRE(fa.tensors.size() == fb.tensors.size());
@@ -316,4 +316,24 @@ TEST_CASE("mpi: --amp: the ranks skip the same steps (found_inf of the summed gr
   REQUIRE(fa.tensors.size() == fb.tensors.size());
   for (size_t i = 0; i < fa.tensors.size(); ++i)
     CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
+}
+
+TEST_CASE("mpi: kiln train --nproc 2 starts the ranks itself: the weights of mpirun -n 2") {
+  if (!can_run()) return;
+  const Setup& s = setup();
+  const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9";
+  auto a = run_mpi(2, train_args(s.dir + "/nproc_mpirun", 8, flags, 2));
+  REQUIRE_MESSAGE(a.status == 0, a.output);
+  auto b = run_kiln(train_args(s.dir + "/nproc_flag", 8, flags + " --nproc 2", 2), kMpiEnv);
+  REQUIRE_MESSAGE(b.status == 0, b.output);
+  CHECK(contains(b.output, "data-parallel: 2 ranks (mpi), batch 8 per rank, 16 per step"));
+  const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/nproc_mpirun/w.safetensors"),
+                              fb = kiln::read_safetensors(s.dir + "/nproc_flag/w.safetensors");
+  REQUIRE(fa.tensors.size() == fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i)
+    CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
+  // Under a launcher already: refused (a usage error, exit 2 on every rank).
+  auto nested = run_mpi(1, train_args(s.dir + "/nproc_nested", 8, flags + " --nproc 2", 2));
+  CHECK(nested.status == 2);
+  CHECK(contains(nested.output, "--nproc: already one rank of an MPI launch"));
 }
