@@ -337,3 +337,25 @@ TEST_CASE("mpi: kiln train --nproc 2 starts the ranks itself: the weights of mpi
   CHECK(nested.status == 2);
   CHECK(contains(nested.output, "--nproc: already one rank of an MPI launch"));
 }
+
+TEST_CASE("mpi: ranks started with other flags are refused at start-up, naming the flag") {
+  if (!can_run()) return;
+  const Setup& s = setup();
+  // mpirun's MPMD form: rank 0 with --lr 0.05, rank 1 with --lr 0.1 (and its own --out, which may differ).
+  const std::string kiln = std::string(KILN_BINARY_DIR) + "/kiln ";
+  const std::string cmd = std::string(kMpiEnv) + " timeout 60 mpirun -n 1 " + kiln +
+                          train_args(s.dir + "/flags_a", 8, "--optimizer sgd --lr 0.05", 2) + " : -n 1 " + kiln +
+                          train_args(s.dir + "/flags_b", 8, "--optimizer sgd --lr 0.1", 2) + " 2>&1";
+  kiln_test::CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  CHECK(r.status != 0);
+  CHECK(r.status != 124);
+  CHECK(contains(r.output, "data-parallel: this rank was started with other flags than rank 0: lr: rank 0 has 0.05, this rank 0.1"));
+  CHECK_FALSE(contains(r.output, "epoch 1/2"));
+}
