@@ -359,3 +359,20 @@ TEST_CASE("mpi: ranks started with other flags are refused at start-up, naming t
   CHECK(contains(r.output, "data-parallel: this rank was started with other flags than rank 0: lr: rank 0 has 0.05, this rank 0.1"));
   CHECK_FALSE(contains(r.output, "epoch 1/2"));
 }
+
+TEST_CASE("mpi: --drop-last drops the short last global batch: 3 steps an epoch, bit for bit 1 process with --accum 2") {
+  if (!can_run()) return;
+  const Setup& s = setup();
+  const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9 --drop-last";
+  auto one = run_kiln(train_args(s.dir + "/drop_one", 16, flags + " --accum 2", 4));
+  REQUIRE_MESSAGE(one.status == 0, one.output);
+  auto two = run_mpi(2, train_args(s.dir + "/drop_two", 8, flags, 4));
+  REQUIRE_MESSAGE(two.status == 0, two.output);
+  CHECK(contains(two.output, "3 steps/epoch"));  // 49 samples: 3 global batches of 16, the 1 left is dropped
+  CHECK(kiln_test::last_ledger_line(s.dir + "/drop_two/runs.jsonl").value("steps", 0) == 12);
+  const kiln::SafetensorsFile fa = kiln::read_safetensors(s.dir + "/drop_one/w.safetensors"),
+                              fb = kiln::read_safetensors(s.dir + "/drop_two/w.safetensors");
+  REQUIRE(fa.tensors.size() == fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i)
+    CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
+}
