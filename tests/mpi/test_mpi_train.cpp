@@ -49,8 +49,10 @@ const char* kNet = R"json({
 }
 )json";
 
+// As root (CI), more ranks than cores allowed, and shared-memory copies without CMA (process_vm_readv,
+// which containers without CAP_SYS_PTRACE refuse: OpenMPI's vader then fails on large messages).
 const char* kMpiEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                      "OMP_WAIT_POLICY=passive";
+                      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive";
 
 bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
