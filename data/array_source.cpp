@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/dist/shard.h"
+
 namespace kiln {
 
 namespace {
@@ -19,6 +21,7 @@ class ArraySource : public DataSource {
   int64_t max_label() const override { return d_.max_label(); }
   int64_t label(int64_t i) const override { return d_.labels[(size_t)i]; }
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override {
+    train_ = train;
     if (train) {
       order_ = epoch_permutation(d_.n, seed_, epoch);
     } else {
@@ -32,11 +35,22 @@ class ArraySource : public DataSource {
   bool next(SourceBatch* out) override {
     if (pos_ >= d_.n) return false;
     const int64_t end = std::min(d_.n, pos_ + batch_);
-    Batch b = gather_batch(d_, order_, pos_, end, device_);
+    int64_t from = pos_, to = end;  // data-parallel training: this rank's rows of the global batch only
+    if (train_ && ranks_ > 1) {
+      const dist::ShardRange r = dist::shard_range(end - pos_, rank_, ranks_);
+      from = pos_ + r.offset;
+      to = from + r.rows;
+    }
+    Batch b = gather_batch(d_, order_, from, to, device_);
     out->x = b.x;
     out->y = b.y;
-    out->indices.assign(order_.begin() + pos_, order_.begin() + end);
+    out->indices.assign(order_.begin() + from, order_.begin() + to);
     pos_ = end;
+    return true;
+  }
+  bool shard(int rank, int ranks) override {
+    rank_ = rank;
+    ranks_ = ranks;
     return true;
   }
   void skip_batches(int64_t n) override { pos_ = std::min(d_.n, pos_ + n * batch_); }
@@ -47,6 +61,8 @@ class ArraySource : public DataSource {
   Device device_;
   std::vector<int64_t> order_;
   int64_t batch_ = 1, pos_ = 0;
+  bool train_ = false;
+  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
 };
 
 }  // namespace

@@ -41,6 +41,14 @@ class DataSource {
   virtual int64_t start_epoch(int64_t epoch, int64_t batch, bool train) = 0;
   // The next batch (bad samples left out, so it may be smaller); false at the end of the epoch.
   virtual bool next(SourceBatch* out) = 0;
+  // Data-parallel: from now on, deliver only rank `rank`'s rows of each training batch (the global batch
+  // that start_epoch's `batch` names, split by engine/dist/shard.h), so a rank reads only its shard.
+  // Returns false when the source cannot (the default): the trainer then cuts each global batch itself.
+  virtual bool shard(int rank, int ranks) {
+    (void)rank;
+    (void)ranks;
+    return false;
+  }
   // Passes over the next n batches of the epoch (a run resumed mid-epoch): the batches after them
   // are those an uninterrupted epoch gives. The default reads and drops them.
   virtual void skip_batches(int64_t n) {

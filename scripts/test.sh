@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the Release build's suites (unit, gradcheck, parity
-# against PyTorch, cuda (skipped with one line when no GPU), slow), then the CPU code again under
+# against PyTorch, cuda (skipped with one line when no GPU), slow, mpi (data-parallel runs under mpirun;
+# skipped with a message without MPI; never in the sanitizer run)), then the CPU code again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, built with clang (unit suite, and each libFuzzer
 # target of tests/fuzz over its seed corpus, fixed seed and input count).
 set -euo pipefail

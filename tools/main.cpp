@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "engine/core/error.h"
+#include "engine/dist/process_group.h"
 #include "engine/core/usage_error.h"
 #include "models/registry.h"
 #include "kernels/cpu/threads.h"
@@ -22,6 +23,7 @@
 #include "tools/cmd_model.h"
 #include "tools/cli_commands.h"
 #include "tools/cmd_export.h"
+#include "tools/launch_ranks.h"
 #include "engine/core/devices.h"
 #include "tools/predict.h"
 #include "tools/train_config.h"
@@ -42,6 +44,20 @@ void usage_checks(F&& checks) {
   } catch (const kiln::Error& e) {
     throw kiln::UsageError(e.what());
   }
+}
+
+// The one error line and the exit status. A rank of a data-parallel run names itself and ends every
+// rank (MPI_Abort): the others would otherwise wait in their next collective for ever.
+int fail(const char* what, int code) {
+  std::cout.flush();
+  if (kiln::dist::world_is_distributed()) {
+    std::fprintf(stderr, "kiln: error: rank %d of %d: %s\n", kiln::dist::world().rank(), kiln::dist::world().size(),
+                 what);
+    std::fflush(stderr);
+    kiln::dist::world().abort(code);
+  }
+  std::fprintf(stderr, "kiln: error: %s\n", what);
+  return code;
 }
 
 std::string model_list() {
@@ -130,6 +146,11 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
                 "--amp: end the run after N consecutive steps the loss scaler skipped (0: never)")
       ->check(kiln_cli::non_negative)
       ->capture_default_str();
+  t->add_option("--bucket-mb", c.bucket_mb,
+                "data-parallel runs (mpirun -n N kiln train): gradient bucket size in MiB, all-reduced during "
+                "backward (the first bucket at most 1 MiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   t->add_flag("--detect-anomaly", c.detect_anomaly,
               "check every op's output and gradient for inf/NaN as it runs (slow; without it only a step whose "
               "loss or gradient is non-finite is re-run with the check, to name the op)");
@@ -152,6 +173,11 @@ int main(int argc, char** argv) {
   std::string class_weights, checkpoint_every = "1";
   CLI::App* train = app.add_subcommand("train", "train a model on a data set");
   add_train_options(train, tc, class_weights, checkpoint_every);
+  int nproc = 1;
+  train->add_option("--nproc", nproc,
+                    "train data-parallel with N processes on this machine: starts mpirun -n N kiln train <the other "
+                    "flags> (--batch is per process; needs a kiln built with MPI)")
+      ->check(kiln_cli::positive);
   kiln::add_train_memory_options(train, tc);
 
   kiln::MemCommandOptions mo;
@@ -234,6 +260,7 @@ int main(int argc, char** argv) {
 
   try {
     if (train->parsed()) {
+      if (nproc > 1) kiln_cli::launch_ranks(nproc, argc, argv);  // exec: mpirun -n N kiln train ...
       try {
         usage_checks([&] {
           if (!class_weights.empty()) tc.class_weights = kiln::parse_double_list(class_weights, "--class-weights");
@@ -248,7 +275,7 @@ int main(int argc, char** argv) {
       }
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
       kiln::run_training(tc, std::cout, std::cerr, kiln_cli::train_report_hook(tc));
-      if (!tc.report.empty()) std::cout << "report: " << tc.report << "\n";
+      if (!tc.report.empty() && kiln::dist::world().rank() == 0) std::cout << "report: " << tc.report << "\n";
     } else if (mem->parsed()) {
       kiln::run_mem_command(mo, std::cout);
     } else if (predict->parsed()) {
@@ -273,13 +300,9 @@ int main(int argc, char** argv) {
       std::cout << kiln::format_device_report(kiln::query_devices());
     }
   } catch (const kiln::UsageError& e) {
-    std::cout.flush();
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
-    return kExitUsage;
+    return fail(e.what(), kExitUsage);
   } catch (const std::exception& e) {
-    std::cout.flush();
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
-    return kExitRunError;
+    return fail(e.what(), kExitRunError);
   }
   return 0;
 }

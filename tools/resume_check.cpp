@@ -28,8 +28,27 @@ std::vector<std::string> resume_differences(const nlohmann::json& saved, const T
   auto compare = [&](const nlohmann::json& a, const nlohmann::json& b, const std::string& name) {
     if (!a.is_null() && a != b) out.push_back(str_cat(name, ": saved ", show(a), ", now ", show(b)));
   };
+  // The global batch decides an epoch's batches: --batch x ranks. A state saved by 2 ranks at --batch 8
+  // resumes in one process at --batch 16 (or 4 ranks at --batch 4) on the same batches.
+  auto compare_batch = [&] {
+    const nlohmann::json saved_batch = saved.value("batch", nlohmann::json());
+    if (!saved_batch.is_number_integer()) {
+      compare(saved_batch, cur.value("batch", nlohmann::json()), "batch");
+      return;
+    }
+    const nlohmann::json sr = saved.value("ranks", nlohmann::json());
+    const int64_t saved_ranks = sr.is_number_integer() ? sr.get<int64_t>() : 1;
+    if (saved_batch.get<int64_t>() * saved_ranks == now.batch * now.ranks) return;
+    auto per = [](int64_t ranks) { return ranks > 1 ? str_cat(" x ", ranks, " ranks") : std::string(); };
+    out.push_back(str_cat("batch: saved ", saved_batch.get<int64_t>(), per(saved_ranks), ", now ", now.batch,
+                          per(now.ranks)));
+  };
   for (const char* key : {"task", "loss", "optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup", "clip",
                           "class_weights", "batch", "batch_memory", "accum", "drop_last", "limit", "seed"}) {
+    if (std::string(key) == "batch") {
+      compare_batch();
+      continue;
+    }
     // value(): a key absent now (loss outside --task segment) reads as null; const operator[] on a missing key is
     // undefined behaviour (an assertion in a Debug build).
     compare(saved.value(key, nlohmann::json()), cur.value(key, nlohmann::json()), key);

@@ -108,6 +108,8 @@ nlohmann::json TrainConfig::to_json() const {
     j["max_skipped_steps"] = max_skipped_steps;
   }
   if (detect_anomaly) j["detect_anomaly"] = true;
+  if (bucket_mb != 25) j["bucket_mb"] = bucket_mb;
+  if (ranks > 1) j["ranks"] = ranks;  // data-parallel; absent: one process  // only when set: older ledgers and state files stay as they were
   return j;
 }
 

@@ -80,6 +80,11 @@ struct TrainConfig {
   int64_t max_skipped_steps = 50;  // 0: no limit
   std::string kernels = "vendor";  // GEMM/convolution kernels on CUDA: vendor | kiln (kernel_option.h)
   bool channels_last = false;      // training batches converted once to channels-last (NHWC) memory
+  // Data-parallel (`mpirun -n N kiln train`): gradient bucket size in MiB (the first bucket: at most 1 MiB).
+  double bucket_mb = 25;
+  // Not a flag: the ranks of the run (run_training sets it from the process group). --batch is per rank,
+  // so a saved state's global batch is batch x ranks (tools/resume_check.h).
+  int64_t ranks = 1;
 
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);

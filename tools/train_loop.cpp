@@ -10,8 +10,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -22,10 +25,13 @@
 #include "data/image_options.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/generator.h"
+#include "engine/dist/process_group.h"
+#include "engine/dist/shard.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/fit.h"
 #include "kernels/cpu/threads.h"
 #include "tools/alloc_flags.h"
@@ -44,6 +50,7 @@
 #include "tools/resume_check.h"
 #include "tools/train_components.h"
 #include "tools/train_data.h"
+#include "tools/train_ranks.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -152,8 +159,18 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
 TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& progress, bool progress_tty,
                          const LedgerHook& on_ledger) {
   bool ledger_started = false;  // from the start record on, a failure is the run's own end line
+  // Data-parallel (`mpirun -n N kiln train`, engine/dist/): rank 0 prints and writes the ledger, the
+  // training-state files, --save, the reports and memory files; the other ranks train silently.
+  dist::ProcessGroup& group = dist::world();
+  TrainConfig with_ranks = c;
+  with_ranks.ranks = group.size();
+  check_rank_launch(with_ranks, group);  // tools/train_ranks.h
+  if (group.rank() != 0) {
+    std::ostream& nothing = null_stream();
+    return run_training_started(silent_rank_config(with_ranks), nothing, nothing, false, {}, &ledger_started);
+  }
   try {
-    return run_training_started(c, log, progress, progress_tty, on_ledger, &ledger_started);
+    return run_training_started(with_ranks, log, progress, progress_tty, on_ledger, &ledger_started);
   } catch (const std::exception& e) {
     if (!ledger_started) record_refused_run(c, e.what(), on_ledger);
     throw;
@@ -275,9 +292,13 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   }
   memory.apply(*model);
   std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, *model);
+  dist::ProcessGroup& group = dist::world();
+  const int ranks = group.size();
+  // --batch is per rank (PyTorch DDP's rule); an epoch counts global batches of --batch x ranks.
+  const int64_t global_batch = dist::global_batch(c.batch, ranks);
   const int64_t steps_per_epoch = train.planned_steps_per_epoch() > 0
                                       ? train.planned_steps_per_epoch()
-                                      : train::steps_per_epoch(train.size(), c.batch, c.drop_last);
+                                      : train::steps_per_epoch(train.size(), global_batch, c.drop_last);
   // Flags that would silently do nothing.
   if (c.optimizer == "adamw" && c.momentum != 0)
     log << "warning: --momentum " << c.momentum << " is ignored by adamw (its betas are 0.9, 0.999)\n";
@@ -310,6 +331,26 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     if (start_step_in_epoch > 0) log << " + " << start_step_in_epoch << "/" << steps_per_epoch << " steps";
     log << ", step " << step << "\n";
   }
+  std::unique_ptr<train::DataParallel> data_parallel;
+  if (ranks > 1) {
+    KILN_USAGE_CHECK(c.batch_memory.empty(), "train: --batch-memory is not supported with ", ranks,
+                     " ranks yet (data-parallel training needs batches of --batch rows per rank)");
+    train::DataParallelOptions dpo;
+    dpo.bucket_bytes = std::max<int64_t>(1, std::llround(c.bucket_mb * (1 << 20)));
+    dpo.first_bucket_bytes = std::min<int64_t>(dpo.bucket_bytes, 1 << 20);
+    data_parallel = std::make_unique<train::DataParallel>(group, *model, dpo);
+    data_parallel->broadcast_state(0);  // rank 0's weights and buffers (fresh, --init or --resume) everywhere
+    log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), batch " << c.batch << " per rank, "
+        << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
+        << " buckets of up to " << c.bucket_mb << " MiB"
+        << (data_parallel->overlaps() ? ", during backward" : ", after backward") << "\n";
+    for (const auto& [name, b] : model->named_buffers())
+      if (name.find("running_mean") != std::string::npos) {
+        log << "warning: data-parallel: " << c.model << " has BatchNorm; its statistics are each rank's own "
+            << "(--sync-bn is not implemented yet), so the result depends on the number of ranks\n";
+        break;
+      }
+  }
   Tensor class_weights;
   if (!c.class_weights.empty()) {
     std::vector<float> w(c.class_weights.begin(), c.class_weights.end());
@@ -333,7 +374,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   auto ledger_written = [&] {
     if (on_ledger && ledger.enabled()) on_ledger(ledger.path(), ledger.run_id());
   };
-  ledger.start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"data", data.ledger},
+  ledger.start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"ranks", ranks}, {"data", data.ledger},
                 {"image_size", train_size}, {"model_parameters", model->num_parameters()},
                 {"start_epoch", start_epoch}, {"steps_per_epoch", steps_per_epoch}, {"memory", memory.to_json()}});
   *ledger_started = true;
@@ -364,6 +405,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   fo.step.clip = c.clip;
   fo.step.autocast = amp.enabled();
   fo.step.channels_last = c.channels_last;
+  fo.step.data_parallel = data_parallel.get();
   fo.detect_anomaly = c.detect_anomaly;
   fo.max_skipped_steps = c.max_skipped_steps;
   if (c.detect_anomaly) log << "detect-anomaly: every op's output and gradient is checked for inf/NaN (slow)\n";
@@ -373,7 +415,15 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     bar = std::make_unique<ProgressLine>(progress, progress_tty, epoch + 1, c.epochs, per_epoch);
     if (!first_step.done()) first_step.begin();
   };
-  fo.callbacks.before_step = [&](const train::FitStep&) {
+  // A test hook of the data-parallel fault path: KILN_TEST_FAIL_RANK=R:S makes rank R throw before step S (1-based).
+  int fail_rank = -1;
+  int64_t fail_step = -1;
+  if (const char* v = std::getenv("KILN_TEST_FAIL_RANK"))
+    if (std::sscanf(v, "%d:%lld", &fail_rank, (long long*)&fail_step) != 2) fail_rank = -1;
+  fo.callbacks.before_step = [&](const train::FitStep& fs) {
+    if (fail_rank == group.rank() && fs.global_step + 1 == fail_step)
+      throw Error(str_cat("KILN_TEST_FAIL_RANK: rank ", fail_rank, " fails before step ", fail_step,
+                          " (a test of the fault path)"));
     report_bad_samples(train, log);
     memory.before_step();
     if (batch_memory) batch_memory->before_step();
@@ -465,6 +515,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
       log << line << std::endl;
     }
     memory.after_epoch(es.epoch, log);
+    if (data_parallel && data_parallel->overlaps())
+      log << "data-parallel: " << data_parallel->started_during_backward() << " of "
+          << data_parallel->buckets().size() << " buckets started their all-reduce during the last backward\n";
     log << "memory epoch " << es.epoch << ": " << (batch_memory ? batch_memory->epoch_text() : format_tag_peaks(device))
         << "\n";
     if (es.undefined_batches > 0)
@@ -494,7 +547,8 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     }
   };
   try {
-    fr = train::fit(*model, *opt, amp.scaler(), train, data.val.get(), fo);
+    // Validation runs on rank 0 alone (it changes no state; the other ranks would only repeat it).
+    fr = train::fit(*model, *opt, amp.scaler(), train, group.rank() == 0 ? data.val.get() : nullptr, fo);
   } catch (const OutOfMemory& e) {
     // The same remedies as the stop before the first step, from meta runs, not proportional guesses.
     OutOfMemory full(memory.out_of_memory(e.what(), [&] {
@@ -523,6 +577,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["config"]["num_classes"] = num_classes;
   j["device"] = device.str();
   j["threads"] = cpu::num_threads();
+  j["ranks"] = ranks;
   j["data"] = data.ledger;
   j["data"]["bad_samples"] = train.bad_count() + (data.val ? data.val->bad_count() : 0);
   j["model_parameters"] = model->num_parameters();

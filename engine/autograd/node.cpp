@@ -2,6 +2,7 @@
 #include "engine/autograd/node.h"
 
 #include "engine/autograd/anomaly_mode.h"
+#include "engine/autograd/grad_hook.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/ops.h"
 
@@ -66,6 +67,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   } else {
     add_(m.grad, g);
   }
+  // This backward's gradient of the leaf is complete (data-parallel buckets start from here).
+  if (const GradAccumulatedHook& hook = grad_accumulated_hook()) hook(leaf_.get());
   return {};
 }
 

@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "engine/core/generator.h"
+#include "engine/dist/shard.h"
+#include "engine/train/data_parallel.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/train/evaluate.h"
@@ -39,6 +41,17 @@ std::string located(const NonFiniteError& e, const SourceBatch& batch, const std
   return s;
 }
 
+// Data-parallel: this rank's rows of the global batch (engine/dist/shard.h).
+SourceBatch take_shard(const SourceBatch& global, int rank, int ranks) {
+  const dist::ShardRange r = dist::shard_range(global.x.size(0), rank, ranks);
+  SourceBatch b;
+  b.x = narrow(global.x, 0, r.offset, r.rows);
+  b.y = narrow(global.y, 0, r.offset, r.rows);
+  if ((int64_t)global.indices.size() == global.x.size(0))
+    b.indices.assign(global.indices.begin() + r.offset, global.indices.begin() + r.offset + r.rows);
+  return b;
+}
+
 }  // namespace
 
 int64_t steps_per_epoch(int64_t samples, int64_t batch, bool drop_last) {
@@ -56,7 +69,12 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
   KILN_CHECK(o.start_epoch >= 0 && o.start_epoch <= o.epochs, "fit: start_epoch ", o.start_epoch,
              " is outside [0, ", o.epochs, "]");
   const int64_t planned = train.planned_steps_per_epoch();  // a source that sizes its own batches
-  const int64_t per_epoch = planned > 0 ? planned : steps_per_epoch(train.size(), o.batch, o.drop_last);
+  DataParallel* const dp = o.step.data_parallel;
+  const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
+  KILN_CHECK(ranks == 1 || planned == 0, "fit: data-parallel training of ", train.source(),
+             ", a source that plans its own batches (--batch-memory), is not supported yet");
+  const int64_t global_batch = dist::global_batch(o.batch, ranks);  // o.batch with one process
+  const int64_t per_epoch = planned > 0 ? planned : steps_per_epoch(train.size(), global_batch, o.drop_last);
   KILN_CHECK(per_epoch >= 1, "fit: ", train.source(), " has ", train.size(), " samples, fewer than one batch of ",
              o.batch, " with drop_last");
   KILN_CHECK(o.start_step_in_epoch >= 0 && o.start_step_in_epoch < per_epoch &&
@@ -64,6 +82,8 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
              "fit: start_step_in_epoch ", o.start_step_in_epoch, " is outside [0, ", per_epoch,
              ") steps of an epoch (or the run is already over)");
   const int64_t total_steps = per_epoch * o.epochs;
+  // Data-parallel: a source that shards reads only this rank's rows; else each global batch is cut here.
+  const bool source_shards = ranks > 1 && train.shard(rank, ranks);
   FitResult result;
   int64_t step = o.start_step;
   int64_t skipped_in_a_row = 0;  // loss scaler skips
@@ -72,7 +92,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     model.train();
     if (o.callbacks.on_epoch_begin) o.callbacks.on_epoch_begin(epoch, per_epoch);
     const auto t_epoch = Clock::now();
-    train.start_epoch(epoch, o.batch, true);
+    train.start_epoch(epoch, global_batch, true);
     double loss_sum = 0;
     int64_t correct = 0, seen = 0, loss_rows = 0;  // loss_rows: rows of finite losses (amp skips aside)
     int64_t metric_total = 0;                       // sum of so.metric_total (segmentation: pixels counted)
@@ -106,6 +126,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     };
     for (; train.next(&batch); ++s) {
       if (s >= per_epoch) continue;  // drop_last: the short last batch is read and left out
+      if (ranks > 1 && !source_shards) batch = take_shard(batch, rank, ranks);
       FitStep fs;
       fs.epoch = epoch;
       fs.step_in_epoch = s;
@@ -113,13 +134,14 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       fs.steps_per_epoch = per_epoch;
       if (o.lr_at) so.lr = o.lr_at(step, per_epoch, total_steps);
       // A short last batch of fewer rows than micro-batches: one row per micro-batch.
-      so.accum = std::min<int64_t>(o.step.accum, batch.x.size(0));
+      so.accum = std::max<int64_t>(1, std::min<int64_t>(o.step.accum, batch.x.size(0)));
       fs.lr = es.lr = so.lr >= 0 ? so.lr : optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups()[0].lr;
       if (o.callbacks.before_step) o.callbacks.before_step(fs);
       const RngState rng_before = global_rng();  // a re-run of the step draws the same numbers
       const Batch b{batch.x, batch.y};
       StepResult r;
-      if (batch.x.size(0) == 0) {  // every sample of the batch was bad: nothing to learn from
+      if (batch.x.size(0) == 0 && !dp) {  // every sample of the batch was bad: nothing to learn from
+        // (data-parallel: train_step runs anyway, this rank's part of the step's collectives)
         r.stepped = false;
         r.undefined = true;
         r.undefined_micro_batches = 1;

@@ -5,6 +5,11 @@
 // Order of an epoch: model.train(); on_epoch_begin; per batch: before_step, train_step (its hooks
 // from options.step), on_step_end, the leak watch; then evaluation (validation is never shuffled or augmented,
 // under autocast when training uses it), and on_epoch_end with the epoch's numbers.
+// Data-parallel (options.step.data_parallel set): `batch` is the per-rank batch; each step cuts a
+// global batch of batch * ranks rows from the epoch's permutation (the same on every rank) and keeps
+// this rank's shard (engine/dist/shard.h); steps per epoch count global batches, and the step results
+// (loss, metric, samples) are the global batch's, so every rank's EpochStats are those of one process
+// at the global batch. Every rank runs every step, also one where its shard is empty.
 // It must not print, write files, or choose models, optimizers or devices.
 #pragma once
 #include <cstdint>

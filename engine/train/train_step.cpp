@@ -3,13 +3,16 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "engine/autograd/grad_hook.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/clip_grad.h"
+#include "engine/train/data_parallel.h"
 
 namespace kiln::train {
 
@@ -74,9 +77,11 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
              "train_step: batch x ", batch.x.defined() ? shape_str(batch.x.sizes()) : "(undefined)", " and y ",
              batch.y.defined() ? shape_str(batch.y.sizes()) : "(undefined)", " must have the same number of rows");
   const int64_t n = batch.x.size(0);
-  KILN_CHECK(n >= 1 && o.accum >= 1 && o.accum <= n, "train_step: accum ", o.accum, " must be in [1, ", n,
-             "] for a batch of ", n, " rows (each micro-batch needs at least one row)");
+  DataParallel* const dp = o.data_parallel;  // a rank's shard may have no row (a short last global batch)
+  KILN_CHECK(o.accum >= 1 && (n == 0 ? dp != nullptr : o.accum <= n), "train_step: accum ", o.accum,
+             " must be in [1, ", n, "] for a batch of ", n, " rows (each micro-batch needs at least one row)");
   const bool meta = batch.x.device().is_meta();
+  KILN_CHECK(!(meta && dp), "train_step: data-parallel steps need real tensors (the meta device has no values to reduce)");
   const LossFn& loss_fn = o.loss ? o.loss : cross_entropy_loss();
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -88,7 +93,15 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     if (m.left_out) ++r.undefined_micro_batches;
     else used += m.size;
   }
+  if (dp) {  // the global batch's numbers: every rank weights its losses by the same denominator
+    int64_t counts[3] = {used, n, r.undefined_micro_batches};
+    dp->group().all_reduce_sum(counts, 3);
+    used = counts[0];
+    r.samples = counts[1];
+    r.undefined_micro_batches = counts[2];
+  }
   model.zero_grad();
+  if (dp) dp->begin_step();
   if (used == 0) {  // every micro-batch's loss is undefined: nothing to learn from, no step
     r.undefined = true;
     r.stepped = false;
@@ -102,6 +115,9 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   // after the last micro-batch: on a GPU each read waits for the device.
   Tensor sums;
   std::vector<MicroBatch> kept;  // the micro-batches' rows and losses, for the non-finite report
+  int64_t last_kept = -1;        // the last micro-batch that is not left out: its backward completes the gradients
+  for (int64_t index = 0; index < (int64_t)ranges.size(); ++index)
+    if (!ranges[index].left_out) last_kept = index;
   for (int64_t index = 0; index < (int64_t)ranges.size(); ++index) {
     const MicroRange& m = ranges[index];
     if (m.left_out) continue;
@@ -113,7 +129,14 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     b.y = narrow(batch.y, 0, m.offset, m.size);
     forward(model, b, loss_fn, o);
     if (o.hooks.after_forward) o.hooks.after_forward(b);
-    scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
+    {
+      // Data-parallel: the last micro-batch's backward starts each gradient bucket's all-reduce as soon
+      // as the bucket's gradients are complete (overlap; engine/train/data_parallel.h).
+      std::optional<GradAccumulatedHookGuard> watch;
+      if (dp && index == last_kept)
+        if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
+      scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
+    }
     {
       NoGradGuard no_grad;
       Tensor part = reshape(mul(to_dtype(b.loss.detach(), DType::f64), (double)b.size), {1});
@@ -126,6 +149,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     kept.push_back(std::move(k));
     ++r.micro_batches;
     if (o.hooks.after_backward) o.hooks.after_backward(b);
+  }
+  if (dp) {
+    dp->all_reduce_gradients();  // gradients of the global batch from here on, the same on every rank
+    if (!sums.defined()) {       // no row here: this rank adds zeros to the step's sums
+      NoGradGuard no_grad;
+      sums = zeros({1 + (o.metric ? 1 : 0) + (o.metric_total ? 1 : 0)}, DType::f64, batch.x.device());
+    }
   }
   const std::vector<Tensor> params = model.parameters();
   if (o.hooks.on_grad_ready)
@@ -161,7 +191,9 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   if (meta) {
     r.loss = r.metric = r.metric_total = nan;
   } else {
-    const std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
+    std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
+    // The loss and metric sums over the ranks (the found_inf / gradient sum after them is already global).
+    if (dp) dp->group().all_reduce_sum(v.data(), (int64_t)sums.numel());
     if (scaler.enabled()) scaler.set_found_inf_read(v.back() != 0.0);
     r.loss = v[0] / (double)used;
     r.metric = o.metric ? v[1] : nan;
@@ -169,11 +201,13 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     // With a loss scaler an inf/NaN loss is an overflow like any other: its step is skipped.
     if (!std::isfinite(r.loss) && !scaler.enabled()) {
       // The error path reads each micro-batch's loss to name the first non-finite one.
+      bool found_here = false;
       for (MicroBatch& b : kept) {
         b.loss_value = to_device(b.loss, Device::cpu()).item();
         if (std::isfinite(b.loss_value)) continue;
         b.x = narrow(batch.x, 0, b.offset, b.size);
         b.y = narrow(batch.y, 0, b.offset, b.size);
+        found_here = true;
         if (o.hooks.on_non_finite) {
           o.hooks.on_non_finite(b);
           break;
@@ -183,6 +217,10 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
                             str_cat("non-finite loss (",
                                     std::isnan(b.loss_value) ? "NaN" : b.loss_value > 0 ? "inf" : "-inf", ")"));
       }
+      // Data-parallel: another rank's rows made the global loss non-finite; this rank stops as well.
+      if (dp && !found_here)
+        throw NonFiniteStep(str_cat("train_step: the global loss became ", r.loss, " on another rank's rows"),
+                            "non-finite loss (on another rank)");
     }
     if (grad_total.defined() && !std::isfinite(v.back())) {
       const std::string which = first_non_finite_grad(model);

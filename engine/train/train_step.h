@@ -18,6 +18,13 @@
 //   clip (options.clip > 0): scaler.unscale_ then clip_grad_norm;
 //   lr (options.lr >= 0) into every parameter group; scaler.step(optimizer step), scaler.update();
 //   hooks.on_step_end (per-step metrics; the place to save training state mid-epoch).
+// Data-parallel (options.data_parallel set, engine/train/data_parallel.h): `batch` is this rank's shard
+// of the global batch (engine/dist/shard.h; it may have no row); the rows, used rows and left-out
+// micro-batches are summed over the ranks first (one small all-reduce), each micro-batch's loss is
+// weighted m / (the global used rows), the gradients are summed over the ranks after the last
+// backward (before on_grad_ready, the finite check, clipping and the loss scaler), and the step's
+// read-back sums (loss, metric) are summed too: StepResult then describes the global batch, the same
+// on every rank. Every rank must call train_step for every step, rows or not.
 // It must not read data on the meta device, own any state between steps, or know the CLI.
 #pragma once
 #include <cstdint>
@@ -32,6 +39,8 @@
 #include "engine/optim/optimizer.h"
 
 namespace kiln::train {
+
+class DataParallel;
 
 // The loss of one micro-batch: output of the model and its targets -> a scalar (mean over the
 // micro-batch). Classification: cross_entropy_loss(); segmentation: any per-pixel mean loss.
@@ -98,6 +107,8 @@ struct StepOptions {
   // Without a loss scaler: check that every gradient is finite before the update (one scalar per
   // gradient, one device read).
   bool check_finite = true;
+  // Data-parallel training over this group's ranks (see the header comment); null: one process, as before.
+  DataParallel* data_parallel = nullptr;
   StepHooks hooks;
 };
 

@@ -1,0 +1,59 @@
+// A process group: the ranks of a data-parallel run and the few collectives kiln's trainer needs
+// (broadcast, sum all-reduce, barrier), over host memory. Two implementations: MPI
+// (process_group_mpi.cpp, built with KILN_MPI, used when the process was started by mpirun / srun)
+// and one process alone (process_group_single.cpp: every collective is a no-op), so the same
+// binary runs with and without a launcher and a run of one process behaves exactly as before.
+// It must not know models, optimizers or data: engine/train builds gradient buckets on top of it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/tensor/tensor.h"
+
+namespace kiln::dist {
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "single" or "mpi"
+  // Whether a thread other than the one that made the group may call the collectives (one thread at a
+  // time): MPI initialized with MPI_THREAD_SERIALIZED or more. Data-parallel overlap needs it.
+  virtual bool allows_other_threads() const { return true; }
+
+  // Collectives over host memory; every rank calls them in the same order with the same counts.
+  virtual void broadcast_bytes(void* data, int64_t bytes, int root) = 0;
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  virtual void all_reduce_sum(double* data, int64_t n) = 0;
+  virtual void all_reduce_sum(int64_t* data, int64_t n) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the group now (after this rank printed why): a failing rank must not leave
+  // the others waiting in a collective. One process alone: std::exit(code).
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  // In place on every rank: root's values of `t` (any dtype and device; a tensor that is not a
+  // contiguous CPU tensor goes through a host copy).
+  void broadcast(Tensor& t, int root);
+  // In place: the sum over ranks of an f32 / f64 tensor (any device, through a host copy when needed).
+  void all_reduce_sum(Tensor& t);
+  // Sum over ranks of one number.
+  int64_t sum(int64_t v);
+};
+
+// True when this build has the MPI implementation (KILN_MPI found an MPI library).
+bool built_with_mpi();
+// True when a launcher started this process as one rank of several or one (mpirun, srun with PMI):
+// OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE or PMI_RANK is set.
+bool launched_by_mpi();
+
+// The process-wide group, made on first use: MPI when built with it and launched_by_mpi(), else one
+// process alone. MPI is initialized then, and finalized at exit.
+ProcessGroup& world();
+// True when world() was made and has more than one rank (a failure must then abort() the group).
+bool world_is_distributed();
+
+std::unique_ptr<ProcessGroup> make_single_process_group();
+
+}  // namespace kiln::dist

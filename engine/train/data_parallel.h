@@ -1,0 +1,105 @@
+// Data-parallel training over a dist::ProcessGroup: the gradient buckets and the start-up broadcast.
+// - Buckets: the model's trainable parameters in reverse registration order (the order backward
+//   finishes them), packed into flat f32 buckets of at most bucket_bytes (the first one, the first
+//   gradients backward completes, at most first_bucket_bytes; a parameter larger than the cap gets a
+//   bucket of its own). Every gradient is summed over the ranks, bucket by bucket, always in bucket
+//   order (MPI matches collectives by their order, so every rank starts bucket k before bucket k+1).
+//   A gradient undefined on a rank (a rank with no sample in a short last batch, or a parameter its
+//   forward did not use) counts as zeros; after the sum it is defined on every rank where it was
+//   defined on any.
+// - Overlap (options.overlap, a CPU model and a group that allows calls from another thread): during
+//   the step's last backward, backward_hook() sees each parameter's gradient completed
+//   (engine/autograd/grad_hook.h); when a bucket is complete (and every bucket before it started) it is
+//   packed on the backward's thread and its all-reduce runs on a communication thread while backward
+//   goes on. all_reduce_gradients() then starts what is left (in order), waits, and copies the sums
+//   into the gradients. Without overlap it does all of it after backward.
+// - broadcast_state(): rank 0's parameters and buffers on every rank (at start, after --init or --resume).
+// The data rule (which rows a rank takes, the loss weight) is engine/dist/shard.h; train_step and fit
+// apply it when StepOptions::data_parallel is set. Must not know the CLI, files or data sources.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/autograd/grad_hook.h"
+#include "engine/dist/process_group.h"
+#include "engine/nn/module.h"
+
+namespace kiln::train {
+
+struct DataParallelOptions {
+  int64_t bucket_bytes = 25ll << 20;       // PyTorch DDP's default bucket_cap_mb = 25
+  int64_t first_bucket_bytes = 1ll << 20;  // a small first bucket, so the first all-reduce starts early
+  bool overlap = true;                     // all-reduce during backward on a communication thread (CPU models)
+};
+
+// Bucket plan over gradient sizes in bytes, given in bucket order (reverse registration order):
+// consecutive runs, each at most cap bytes (the first at most first_cap) or one oversized entry.
+// Returns the indices (into `bytes`) of each bucket. Pure function: the unit tests pin it.
+std::vector<std::vector<size_t>> plan_buckets(const std::vector<int64_t>& bytes, int64_t cap, int64_t first_cap);
+
+class DataParallel {
+ public:
+  DataParallel(dist::ProcessGroup& group, nn::Module& model, DataParallelOptions options = {});
+  ~DataParallel();  // stops the communication thread
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+  dist::ProcessGroup& group() const { return group_; }
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+  bool overlaps() const { return overlap_; }
+
+  // Every parameter and buffer of the model takes root's values.
+  void broadcast_state(int root = 0);
+  // Starts a step: no bucket started, no gradient seen (train_step calls it after zero_grad).
+  void begin_step();
+  // The hook to install (GradAccumulatedHookGuard) around the step's last backward; null without overlap.
+  GradAccumulatedHook backward_hook();
+  // The sum over ranks of every trainable parameter's gradient (see the header comment).
+  void all_reduce_gradients();
+
+  struct Bucket {
+    std::vector<size_t> params;  // indices into model.parameters()
+    int64_t numel = 0;           // f32 elements of the flat buffer (without the defined flags)
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  int64_t bucket_bytes_total() const;  // host bytes the buckets hold (for memory accounting)
+  // Buckets whose all-reduce started during backward in the last step (overlap), for tests and reports.
+  int64_t started_during_backward() const { return started_in_backward_; }
+
+ private:
+  void gradient_ready(const TensorImpl* leaf);
+  void pack(size_t bucket);
+  void start(size_t bucket);  // pack, then all-reduce (queued to the communication thread with overlap)
+  void unpack(size_t bucket);
+  void comm_loop();
+
+  dist::ProcessGroup& group_;
+  nn::Module& model_;
+  bool overlap_ = false;
+  std::vector<Tensor> params_;        // model.parameters(), registration order
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<float>> buffers_;  // one per bucket: gradients, then one defined flag per parameter
+  // Per step: which parameters' gradients are complete, per bucket how many are left, the next bucket to start.
+  std::unordered_map<const TensorImpl*, size_t> param_of_;  // leaf -> index into params_
+  std::vector<size_t> bucket_of_;                           // param index -> bucket (SIZE_MAX: frozen)
+  std::vector<char> ready_;
+  std::vector<size_t> left_;
+  size_t next_start_ = 0;
+  int64_t started_in_backward_ = 0;
+  // The communication thread: buckets to all-reduce, how many are done, the first error.
+  std::thread comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> queue_;
+  size_t done_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace kiln::train

@@ -1,0 +1,150 @@
+// Data-parallel training without MPI (the mpirun runs are tests/mpi/): the data rule that splits a
+// global batch among ranks (engine/dist/shard.h), the gradient bucket plan (engine/train/data_parallel.h),
+// and the one-process group that every run without a launcher uses (collectives leave the data alone).
+#include <doctest/doctest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "engine/autograd/grad_hook.h"
+#include "engine/dist/process_group.h"
+#include "engine/dist/shard.h"
+#include "engine/nn/linear.h"
+#include "engine/ops/ops.h"
+#include "engine/train/data_parallel.h"
+
+namespace {
+
+// a (6 -> 5), b (5 -> 3): four parameters, registered a.weight, a.bias, b.weight, b.bias.
+struct TwoLinear : kiln::nn::Module {
+  TwoLinear() : Module("TwoLinear") {
+    a = register_module("a", std::make_shared<kiln::nn::Linear>(6, 5));
+    b = register_module("b", std::make_shared<kiln::nn::Linear>(5, 3));
+  }
+  kiln::Tensor forward(const kiln::Tensor& x) override { return (*b)((*a)(x)); }
+  std::shared_ptr<kiln::nn::Linear> a, b;
+};
+
+}  // namespace
+
+using kiln::dist::shard_range;
+using kiln::dist::ShardRange;
+
+TEST_CASE("data-parallel: shard_range splits a global batch into disjoint, covering, balanced shards") {
+  for (int ranks = 1; ranks <= 5; ++ranks)
+    for (int64_t rows = 0; rows <= 23; ++rows) {
+      int64_t next = 0, least = rows, most = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const ShardRange s = shard_range(rows, r, ranks);
+        CHECK(s.offset == next);  // in rank order, no gap, no overlap
+        next += s.rows;
+        least = std::min(least, s.rows);
+        most = std::max(most, s.rows);
+      }
+      CHECK(next == rows);       // every row once
+      CHECK(most - least <= 1);  // as even as possible
+    }
+  // The first rows % ranks ranks take the extra row; a rank may get none.
+  CHECK(shard_range(7, 0, 3).rows == 3);
+  CHECK(shard_range(7, 1, 3).offset == 3);
+  CHECK(shard_range(7, 2, 3).offset == 5);
+  CHECK(shard_range(7, 2, 3).rows == 2);
+  CHECK(shard_range(1, 1, 2).rows == 0);
+  CHECK(shard_range(1, 1, 2).offset == 1);
+  CHECK(kiln::dist::global_batch(8, 3) == 24);
+  CHECK_THROWS_AS(shard_range(4, 2, 2), kiln::Error);
+  CHECK_THROWS_AS(shard_range(-1, 0, 2), kiln::Error);
+  CHECK_THROWS_AS(shard_range(4, 0, 0), kiln::Error);
+}
+
+TEST_CASE("data-parallel: the loss weights of the shards add up to one process's mean over the global batch") {
+  // Per-sample losses l_i of a global batch; rank r's loss is the mean of its rows weighted rows_r / rows,
+  // so the sum over ranks is the global mean (what train_step does with m / global used rows).
+  std::vector<double> l(13);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = 0.1 * (double)(i * i % 7) + 0.01 * (double)i;
+  const double global = std::accumulate(l.begin(), l.end(), 0.0) / (double)l.size();
+  for (int ranks : {1, 2, 3, 4, 13, 16}) {
+    double total = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const ShardRange s = shard_range((int64_t)l.size(), r, ranks);
+      if (s.rows == 0) continue;  // contributes zero gradient
+      double mean = 0;
+      for (int64_t i = s.offset; i < s.offset + s.rows; ++i) mean += l[(size_t)i];
+      mean /= (double)s.rows;
+      total += mean * (double)s.rows / (double)l.size();
+    }
+    CHECK(total == doctest::Approx(global).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("data-parallel: gradient buckets: a small first bucket, then runs up to the cap, big ones alone") {
+  using kiln::train::plan_buckets;
+  using V = std::vector<std::vector<size_t>>;
+  // bytes in bucket order (reverse registration order)
+  CHECK(plan_buckets({}, 100, 10) == V{});
+  CHECK(plan_buckets({4, 4, 4, 40, 40, 30, 200, 5}, 100, 10) == V{{0, 1}, {2, 3, 4}, {5}, {6}, {7}});
+  CHECK(plan_buckets({50, 50, 50}, 100, 100) == V{{0, 1}, {2}});
+  CHECK(plan_buckets({1, 1, 1}, 1 << 20, 1 << 20) == V{{0, 1, 2}});
+  CHECK_THROWS_AS(plan_buckets({1}, 0, 1), kiln::Error);
+}
+
+TEST_CASE("data-parallel: buckets of a model hold every trainable parameter once, last registered first") {
+  TwoLinear m;
+  kiln::dist::ProcessGroup& g = kiln::dist::world();
+  kiln::train::DataParallelOptions o;
+  o.first_bucket_bytes = 3 * 4;  // b.bias alone
+  o.bucket_bytes = 30 * 4;       // then a: weight (30) alone, ...
+  kiln::train::DataParallel dp(g, m, o);
+  const std::vector<kiln::Tensor> params = m.parameters();  // a.weight, a.bias, b.weight, b.bias
+  REQUIRE(params.size() == 4);
+  std::vector<size_t> seen;
+  for (const auto& bucket : dp.buckets()) seen.insert(seen.end(), bucket.params.begin(), bucket.params.end());
+  CHECK(seen == std::vector<size_t>{3, 2, 1, 0});
+  REQUIRE(dp.buckets().size() >= 2);
+  CHECK(dp.buckets()[0].params == std::vector<size_t>{3});
+  CHECK(dp.bucket_bytes_total() == (30 + 5 + 15 + 3 + 4) * 4);  // elements + one flag per parameter
+}
+
+TEST_CASE("data-parallel: one process alone: rank 0 of 1, collectives change nothing") {
+  if (kiln::dist::launched_by_mpi()) {
+    MESSAGE("skipped: this test process runs under an MPI launcher");
+    return;
+  }
+  kiln::dist::ProcessGroup& g = kiln::dist::world();
+  CHECK(g.rank() == 0);
+  CHECK(g.size() == 1);
+  CHECK(g.backend() == "single");
+  CHECK_FALSE(kiln::dist::world_is_distributed());
+  kiln::Tensor t = kiln::tensor_from(std::vector<float>{1.5f, -2.0f, 3.25f}, {3});
+  g.all_reduce_sum(t);
+  g.broadcast(t, 0);
+  CHECK(t.to_vector<float>() == std::vector<float>{1.5f, -2.0f, 3.25f});
+  CHECK(g.sum(7) == 7);
+  CHECK_THROWS_AS(g.broadcast(t, 1), kiln::Error);
+  g.barrier();
+}
+
+TEST_CASE("data-parallel: the gradient-accumulated hook sees each leaf once per backward, its gradient complete") {
+  // w is used twice (two paths into the loss): its AccumulateGrad runs once, after both contributions.
+  kiln::Tensor w = kiln::tensor_from(std::vector<float>{1, 2, 3}, {3});
+  w.set_requires_grad(true);
+  kiln::Tensor b = kiln::tensor_from(std::vector<float>{0.5f}, {1});
+  b.set_requires_grad(true);
+  std::vector<std::pair<const kiln::TensorImpl*, std::vector<float>>> seen;
+  {
+    kiln::GradAccumulatedHookGuard guard([&](const kiln::TensorImpl* leaf) {
+      const kiln::Tensor& t = leaf == w.impl() ? w : b;
+      seen.emplace_back(leaf, t.grad().to_vector<float>());
+    });
+    kiln::Tensor y = kiln::sum(kiln::add(kiln::mul(w, w), kiln::mul(w, b)));  // d/dw = 2w + b, d/db = sum(w)
+    y.backward();
+  }
+  REQUIRE(seen.size() == 2);
+  for (const auto& [leaf, g] : seen) {
+    if (leaf == w.impl()) CHECK(g == std::vector<float>{2.5f, 4.5f, 6.5f});
+    else CHECK(g == std::vector<float>{6.0f});
+  }
+  // Without the guard, no hook: a second backward is not seen.
+  kiln::sum(kiln::mul(w, w)).backward();
+  CHECK(seen.size() == 2);
+}

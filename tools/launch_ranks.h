@@ -1,0 +1,13 @@
+// `kiln train --nproc N`: the command starts N ranks of itself through the MPI launcher, as if the user
+// had typed `mpirun -n N kiln train <the other flags>` (data-parallel training, engine/dist/). Replaces
+// the process (exec); returns only with an error. Must not train or parse training flags.
+#pragma once
+
+namespace kiln_cli {
+
+// argv: the command line as main got it; --nproc N / --nproc=N is left out of what the ranks get.
+// Throws kiln::UsageError when this kiln has no MPI, when it already runs under a launcher, or when
+// mpirun cannot be started.
+[[noreturn]] void launch_ranks(int nproc, int argc, char** argv);
+
+}  // namespace kiln_cli

@@ -1,0 +1,27 @@
+// The `kiln train` glue of data-parallel runs (`mpirun -n N kiln train`, engine/dist/): the start-up
+// checks every rank makes (a launcher without MPI in this build, flags that differ from rank 0's) and what
+// a rank other than 0 trains with (no output files, nothing printed). Must not train or touch tensors.
+#pragma once
+#include <cstdint>
+#include <ostream>
+
+#include "engine/dist/process_group.h"
+#include "tools/train_config.h"
+
+namespace kiln {
+
+// Ranks a launcher asked for (mpirun, srun), read from its environment; 1 when none is named.
+int64_t launcher_ranks();
+
+// Throws (on every rank of `group` together) when this process is one of several ranks but the build has
+// no MPI (each rank would train alone on the same files), or when the training flags differ from rank 0's
+// (output paths, --threads and --device may differ; the error names the flags).
+void check_rank_launch(const TrainConfig& c, dist::ProcessGroup& group);
+
+// `c` for a rank other than 0: no ledger, state files, --save, reports, memory snapshots or traces.
+TrainConfig silent_rank_config(const TrainConfig& c);
+
+// A stream that drops everything (what ranks other than 0 print to).
+std::ostream& null_stream();
+
+}  // namespace kiln
