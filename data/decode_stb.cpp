@@ -10,6 +10,13 @@
 #define STBI_ONLY_TGA
 #define STBI_NO_STDIO
 #define STBI_MAX_DIMENSIONS (1 << 20)
+// Zeroed allocations: stb's TGA reader ignores a short read of the pixel data, so a file that ends early left
+// the rest of the image uninitialized (a different picture on every decode; found by fuzz_jpeg). Pixels past
+// the end of a file now read as 0, the value stb's reader returns there.
+#define STBI_MALLOC(sz) std::calloc(1, (sz))
+#define STBI_REALLOC(p, newsz) std::realloc((p), (newsz))
+#define STBI_FREE(p) std::free(p)
+#include <cstdlib>
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"

@@ -257,6 +257,10 @@ json parse_json(const std::string& text, const std::string& src) {
     const size_t colon = c == std::string::npos ? std::string::npos : what.find(": ", c);
     if (colon != std::string::npos) what = what.substr(colon + 2);
     throw Error(str_cat(src, ": not JSON: line ", line, ", column ", col, ": ", what));
+  } catch (const json::exception& e) {  // a number beyond double's range (out_of_range 406; found by fuzz_model_file)
+    std::string what = e.what();
+    const size_t b = what.find("] ");
+    throw Error(str_cat(src, ": not usable JSON: ", b == std::string::npos ? what : what.substr(b + 2)));
   }
 }
 

@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/sgd.h"
+#include "models/model_file.h"
 #include "test_data_support.h"
 
 using namespace kiln;
@@ -250,4 +251,46 @@ TEST_CASE("fuzz regression: an optimizer group index that is not a number is one
   }
   sgd.load_state_dict(NamedTensors{{"group.0.lr", scalar_tensor(0.25, DType::f64)}});
   CHECK(sgd.lr() == 0.25);  // a good key still loads
+}
+
+// fuzz_jpeg, differential (the fast-path decode and the whole decode of the same bytes differed): the input is
+// no JPEG but a TGA (no magic number: stb_image's fallback) whose 255-byte ID field runs past the end of the
+// file, so none of its pixel bytes exist. stb's TGA reader ignores the short read, and the image was whatever
+// the allocator handed out (ASan fills new blocks with 0xbe). Input: tests/fuzz/corpus/jpeg/
+// regress-tga-pixels-past-the-end (its first byte is the fuzz target's option byte).
+TEST_CASE("fuzz regression: a TGA whose pixels lie past the end of the file decodes to zeros, every time") {
+  const std::string bytes =
+      read_file_bytes(std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/jpeg/regress-tga-pixels-past-the-end", 1 << 20);
+  REQUIRE(bytes.size() > 1);
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data()) + 1;
+  DecodeOptions opt;
+  opt.max_pixels = 1 << 22;
+  opt.gray = true;
+  for (int round = 0; round < 3; ++round) {
+    {  // dirty the heap with blocks the decoder's allocation may reuse
+      std::vector<std::vector<uint8_t>> junk;
+      for (int i = 0; i < 8; ++i) junk.emplace_back((size_t)1 << (12 + i), (uint8_t)0xAB);
+    }
+    Image im = decode_image_bytes(data, bytes.size() - 1, "regress.tga", opt);
+    CAPTURE(round);
+    REQUIRE(!im.px.empty());
+    size_t nonzero = 0;
+    for (uint8_t v : im.px) nonzero += v != 0;
+    CHECK(nonzero == 0);
+  }
+}
+
+// fuzz_model_file, crash (std::terminate): a number beyond double's range ("1e5455555888...") makes
+// nlohmann::json throw out_of_range (406), which the model-file reader did not catch (it caught parse_error only).
+// Input: tests/fuzz/corpus/model_file/regress-number-beyond-double.
+TEST_CASE("fuzz regression: a model file with a number beyond double's range is one kiln::Error") {
+  for (const char* text : {"{\n  \"fjype\": 1e5455555888888888888888888888o", "{\"layers\": [1e400]}", "[-1e999]"}) {
+    CAPTURE(text);
+    try {
+      (void)models::build_graph_model(text, "net.json", models::ModelInput{});
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("net.json") != std::string::npos);
+    }
+  }
 }
