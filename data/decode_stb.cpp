@@ -76,11 +76,39 @@ bool declared_size(const char* fmt, const uint8_t* d, size_t n, uint64_t* w, uin
   return false;
 }
 
+std::string stb_chunk_name(const std::string& type) {  // 'IDAT', or its bytes in hex when not printable
+  for (char c : type)
+    if (c < 0x20 || c > 0x7e) {
+      std::string hex = "0x";
+      const char* digits = "0123456789abcdef";
+      for (unsigned char b : type) hex += {digits[b >> 4], digits[b & 15]};
+      return hex;
+    }
+  return "'" + type + "'";
+}
+
+// A PNG chunk that claims more bytes than the file has left is corrupt. stb_image grows its IDAT buffer to the
+// claimed length before reading it, so a 100-byte file could make it allocate 2 GiB (found by fuzz_image).
+void check_png_chunks(const uint8_t* d, size_t n, const std::string& name) {
+  size_t pos = 8;
+  while (pos + 8 <= n) {
+    const uint64_t len = ((uint64_t)d[pos] << 24) | ((uint64_t)d[pos + 1] << 16) | ((uint64_t)d[pos + 2] << 8) | d[pos + 3];
+    const std::string type(reinterpret_cast<const char*>(d + pos + 4), 4);
+    const size_t left = n - pos - 8;
+    if (len > left)
+      throw DecodeError(name, str_cat("corrupt or truncated PNG (chunk ", stb_chunk_name(type), " at byte ", pos,
+                                      " claims ", len, " bytes, the file has ", left, " left)"));
+    if (type == "IEND") return;
+    pos += 8 + (size_t)len + 4;  // length, type, data, CRC
+  }
+}
+
 }  // namespace
 
 Image decode_stb(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
   const char* fmt = sniff_format(data, n);
   if (n > (size_t)0x7fffffff) throw DecodeError(name, "file too large for the decoder");
+  if (std::strcmp(fmt, "PNG") == 0) check_png_chunks(data, n, name);
   uint64_t dw = 0, dh = 0;
   if (declared_size(fmt, data, n, &dw, &dh) && dw * dh > opt.max_pixels)
     throw DecodeError(name, str_cat("declared size ", dw, "x", dh, " exceeds the pixel limit ", opt.max_pixels,

@@ -10,6 +10,7 @@
 #include "data/decode.h"
 #include "data/jpeg_encode.h"
 #include "data/jpeg_progressive.h"
+#include "data/png_io.h"
 #include "engine/core/error.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/sgd.h"
@@ -293,4 +294,38 @@ TEST_CASE("fuzz regression: a model file with a number beyond double's range is 
       CHECK(std::string(e.what()).find("net.json") != std::string::npos);
     }
   }
+}
+
+// fuzz_image, out-of-memory: a 170-byte PNG whose second IDAT chunk claims 0xff603000 bytes made stb_image grow
+// its IDAT buffer to 2 GiB before reading. A chunk longer than what is left of the file is now one DecodeError,
+// before stb sees the file. Input: tests/fuzz/corpus/image/regress-png-chunk-longer-than-the-file (first byte:
+// the fuzz target's option byte).
+TEST_CASE("fuzz regression: a PNG chunk longer than the rest of the file is one DecodeError, no 2 GiB buffer") {
+  const std::string bytes = read_file_bytes(
+      std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-png-chunk-longer-than-the-file", 1 << 20);
+  REQUIRE(bytes.size() > 9);
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data()) + 1;
+  try {
+    (void)decode_image_bytes(data, bytes.size() - 1, "bomb.png", DecodeOptions{});
+    FAIL("decoded");
+  } catch (const DecodeError& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("bomb.png") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("chunk 'IDAT'") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("claims") != std::string::npos, what);
+  }
+  // A valid PNG still decodes, and the same file cut inside its IDAT data is refused the same way.
+  Image gray;
+  gray.w = 6;
+  gray.h = 3;
+  gray.c = 1;
+  gray.px.assign(18, 0);
+  for (size_t i = 0; i < gray.px.size(); ++i) gray.px[i] = (uint8_t)(i * 13);
+  const std::string png = encode_png(gray);
+  Image ok = decode_image_bytes(reinterpret_cast<const uint8_t*>(png.data()), png.size(), "ok.png", DecodeOptions{});
+  CHECK(ok.w == 6);
+  const size_t idat = png.find("IDAT");
+  REQUIRE(idat != std::string::npos);
+  CHECK_THROWS_AS(decode_image_bytes(reinterpret_cast<const uint8_t*>(png.data()), idat + 6, "cut.png", DecodeOptions{}),
+                  DecodeError);
 }
