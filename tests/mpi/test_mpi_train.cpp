@@ -83,15 +83,7 @@ std::string train_args(const std::string& out, int64_t batch, const std::string&
 kiln_test::CliRun run_mpi(int ranks, const std::string& args, const std::string& prefix = "") {
   const std::string cmd = std::string(kMpiEnv) + " " + prefix + " mpirun -n " + std::to_string(ranks) + " " +
                           std::string(KILN_BINARY_DIR) + "/kiln " + args + " 2>&1";
-  kiln_test::CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return kiln_test::run_command(cmd);
 }
 
 // The largest over tensors of max |a - b| / max |a| (f32 tensors; names and shapes must match).

@@ -21,8 +21,8 @@ struct CliRun {
   std::string output;
 };
 
-inline CliRun run_kiln(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " OMP_WAIT_POLICY=passive " + std::string(KILN_BINARY_DIR) + "/kiln " + args + " 2>&1";
+// Runs a shell command line, collecting its standard output (the caller adds 2>&1) and exit status.
+inline CliRun run_command(const std::string& cmd) {
   CliRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -32,6 +32,10 @@ inline CliRun run_kiln(const std::string& args, const std::string& env = "") {
   const int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+inline CliRun run_kiln(const std::string& args, const std::string& env = "") {
+  return run_command(env + " OMP_WAIT_POLICY=passive " + std::string(KILN_BINARY_DIR) + "/kiln " + args + " 2>&1");
 }
 
 inline std::string cli_temp_dir(const std::string& name) {
