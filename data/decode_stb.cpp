@@ -103,12 +103,34 @@ void check_png_chunks(const uint8_t* d, size_t n, const std::string& name) {
   }
 }
 
+// A TGA whose header promises more pixel bytes than the file can hold is truncated: uncompressed, every pixel
+// needs its bytes; run-length encoded, every 128 pixels need at least a packet byte and one pixel. stb_image
+// reads past the end as zeros and decodes it anyway (after allocating the whole picture: a few bytes of
+// garbage, which any file without another format's magic number is tried as, made it convert megapixels).
+void check_tga_size(const uint8_t* d, size_t n, const std::string& name) {
+  if (n < 18) return;  // stb's header check reports it
+  const int type = d[2];
+  const uint64_t idlen = d[0], cmap_len = d[1] ? (uint64_t)(d[5] | (d[6] << 8)) : 0, cmap_bits = d[7];
+  const uint64_t w = (uint64_t)(d[12] | (d[13] << 8)), h = (uint64_t)(d[14] | (d[15] << 8));
+  const uint64_t pixel_bytes = ((uint64_t)d[16] + 7) / 8;
+  const uint64_t head = 18 + idlen + cmap_len * ((cmap_bits + 7) / 8);
+  uint64_t need = 0;
+  if (type >= 1 && type <= 3) need = head + w * h * pixel_bytes;
+  else if (type >= 9 && type <= 11) need = head + (w * h + 127) / 128 * (1 + pixel_bytes);
+  else return;  // not a TGA image type stb reads: its header check reports it
+  if (need > n)
+    throw DecodeError(name, str_cat("truncated or not an image (as TGA: ", w, "x", h, " ", type >= 9 ? "run-length " : "",
+                                    "pixels need at least ", need, " bytes, the file has ", n,
+                                    "; not JPEG, PNG, BMP or GIF either)"));
+}
+
 }  // namespace
 
 Image decode_stb(const uint8_t* data, size_t n, const std::string& name, const DecodeOptions& opt) {
   const char* fmt = sniff_format(data, n);
   if (n > (size_t)0x7fffffff) throw DecodeError(name, "file too large for the decoder");
   if (std::strcmp(fmt, "PNG") == 0) check_png_chunks(data, n, name);
+  if (std::strcmp(fmt, "TGA") == 0) check_tga_size(data, n, name);
   uint64_t dw = 0, dh = 0;
   if (declared_size(fmt, data, n, &dw, &dh) && dw * dh > opt.max_pixels)
     throw DecodeError(name, str_cat("declared size ", dw, "x", dh, " exceeds the pixel limit ", opt.max_pixels,
