@@ -340,14 +340,7 @@ TEST_CASE("mpi: ranks started with other flags are refused at start-up, naming t
   const std::string cmd = std::string(kMpiEnv) + " timeout 60 mpirun -n 1 " + kiln +
                           train_args(s.dir + "/flags_a", 8, "--optimizer sgd --lr 0.05", 2) + " : -n 1 " + kiln +
                           train_args(s.dir + "/flags_b", 8, "--optimizer sgd --lr 0.1", 2) + " 2>&1";
-  kiln_test::CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  const kiln_test::CliRun r = kiln_test::run_command(cmd);
   CHECK(r.status != 0);
   CHECK(r.status != 124);
   CHECK(contains(r.output, "data-parallel: this rank was started with other flags than rank 0: lr: rank 0 has 0.05, this rank 0.1"));
