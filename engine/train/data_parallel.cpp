@@ -39,6 +39,9 @@ DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataPar
   std::vector<int64_t> bytes;
   for (size_t i : order) bytes.push_back((int64_t)params_[i].numel() * 4);
   bucket_of_.assign(params_.size(), SIZE_MAX);
+  // CUDA parameters: the buckets live on the device and NCCL sums them (device_buckets.h); else host
+  // buckets and the group's (MPI) all-reduce.
+  const bool on_device = group_.size() > 1 && params_on_one_cuda_device(params_);
   for (const std::vector<size_t>& plan : plan_buckets(bytes, o.bucket_bytes, o.first_bucket_bytes)) {
     Bucket b;
     for (size_t j : plan) {
@@ -46,8 +49,13 @@ DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataPar
       b.numel += params_[order[j]].numel();
       bucket_of_[order[j]] = buckets_.size();
     }
-    buffers_.emplace_back((size_t)(b.numel + (int64_t)b.params.size()));
+    buffers_.emplace_back(on_device ? 0 : (size_t)(b.numel + (int64_t)b.params.size()));
     buckets_.push_back(std::move(b));
+  }
+  if (on_device) {
+    std::vector<std::vector<size_t>> plan;
+    for (const Bucket& b : buckets_) plan.push_back(b.params);
+    device_ = std::make_unique<DeviceBuckets>(group_, params_, plan);
   }
   for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].impl()] = i;
   ready_.assign(params_.size(), 0);
@@ -75,7 +83,7 @@ DataParallel::~DataParallel() {
 int64_t DataParallel::bucket_bytes_total() const {
   int64_t n = 0;
   for (const auto& b : buffers_) n += (int64_t)b.size() * 4;
-  return n;
+  return device_ ? n + device_->bytes() : n;
 }
 
 void DataParallel::broadcast_state(int root) {
@@ -214,6 +222,11 @@ void DataParallel::unpack(size_t bi) {
 void DataParallel::all_reduce_gradients() {
   if (group_.size() == 1) return;
   NoGradGuard no_grad;
+  if (device_) {  // NCCL on the device, in compute-stream order (no overlap with backward yet)
+    device_->all_reduce();
+    begin_step();
+    return;
+  }
   // What backward did not start (a rank without rows, unused parameters, no overlap): in bucket order.
   while (next_start_ < buckets_.size()) start(next_start_);
   if (overlap_) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -29,6 +30,7 @@
 #include "engine/autograd/grad_hook.h"
 #include "engine/dist/process_group.h"
 #include "engine/nn/module.h"
+#include "engine/train/device_buckets.h"
 
 namespace kiln::train {
 
@@ -85,6 +87,8 @@ class DataParallel {
   std::vector<Tensor> params_;        // model.parameters(), registration order
   std::vector<Bucket> buckets_;
   std::vector<std::vector<float>> buffers_;  // one per bucket: gradients, then one defined flag per parameter
+                                             // (empty when the device buckets below hold them)
+  std::unique_ptr<DeviceBuckets> device_;    // CUDA parameters: device buckets summed by NCCL
   // Per step: which parameters' gradients are complete, per bucket how many are left, the next bucket to start.
   std::unordered_map<const TensorImpl*, size_t> param_of_;  // leaf -> index into params_
   std::vector<size_t> bucket_of_;                           // param index -> bucket (SIZE_MAX: frozen)

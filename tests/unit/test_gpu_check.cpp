@@ -105,6 +105,11 @@ TEST_CASE("gpu-check: without a GPU no row says ok and every stand-in is FAIL or
     REQUIRE(rows.count(m));
     CHECK(rows.at(m).result == "FAIL");
   }
+  // NCCL: no "nccl:" case ran (the stand-in has none), so the row cannot be ok; one GPU: the 2-GPU row skips.
+  REQUIRE(rows.count("nccl 1 rank"));
+  CHECK(rows.at("nccl 1 rank").result == "not run");
+  REQUIRE(rows.count("nccl 2 GPUs"));
+  CHECK(rows.at("nccl 2 GPUs").result == "SKIP");
   // The skipped case's escaped name reached the program (a comma splits doctest filters).
   CHECK(read_text(kDir + "/full/out/cuda-tests.log").find("unexpected arguments") == std::string::npos);
 }
