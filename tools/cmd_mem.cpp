@@ -34,6 +34,11 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
       ->capture_default_str();
   m->add_flag("--amp", c.train.amp, "mixed precision as kiln train --amp: f16 autocast + dynamic loss scaling");
   m->add_option("--accum", c.train.accum, "micro-batches per step")->check(kiln_cli::positive)->capture_default_str();
+  m->add_option("--nproc", c.ranks, "data-parallel ranks of the run (kiln train --nproc / mpirun -n): predict one "
+                "rank, --batch per rank, with its gradient buckets")
+      ->check(kiln_cli::positive)->capture_default_str();
+  m->add_option("--bucket-mb", c.train.bucket_mb, "with --nproc: gradient bucket size in MiB, as kiln train's")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   m->add_option("--device-memory", o.device_memory, "memory budget, e.g. 8G (default: the device's capacity)");
   m->add_flag("--json", o.json, "print one JSON object");
   m->add_flag("--max-batch", o.max_batch, "also find the largest batch that fits the budget with --margin");

@@ -2,6 +2,7 @@
 #include "tools/mem_predict.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/nn/init.h"
 #include "engine/nn/recompute.h"
@@ -60,6 +61,9 @@ MemPrediction predict_memory(const MemConfig& c) {
   o.step.channels_last = c.train.channels_last;
   o.target = c.train.device == "auto" ? resolve_device("auto") : Device::parse(c.train.device);
   o.detail = c.detail;
+  o.ranks = c.ranks;
+  o.data_parallel.bucket_bytes = std::max<int64_t>(1, std::llround(c.train.bucket_mb * (1 << 20)));
+  o.data_parallel.first_bucket_bytes = std::min<int64_t>(o.data_parallel.bucket_bytes, 1 << 20);
   MemPrediction r;
   static_cast<StepMemory&>(r) = train::predict_step_memory(
       [&] {
@@ -153,7 +157,10 @@ nlohmann::json MemPrediction::to_json() const {
           {"peak_reserved", peak_reserved},
           {"first_step", step(first)},
           {"steady_step", step(steady)},
-          {"layer_activations", layers}};
+          {"layer_activations", layers},
+          {"ranks", ranks},
+          {"bucket_bytes", buckets},
+          {"buckets_in_allocator", buckets_in_allocator}};
 }
 
 }  // namespace kiln

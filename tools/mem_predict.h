@@ -25,6 +25,7 @@ struct MemConfig {
   int64_t num_classes = 10;   // used when train.num_classes is 0
   int recompute = 0;         // recompute segments (0: off)
   bool detail = false;        // also record the timeline and the segment map at the peak (one more step)
+  int ranks = 1;              // data-parallel ranks: the prediction is one rank's (batch per rank + buckets)
 };
 
 // The prediction of a `kiln mem` / `kiln train` configuration: engine/train's accounts plus the

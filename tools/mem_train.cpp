@@ -6,6 +6,7 @@
 
 #include "tools/mem_command.h"
 #include "tools/mem_remedies.h"
+#include "engine/dist/process_group.h"
 #include "engine/memory/caching_allocator.h"
 #include "engine/train/memory_peak.h"
 
@@ -33,6 +34,7 @@ TrainMemoryMonitor::TrainMemoryMonitor(const TrainConfig& c, int64_t num_classes
   mc.image_size = height;
   mc.in_channels = channels;
   mc.num_classes = num_classes;
+  mc.ranks = dist::world_is_distributed() ? dist::world().size() : 1;  // one rank's step and its buckets
   int ck = parse_recompute_option(c.recompute);
   if (!c.batch_memory.empty()) {  // per size bucket, by tools/batch_memory.h (which refuses auto)
     segments_ = std::max(ck, 0);

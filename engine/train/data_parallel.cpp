@@ -27,27 +27,43 @@ std::vector<std::vector<size_t>> plan_buckets(const std::vector<int64_t>& bytes,
   return out;
 }
 
-DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataParallelOptions o)
-    : group_(group), model_(model), params_(model.parameters()) {
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<Tensor>& params, const DataParallelOptions& o) {
   std::vector<size_t> order;  // trainable parameters, reverse registration order
-  for (size_t i = params_.size(); i-- > 0;)
-    if (params_[i].requires_grad()) {
-      KILN_CHECK(params_[i].dtype() == DType::f32, "data-parallel: parameter ", params_[i].name(), " is ",
-                 params_[i].str(), "; gradient buckets hold f32 (master weights) only");
+  for (size_t i = params.size(); i-- > 0;)
+    if (params[i].requires_grad()) {
+      KILN_CHECK(params[i].dtype() == DType::f32, "data-parallel: parameter ", params[i].name(), " is ",
+                 params[i].str(), "; gradient buckets hold f32 (master weights) only");
       order.push_back(i);
     }
   std::vector<int64_t> bytes;
-  for (size_t i : order) bytes.push_back((int64_t)params_[i].numel() * 4);
+  for (size_t i : order) bytes.push_back((int64_t)params[i].numel() * 4);
+  std::vector<std::vector<size_t>> out;
+  for (const std::vector<size_t>& plan : plan_buckets(bytes, o.bucket_bytes, o.first_bucket_bytes)) {
+    out.emplace_back();
+    for (size_t j : plan) out.back().push_back(order[j]);
+  }
+  return out;
+}
+
+int64_t gradient_bucket_bytes(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan) {
+  int64_t n = 0;
+  for (const auto& b : plan)
+    for (size_t i : b) n += params[i].numel() + 1;  // the gradient, then its defined flag
+  return n * 4;
+}
+
+DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataParallelOptions o)
+    : group_(group), model_(model), params_(model.parameters()) {
   bucket_of_.assign(params_.size(), SIZE_MAX);
   // CUDA parameters: the buckets live on the device and NCCL sums them (device_buckets.h); else host
   // buckets and the group's (MPI) all-reduce.
   const bool on_device = group_.size() > 1 && params_on_one_cuda_device(params_);
-  for (const std::vector<size_t>& plan : plan_buckets(bytes, o.bucket_bytes, o.first_bucket_bytes)) {
+  for (const std::vector<size_t>& plan : gradient_buckets(params_, o)) {
     Bucket b;
-    for (size_t j : plan) {
-      b.params.push_back(order[j]);
-      b.numel += params_[order[j]].numel();
-      bucket_of_[order[j]] = buckets_.size();
+    for (size_t i : plan) {
+      b.params.push_back(i);
+      b.numel += params_[i].numel();
+      bucket_of_[i] = buckets_.size();
     }
     buffers_.emplace_back(on_device ? 0 : (size_t)(b.numel + (int64_t)b.params.size()));
     buckets_.push_back(std::move(b));

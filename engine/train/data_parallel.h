@@ -44,6 +44,11 @@ struct DataParallelOptions {
 // consecutive runs, each at most cap bytes (the first at most first_cap) or one oversized entry.
 // Returns the indices (into `bytes`) of each bucket. Pure function: the unit tests pin it.
 std::vector<std::vector<size_t>> plan_buckets(const std::vector<int64_t>& bytes, int64_t cap, int64_t first_cap);
+// The buckets of a model's parameters: each bucket's indices into `params` (trainable f32 ones, reverse
+// registration order, plan_buckets' runs). DataParallel and the memory predictor both use it.
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<Tensor>& params, const DataParallelOptions& o);
+// Bytes the buckets of `plan` hold on one rank: every gradient and one f32 defined-flag per parameter.
+int64_t gradient_bucket_bytes(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan);
 
 class DataParallel {
  public:

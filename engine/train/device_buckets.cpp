@@ -25,6 +25,18 @@ bool params_on_one_cuda_device(const std::vector<Tensor>& params) {
   return any;
 }
 
+std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan,
+                                        Device dev) {
+  MemoryScope scope(MemoryTag::grad, "data-parallel buckets");
+  std::vector<Tensor> out;
+  for (const auto& b : plan) {
+    int64_t n = (int64_t)b.size();
+    for (size_t i : b) n += params[i].numel();
+    out.push_back(empty({n}, DType::f32, dev));
+  }
+  return out;
+}
+
 #if defined(KILN_WITH_CUDA)
 
 DeviceBuckets::DeviceBuckets(dist::ProcessGroup& group, const std::vector<Tensor>& params,
@@ -33,12 +45,7 @@ DeviceBuckets::DeviceBuckets(dist::ProcessGroup& group, const std::vector<Tensor
   KILN_CHECK(params_on_one_cuda_device(params), "data-parallel: device buckets need every trainable parameter "
              "as f32 on one CUDA device");
   const Device dev = params[plan_.front().front()].device();
-  MemoryScope scope(MemoryTag::grad, "data-parallel buckets");
-  for (const auto& b : plan_) {
-    int64_t n = (int64_t)b.size();
-    for (size_t i : b) n += params_[i].numel();
-    buffers_.push_back(empty({n}, DType::f32, dev));
-  }
+  buffers_ = make_bucket_buffers(params, plan_, dev);
   cuda::NcclId id{};
   if (group.rank() == 0) id = cuda::make_nccl_id();
   group.broadcast_bytes(id.data(), (int64_t)id.size(), 0);

@@ -45,6 +45,12 @@ class DeviceBuckets {
   std::unique_ptr<cuda::NcclComm> comm_;
 };
 
+// The bucket tensors of `plan` on `dev` (kiln's allocator, tagged grad): DeviceBuckets' buffers, and the
+// memory predictor's on the meta device, so `kiln mem` counts what a rank allocates.
+//   bucket k : (numel_k + P_k,) f32
+std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan,
+                                        Device dev);
+
 // Whether every trainable parameter is an f32 tensor on one CUDA device (the device path applies).
 bool params_on_one_cuda_device(const std::vector<Tensor>& params);
 

@@ -12,6 +12,7 @@
 #include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #include "engine/ops/ops.h"
+#include "engine/train/device_buckets.h"
 #include "engine/train/segment_task.h"
 
 namespace kiln::train {
@@ -155,6 +156,17 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     model->train();
     if (o.recompute > 0) model->set_recompute_segments(o.recompute);
     std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model);
+    // A data-parallel rank's buckets, made where the trainer makes them (after the optimizer, before the
+    // class weights): device tensors on a CUDA target (device_buckets.h), host vectors on the CPU.
+    std::vector<Tensor> bucket_buffers;
+    r.ranks = std::max(1, o.ranks);
+    if (o.ranks > 1) {
+      const std::vector<Tensor> params = model->parameters();
+      const std::vector<std::vector<size_t>> plan = gradient_buckets(params, o.data_parallel);
+      r.buckets = gradient_bucket_bytes(params, plan);
+      r.buckets_in_allocator = target.is_cuda();
+      if (r.buckets_in_allocator) bucket_buffers = make_bucket_buffers(params, plan, Device::meta());
+    }
     Tensor class_weights;  // the trainer's class-weight tensor (allocated untagged, like train's)
     if (o.loss_weight_classes > 0) class_weights = empty({o.loss_weight_classes}, DType::f32, Device::meta());
     // The trainer's LossScaler (its state tensors come after the class weights, as in training),

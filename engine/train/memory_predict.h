@@ -22,6 +22,7 @@
 #include "engine/nn/module.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/train_step.h"
 
 namespace kiln {
@@ -52,6 +53,12 @@ struct StepMemory {
   int64_t temporaries_at_peak = 0;
   int64_t slack = 0;        // peak reserved - peak allocated
   std::vector<std::pair<std::string, int64_t>> layer_activations;  // module path -> bytes, forward order
+  // Data-parallel (ranks > 1): one rank's gradient buckets (data_parallel.h). On a CUDA target they are
+  // device tensors from the allocator (tagged grad, in every number above); on the CPU they are host
+  // vectors outside kiln's allocator (not in the numbers above: add them).
+  int ranks = 1;
+  int64_t buckets = 0;
+  bool buckets_in_allocator = false;
   // detail only
   nlohmann::json trace;  // the allocator's Chrome trace of one steady step
   std::vector<SegmentInfo> segments_at_peak;
@@ -78,6 +85,9 @@ struct PredictOptions {
   std::string segmentation_loss = "ce";  // ce | dice | ce+dice (segment_task.h's segmentation_loss)
   Device target = Device::cpu();      // whose allocator policy is imitated
   bool detail = false;                // also the timeline and the segment map at the peak (one more step)
+  // Data-parallel: the step of one rank of `ranks` (batch is the per-rank batch) with its gradient buckets.
+  int ranks = 1;
+  DataParallelOptions data_parallel;
 };
 
 StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFactory& make_optimizer,

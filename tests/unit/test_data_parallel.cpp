@@ -11,7 +11,9 @@
 #include "engine/dist/shard.h"
 #include "engine/nn/linear.h"
 #include "engine/ops/ops.h"
+#include "engine/optim/sgd.h"
 #include "engine/train/data_parallel.h"
+#include "engine/train/memory_predict.h"
 
 namespace {
 
@@ -147,4 +149,48 @@ TEST_CASE("data-parallel: the gradient-accumulated hook sees each leaf once per 
   // Without the guard, no hook: a second backward is not seen.
   kiln::sum(kiln::mul(w, w)).backward();
   CHECK(seen.size() == 2);
+}
+
+// `kiln mem --nproc N`: one rank's prediction carries its gradient buckets. On a CUDA target (no GPU needed:
+// the meta run imitates its allocator) they are device tensors tagged grad, so the gradients account and the
+// peak grow by at least the buckets' bytes; on the CPU they are host vectors outside kiln's allocator, so the
+// peaks stay those of one process and the buckets are reported beside them, the bytes DataParallel holds.
+TEST_CASE("data-parallel: the memory prediction of one rank counts its gradient buckets") {
+  auto predict = [](const char* device, int ranks) {
+    kiln::train::PredictOptions o;
+    o.batch = 4;
+    o.input_shape = {6};
+    o.target = kiln::Device::parse(device);
+    o.ranks = ranks;
+    o.data_parallel.first_bucket_bytes = 3 * 4;
+    o.data_parallel.bucket_bytes = 30 * 4;
+    return kiln::train::predict_step_memory(
+        [] { return std::make_shared<TwoLinear>(); },
+        [](kiln::nn::Module& m) { return std::unique_ptr<kiln::optim::Optimizer>(new kiln::optim::SGD(m.named_parameters(), kiln::optim::SGDOptions{})); },
+        o);
+  };
+  TwoLinear m;
+  kiln::train::DataParallelOptions dpo;
+  dpo.first_bucket_bytes = 3 * 4;
+  dpo.bucket_bytes = 30 * 4;
+  kiln::train::DataParallel dp(kiln::dist::world(), m, dpo);
+  const int64_t host_bytes = dp.bucket_bytes_total();
+  REQUIRE(host_bytes == (30 + 5 + 15 + 3 + 4) * 4);
+
+  const kiln::StepMemory cpu1 = predict("cpu", 1), cpu2 = predict("cpu", 2);
+  CHECK(cpu1.buckets == 0);
+  CHECK(cpu2.ranks == 2);
+  CHECK(cpu2.buckets == host_bytes);
+  CHECK_FALSE(cpu2.buckets_in_allocator);
+  CHECK(cpu2.peak_allocated == cpu1.peak_allocated);
+  CHECK(cpu2.grads == cpu1.grads);
+
+  const kiln::StepMemory gpu1 = predict("cuda:0", 1), gpu2 = predict("cuda:0", 2);
+  CHECK(gpu2.buckets == host_bytes);
+  CHECK(gpu2.buckets_in_allocator);
+  // Each bucket is one allocation, rounded up by the allocator to its block size (512 B).
+  const int64_t buckets = (int64_t)dp.buckets().size();
+  CHECK(gpu2.grads - gpu1.grads >= host_bytes);
+  CHECK(gpu2.grads - gpu1.grads <= host_bytes + 512 * buckets);
+  CHECK(gpu2.peak_allocated - gpu1.peak_allocated == gpu2.grads - gpu1.grads);
 }
