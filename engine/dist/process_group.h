@@ -13,6 +13,13 @@
 
 namespace kiln::dist {
 
+// A collective that did not complete within the group's timeout (set_timeout): a peer rank died, hangs
+// or is stopped. The message names the call, this rank and the timeout.
+class Timeout : public Error {
+ public:
+  explicit Timeout(const std::string& msg) : Error(msg) {}
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -33,6 +40,11 @@ class ProcessGroup {
   // the others waiting in a collective. One process alone: std::exit(code).
   [[noreturn]] virtual void abort(int code) = 0;
 
+  // Every collective waits at most `seconds` (<= 0: for ever), then throws Timeout instead of blocking
+  // for ever on a rank that hangs (MPI: non-blocking calls polled with MPI_Test). One process alone: unused.
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
+
   // In place on every rank: root's values of `t` (any dtype and device; a tensor that is not a
   // contiguous CPU tensor goes through a host copy).
   void broadcast(Tensor& t, int root);
@@ -40,6 +52,9 @@ class ProcessGroup {
   void all_reduce_sum(Tensor& t);
   // Sum over ranks of one number.
   int64_t sum(int64_t v);
+
+ protected:
+  double timeout_s_ = 0;
 };
 
 // True when this build has the MPI implementation (KILN_MPI found an MPI library).
