@@ -423,13 +423,17 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   int64_t fail_step = -1;
   if (const char* v = std::getenv("KILN_TEST_FAIL_RANK"))
     if (std::sscanf(v, "%d:%lld", &fail_rank, (long long*)&fail_step) != 2) fail_rank = -1;
-  // And of --dist-timeout: KILN_TEST_HANG_RANK=R:S makes rank R stop itself (SIGSTOP) before step S.
-  int hang_rank = -1;
-  int64_t hang_step = -1;
-  if (const char* v = std::getenv("KILN_TEST_HANG_RANK"))
-    if (std::sscanf(v, "%d:%lld", &hang_rank, (long long*)&hang_step) != 2) hang_rank = -1;
+  // And of --dist-timeout: KILN_TEST_HANG_RANK=R:S makes rank R stop itself (SIGSTOP: it hangs) before step
+  // S, KILN_TEST_KILL_RANK=R:S kill itself (SIGKILL: it dies).
+  int signal_rank[2] = {-1, -1};
+  int64_t signal_step[2] = {-1, -1};
+  const int signal_of[2] = {SIGSTOP, SIGKILL};
+  for (int k = 0; k < 2; ++k)
+    if (const char* v = std::getenv(k == 0 ? "KILN_TEST_HANG_RANK" : "KILN_TEST_KILL_RANK"))
+      if (std::sscanf(v, "%d:%lld", &signal_rank[k], (long long*)&signal_step[k]) != 2) signal_rank[k] = -1;
   fo.callbacks.before_step = [&](const train::FitStep& fs) {
-    if (hang_rank == group.rank() && fs.global_step + 1 == hang_step) std::raise(SIGSTOP);
+    for (int k = 0; k < 2; ++k)
+      if (signal_rank[k] == group.rank() && fs.global_step + 1 == signal_step[k]) std::raise(signal_of[k]);
     if (fail_rank == group.rank() && fs.global_step + 1 == fail_step)
       throw Error(str_cat("KILN_TEST_FAIL_RANK: rank ", fail_rank, " fails before step ", fail_step,
                           " (a test of the fault path)"));

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/tensor/tensor.h"
@@ -44,6 +45,17 @@ class ProcessGroup {
   // for ever on a rank that hangs (MPI: non-blocking calls polled with MPI_Test). One process alone: unused.
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
+  // What the ranks are doing ("step 12"), named by a Timeout's message; any thread.
+  void set_context(const std::string& what) {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    context_ = what;
+  }
+  std::string context() const {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    return context_;
+  }
+  // The reason a Timeout gives: "rank 1 died or hangs" with two ranks, else "a peer rank died or hangs".
+  std::string stall_reason() const;
 
   // In place on every rank: root's values of `t` (any dtype and device; a tensor that is not a
   // contiguous CPU tensor goes through a host copy).
@@ -55,6 +67,8 @@ class ProcessGroup {
 
  protected:
   double timeout_s_ = 0;
+  mutable std::mutex context_mu_;
+  std::string context_;
 };
 
 // True when this build has the MPI implementation (KILN_MPI found an MPI library).

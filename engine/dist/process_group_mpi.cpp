@@ -107,9 +107,12 @@ class MpiProcessGroup : public ProcessGroup {
       if (done) return;
       const double waited = std::chrono::duration<double>(Clock::now() - start).count();
       if (timeout_s_ > 0 && waited > timeout_s_)
+      {
+        const std::string what = context();
         throw Timeout(str_cat("dist: ", call, count > 0 ? str_cat(" of ", count, " ", unit) : std::string(),
-                              " did not complete within ", timeout_s_, " s on rank ", rank_, " of ", size_,
-                              ": a peer rank died or hangs (--dist-timeout)"));
+                              what.empty() ? std::string() : " (" + what + ")", " did not complete within ",
+                              timeout_s_, " s: ", stall_reason(), " (--dist-timeout ", timeout_s_, ")"));
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       sleep_us = std::min<int64_t>(sleep_us * 2, 200);
     }

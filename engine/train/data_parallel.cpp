@@ -126,12 +126,9 @@ double DataParallel::reduce(size_t b) {
   try {
     group_.all_reduce_sum(buffers_[b].data(), (int64_t)buffers_[b].size());
   } catch (const dist::Timeout&) {
-    const int peer = 1 - group_.rank();  // with two ranks, the one that did not answer
     throw Error(str_cat("data-parallel: the all-reduce of bucket ", b, " of ", buckets_.size(), " (step ",
-                        steps_done_.load() + 1, ") did not complete within ", group_.timeout(), " s on rank ",
-                        group_.rank(), " of ", group_.size(), ": ",
-                        group_.size() == 2 ? str_cat("rank ", peer, " died or hangs") : std::string("a peer rank died or hangs"),
-                        " (--dist-timeout ", group_.timeout(), ")"));
+                        steps_done_.load() + 1, ") did not complete within ", group_.timeout(), " s: ",
+                        group_.stall_reason(), " (--dist-timeout ", group_.timeout(), ")"));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -259,6 +256,7 @@ void DataParallel::all_reduce_gradients() {
   times_.all_reduce_s += all_reduce_s;
   ++times_.steps;
   ++steps_done_;
+  group_.set_context(str_cat("step ", steps_done_.load() + 1));
   for (size_t b = 0; b < buckets_.size(); ++b) unpack(b);
   const int64_t in_backward = started_in_backward_;
   begin_step();

@@ -90,7 +90,10 @@ class DataParallel {
   CommTimes comm_times() const { return times_; }
   void reset_comm_times() { times_ = CommTimes{}; }
   // Optimizer steps done before the next all_reduce_gradients (a resumed run), for messages: 1-based steps.
-  void set_steps_done(int64_t steps) { steps_done_ = steps; }
+  void set_steps_done(int64_t steps) {
+    steps_done_ = steps;
+    group_.set_context(str_cat("step ", steps + 1));
+  }
 
  private:
   void gradient_ready(const TensorImpl* leaf);
