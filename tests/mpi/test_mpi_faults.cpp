@@ -122,7 +122,7 @@ int leftover_ranks(const std::string& out) {
 
 }  // namespace
 
-TEST_CASE("mpi: a rank that hangs (SIGSTOP) ends the job within --dist-timeout, naming it; the last state file resumes to the bytes of an uninterrupted run") {
+TEST_CASE("mpi: a rank that hangs (SIGSTOP) ends the job within --dist-timeout, naming it, and the last state file resumes to the bytes of an uninterrupted run") {
   if (!can_run()) return;
   reference();
   const std::string out = dirs().dir + "/hang";
@@ -140,7 +140,7 @@ TEST_CASE("mpi: a rank that hangs (SIGSTOP) ends the job within --dist-timeout, 
   check_resumes_to_reference(out + "/checkpoint.safetensors", dirs().dir + "/hang_resumed", "step 6");
 }
 
-TEST_CASE("mpi: a rank killed with SIGKILL ends the job (mpirun names it); the last state file resumes to the bytes of an uninterrupted run") {
+TEST_CASE("mpi: a rank killed with SIGKILL ends the job (mpirun names it), and the last state file resumes to the bytes of an uninterrupted run") {
   if (!can_run()) return;
   reference();
   const std::string out = dirs().dir + "/killed";
