@@ -79,4 +79,4 @@ for rep in $(seq "$REPEATS"); do
 done
 echo "images/s: global training images per second (2 ranks: both ranks' images); eff: 2-rank / (2 x 1-rank);"
 echo "kiln_comm_ms: per step of the 2-rank run, not hidden by backward / all-reduce in all"
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(getconf _NPROCESSORS_ONLN) cores"
