@@ -126,7 +126,7 @@ double DataParallel::reduce(size_t b) {
   try {
     group_.all_reduce_sum(buffers_[b].data(), (int64_t)buffers_[b].size());
   } catch (const dist::Timeout&) {
-    throw Error(str_cat("data-parallel: the all-reduce of bucket ", b, " of ", buckets_.size(), " (step ",
+    throw Error(str_cat("data-parallel: the all-reduce of bucket ", b + 1, " of ", buckets_.size(), " (step ",
                         steps_done_.load() + 1, ") did not complete within ", group_.timeout(), " s: ",
                         group_.stall_reason(), " (--dist-timeout ", group_.timeout(), ")"));
   }
