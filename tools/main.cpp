@@ -151,6 +151,11 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
                 "backward (the first bucket at most 1 MiB)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  t->add_option("--dist-timeout", c.dist_timeout,
+                "data-parallel runs: seconds a rank waits for the others in a collective (an all-reduce) before it "
+                "names the stall (a rank died or hangs) and ends the job; 0: wait for ever")
+      ->check(kiln_cli::non_negative)
+      ->capture_default_str();
   t->add_flag("--detect-anomaly", c.detect_anomaly,
               "check every op's output and gradient for inf/NaN as it runs (slow; without it only a step whose "
               "loss or gradient is non-finite is re-run with the check, to name the op)");

@@ -82,6 +82,9 @@ struct TrainConfig {
   bool channels_last = false;      // training batches converted once to channels-last (NHWC) memory
   // Data-parallel (`mpirun -n N kiln train`): gradient bucket size in MiB (the first bucket: at most 1 MiB).
   double bucket_mb = 25;
+  // Data-parallel: seconds a collective may wait for the other ranks before this rank names the stall and
+  // ends the job (<= 0: for ever). Not in to_json (an operational limit, like --threads).
+  double dist_timeout = 300;
   // Not a flag: the ranks of the run (run_training sets it from the process group). --batch is per rank,
   // so a saved state's global batch is batch x ranks (tools/resume_check.h).
   int64_t ranks = 1;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -338,7 +339,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     train::DataParallelOptions dpo;
     dpo.bucket_bytes = std::max<int64_t>(1, std::llround(c.bucket_mb * (1 << 20)));
     dpo.first_bucket_bytes = std::min<int64_t>(dpo.bucket_bytes, 1 << 20);
+    group.set_timeout(c.dist_timeout);
     data_parallel = std::make_unique<train::DataParallel>(group, *model, dpo);
+    data_parallel->set_steps_done(step);
     data_parallel->broadcast_state(0);  // rank 0's weights and buffers (fresh, --init or --resume) everywhere
     log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), batch " << c.batch << " per rank, "
         << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
@@ -420,7 +423,17 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   int64_t fail_step = -1;
   if (const char* v = std::getenv("KILN_TEST_FAIL_RANK"))
     if (std::sscanf(v, "%d:%lld", &fail_rank, (long long*)&fail_step) != 2) fail_rank = -1;
+  // And of --dist-timeout: KILN_TEST_HANG_RANK=R:S makes rank R stop itself (SIGSTOP: it hangs) before step
+  // S, KILN_TEST_KILL_RANK=R:S kill itself (SIGKILL: it dies).
+  int signal_rank[2] = {-1, -1};
+  int64_t signal_step[2] = {-1, -1};
+  const int signal_of[2] = {SIGSTOP, SIGKILL};
+  for (int k = 0; k < 2; ++k)
+    if (const char* v = std::getenv(k == 0 ? "KILN_TEST_HANG_RANK" : "KILN_TEST_KILL_RANK"))
+      if (std::sscanf(v, "%d:%lld", &signal_rank[k], (long long*)&signal_step[k]) != 2) signal_rank[k] = -1;
   fo.callbacks.before_step = [&](const train::FitStep& fs) {
+    for (int k = 0; k < 2; ++k)
+      if (signal_rank[k] == group.rank() && fs.global_step + 1 == signal_step[k]) std::raise(signal_of[k]);
     if (fail_rank == group.rank() && fs.global_step + 1 == fail_step)
       throw Error(str_cat("KILN_TEST_FAIL_RANK: rank ", fail_rank, " fails before step ", fail_step,
                           " (a test of the fault path)"));
@@ -476,6 +489,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   fo.callbacks.on_memory_growth = [&](const train::MemoryGrowth& g) {
     log << g.message() << "\n";
   };
+  train::DataParallel::CommTimes comm_before;  // the totals at the last epoch's end
   fo.callbacks.on_epoch_end = [&](EpochStats& es) {
     report_bad_samples(train, log);
     bar->finish();
@@ -518,6 +532,17 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     if (data_parallel && data_parallel->overlaps())
       log << "data-parallel: " << data_parallel->started_during_backward() << " of "
           << data_parallel->buckets().size() << " buckets started their all-reduce during the last backward\n";
+    if (data_parallel) {  // this epoch's steps: the difference from the last epoch's totals
+      const train::DataParallel::CommTimes t = data_parallel->comm_times();
+      const int64_t n = std::max<int64_t>(1, t.steps - comm_before.steps);
+      char text[200];
+      std::snprintf(text, sizeof text, "data-parallel: communication per step (mean of %lld): %.2f ms not hidden "
+                    "by backward, %.2f ms all-reduce in all\n", (long long)(t.steps - comm_before.steps),
+                    1e3 * (t.wait_s - comm_before.wait_s) / (double)n,
+                    1e3 * (t.all_reduce_s - comm_before.all_reduce_s) / (double)n);
+      log << text;
+      comm_before = t;
+    }
     log << "memory epoch " << es.epoch << ": " << (batch_memory ? batch_memory->epoch_text() : format_tag_peaks(device))
         << "\n";
     if (es.undefined_batches > 0)
@@ -614,6 +639,12 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["amp"] = amp.ledger_json();
   j["image_size"] = train_size;
   if (batch_memory) j["batch_memory"] = batch_memory->to_json();
+  if (data_parallel) {  // rank 0's view, over the whole run
+    const train::DataParallel::CommTimes t = data_parallel->comm_times();
+    j["data_parallel"] = {{"steps", t.steps}, {"comm_wait_s", t.wait_s}, {"all_reduce_s", t.all_reduce_s},
+                          {"comm_wait_ms_per_step", 1e3 * t.mean_wait_s()},
+                          {"all_reduce_ms_per_step", 1e3 * t.mean_all_reduce_s()}};
+  }
   ledger.finish(j, "ok");
   j["record"] = "end";
   j["run"] = ledger.run_id();

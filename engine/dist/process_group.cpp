@@ -49,6 +49,11 @@ void ProcessGroup::all_reduce_sum(Tensor& t) {
   else copy_(t, host);
 }
 
+std::string ProcessGroup::stall_reason() const {
+  if (size() == 2) return str_cat("rank ", 1 - rank(), " died or hangs");
+  return "a peer rank died or hangs";
+}
+
 int64_t ProcessGroup::sum(int64_t v) {
   all_reduce_sum(&v, 1);
   return v;

@@ -7,11 +7,19 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/tensor/tensor.h"
 
 namespace kiln::dist {
+
+// A collective that did not complete within the group's timeout (set_timeout): a peer rank died, hangs
+// or is stopped. The message names the call, this rank and the timeout.
+class Timeout : public Error {
+ public:
+  explicit Timeout(const std::string& msg) : Error(msg) {}
+};
 
 class ProcessGroup {
  public:
@@ -33,6 +41,22 @@ class ProcessGroup {
   // the others waiting in a collective. One process alone: std::exit(code).
   [[noreturn]] virtual void abort(int code) = 0;
 
+  // Every collective waits at most `seconds` (<= 0: for ever), then throws Timeout instead of blocking
+  // for ever on a rank that hangs (MPI: non-blocking calls polled with MPI_Test). One process alone: unused.
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
+  // What the ranks are doing ("step 12"), named by a Timeout's message; any thread.
+  void set_context(const std::string& what) {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    context_ = what;
+  }
+  std::string context() const {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    return context_;
+  }
+  // The reason a Timeout gives: "rank 1 died or hangs" with two ranks, else "a peer rank died or hangs".
+  std::string stall_reason() const;
+
   // In place on every rank: root's values of `t` (any dtype and device; a tensor that is not a
   // contiguous CPU tensor goes through a host copy).
   void broadcast(Tensor& t, int root);
@@ -40,6 +64,11 @@ class ProcessGroup {
   void all_reduce_sum(Tensor& t);
   // Sum over ranks of one number.
   int64_t sum(int64_t v);
+
+ protected:
+  double timeout_s_ = 0;
+  mutable std::mutex context_mu_;
+  std::string context_;
 };
 
 // True when this build has the MPI implementation (KILN_MPI found an MPI library).

@@ -1,5 +1,11 @@
 // ProcessGroup over MPI_COMM_WORLD (see process_group_mpi.h). Counts above INT_MAX go in chunks
-// (MPI counts are int). Every MPI error is a kiln::Error naming the call and the rank.
+// (MPI counts are int). Every MPI error is a kiln::Error naming the call and the rank. Each collective is
+// the non-blocking call (MPI_Ibcast, MPI_Iallreduce, MPI_Ibarrier) polled with MPI_Test (which also drives
+// OpenMPI's progress), sleeping between polls (10 us doubling to 200 us), until it completes or the
+// timeout (set_timeout; <= 0: none) passes: then dist::Timeout (the request is left; the caller aborts the
+// job). Sleeping matters on a machine with as many ranks as cores: the blocking calls spin, and a spinning
+// communication thread takes the core from backward (measured on 2 loaded cores, small_cnn at batch 64
+// per rank: 250 img/s with blocking MPI_Allreduce, 410 polled).
 #include "engine/dist/process_group_mpi.h"
 
 // The C API only: OpenMPI's and MPICH's mpi.h would pull in their deprecated C++ bindings (another library).
@@ -8,8 +14,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <string>
+#include <thread>
 
 namespace kiln::dist {
 
@@ -56,13 +64,19 @@ class MpiProcessGroup : public ProcessGroup {
     char* p = static_cast<char*>(data);
     for (int64_t at = 0; at < bytes; at += kChunk) {
       const int n = (int)std::min<int64_t>(kChunk, bytes - at);
-      check_mpi(MPI_Bcast(p + at, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast", rank_);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check_mpi(MPI_Ibcast(p + at, n, MPI_BYTE, root, MPI_COMM_WORLD, &request), "MPI_Ibcast", rank_);
+      wait(request, "MPI_Ibcast", n, "bytes");
     }
   }
   void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, MPI_FLOAT); }
   void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, MPI_DOUBLE); }
   void all_reduce_sum(int64_t* data, int64_t n) override { reduce(data, n, MPI_INT64_T); }
-  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank_); }
+  void barrier() override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier", rank_);
+    wait(request, "MPI_Ibarrier", 0, "");
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // MPI_Abort does not return; in case an implementation does
@@ -75,7 +89,32 @@ class MpiProcessGroup : public ProcessGroup {
   void reduce(T* data, int64_t n, MPI_Datatype type) {
     for (int64_t at = 0; at < n; at += kChunk) {
       const int count = (int)std::min<int64_t>(kChunk, n - at);
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + at, count, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce", rank_);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + at, count, type, MPI_SUM, MPI_COMM_WORLD, &request),
+                "MPI_Iallreduce", rank_);
+      wait(request, "MPI_Iallreduce", count, "elements");
+    }
+  }
+
+  // Polls `request` until it completes or the timeout passes (then Timeout naming the call).
+  void wait(MPI_Request& request, const char* call, int64_t count, const char* unit) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    int64_t sleep_us = 10;
+    for (;;) {
+      int done = 0;
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test", rank_);
+      if (done) return;
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (timeout_s_ > 0 && waited > timeout_s_)
+      {
+        const std::string what = context();
+        throw Timeout(str_cat("dist: ", call, count > 0 ? str_cat(" of ", count, " ", unit) : std::string(),
+                              what.empty() ? std::string() : " (" + what + ")", " did not complete within ",
+                              timeout_s_, " s: ", stall_reason(), " (--dist-timeout ", timeout_s_, ")"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min<int64_t>(sleep_us * 2, 200);
     }
   }
 

@@ -2,6 +2,7 @@
 #include "engine/train/data_parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -123,18 +124,37 @@ void DataParallel::comm_loop() {
       b = queue_.front();
       queue_.pop_front();
     }
+    bool failed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed = error_ != nullptr;
+    }
+    double seconds = 0;
     try {
-      group_.all_reduce_sum(buffers_[b].data(), (int64_t)buffers_[b].size());
+      if (!failed) seconds = reduce(b);  // after a failure, the later buckets are not started (the job ends)
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      step_all_reduce_s_ += seconds;
       ++done_;
     }
     cv_.notify_all();
   }
+}
+
+double DataParallel::reduce(size_t b) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    group_.all_reduce_sum(buffers_[b].data(), (int64_t)buffers_[b].size());
+  } catch (const dist::Timeout&) {
+    throw Error(str_cat("data-parallel: the all-reduce of bucket ", b + 1, " of ", buckets_.size(), " (step ",
+                        steps_done_.load() + 1, ") did not complete within ", group_.timeout(), " s: ",
+                        group_.stall_reason(), " (--dist-timeout ", group_.timeout(), ")"));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void DataParallel::begin_step() {
@@ -145,6 +165,7 @@ void DataParallel::begin_step() {
     done_ = 0;
     error_ = nullptr;
   }
+  step_all_reduce_s_ = 0;
   std::fill(ready_.begin(), ready_.end(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) left_[b] = buckets_[b].params.size();
   next_start_ = 0;
@@ -201,7 +222,7 @@ void DataParallel::start(size_t bi) {
   pack(bi);
   next_start_ = bi + 1;
   if (!overlap_) {
-    group_.all_reduce_sum(buffers_[bi].data(), (int64_t)buffers_[bi].size());
+    step_all_reduce_s_ += reduce(bi);
     return;
   }
   {
@@ -238,19 +259,37 @@ void DataParallel::unpack(size_t bi) {
 void DataParallel::all_reduce_gradients() {
   if (group_.size() == 1) return;
   NoGradGuard no_grad;
-  if (device_) {  // NCCL on the device, in compute-stream order (no overlap with backward yet)
+  // From here the training thread waits for communication: backward is over (the unhidden time).
+  const auto t_wait = std::chrono::steady_clock::now();
+  double all_reduce_s = 0;
+  if (device_) {
+    // NCCL on the device, in compute-stream order (no overlap with backward yet); the host time is the
+    // queueing only, the device's share is not measured here.
     device_->all_reduce();
-    begin_step();
-    return;
+    all_reduce_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
   }
   // What backward did not start (a rank without rows, unused parameters, no overlap): in bucket order.
-  while (next_start_ < buckets_.size()) start(next_start_);
-  if (overlap_) {
+  while (!device_ && next_start_ < buckets_.size()) start(next_start_);
+  if (device_) {
+  } else if (overlap_) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == buckets_.size(); });
     if (error_) std::rethrow_exception(error_);
+    all_reduce_s = step_all_reduce_s_;
+    step_all_reduce_s_ = 0;
+  } else {
+    all_reduce_s = step_all_reduce_s_;
+    step_all_reduce_s_ = 0;
   }
-  for (size_t b = 0; b < buckets_.size(); ++b) unpack(b);
+  times_.last_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
+  times_.last_all_reduce_s = all_reduce_s;
+  times_.wait_s += times_.last_wait_s;
+  times_.all_reduce_s += all_reduce_s;
+  ++times_.steps;
+  ++steps_done_;
+  group_.set_context(str_cat("step ", steps_done_.load() + 1));
+  if (!device_)
+    for (size_t b = 0; b < buckets_.size(); ++b) unpack(b);
   const int64_t in_backward = started_in_backward_;
   begin_step();
   started_in_backward_ = in_backward;  // kept for started_during_backward()

@@ -13,10 +13,15 @@
 //   packed on the backward's thread and its all-reduce runs on a communication thread while backward
 //   goes on. all_reduce_gradients() then starts what is left (in order), waits, and copies the sums
 //   into the gradients. Without overlap it does all of it after backward.
+// - Times (comm_times()): per step, how long the training thread waited after backward for the
+//   all-reduces (the communication backward did not hide) and how long the all-reduce calls took in all.
+// - Timeout: the group's (ProcessGroup::set_timeout); a bucket's all-reduce past it is an Error naming the
+//   bucket, the step and this rank (a peer died or hangs); the caller aborts the job.
 // - broadcast_state(): rank 0's parameters and buffers on every rank (at start, after --init or --resume).
 // The data rule (which rows a rank takes, the loss weight) is engine/dist/shard.h; train_step and fit
 // apply it when StepOptions::data_parallel is set. Must not know the CLI, files or data sources.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -79,12 +84,31 @@ class DataParallel {
   // Buckets whose all-reduce started during backward in the last step (overlap), for tests and reports.
   int64_t started_during_backward() const { return started_in_backward_; }
 
+  // Communication times, summed over the steps since construction or reset_comm_times().
+  struct CommTimes {
+    int64_t steps = 0;            // steps measured (all_reduce_gradients calls with more than one rank)
+    double wait_s = 0;            // the training thread waiting for the sums after backward: not hidden
+    double all_reduce_s = 0;      // the buckets' all-reduce calls (communication thread or not), end to end
+    double last_wait_s = 0;       // the last step's
+    double last_all_reduce_s = 0;
+    double mean_wait_s() const { return steps > 0 ? wait_s / (double)steps : 0.0; }
+    double mean_all_reduce_s() const { return steps > 0 ? all_reduce_s / (double)steps : 0.0; }
+  };
+  CommTimes comm_times() const { return times_; }
+  void reset_comm_times() { times_ = CommTimes{}; }
+  // Optimizer steps done before the next all_reduce_gradients (a resumed run), for messages: 1-based steps.
+  void set_steps_done(int64_t steps) {
+    steps_done_ = steps;
+    group_.set_context(str_cat("step ", steps + 1));
+  }
+
  private:
   void gradient_ready(const TensorImpl* leaf);
   void pack(size_t bucket);
   void start(size_t bucket);  // pack, then all-reduce (queued to the communication thread with overlap)
   void unpack(size_t bucket);
   void comm_loop();
+  double reduce(size_t bucket);  // one bucket's all-reduce: its seconds; a Timeout becomes an Error naming it
 
   dist::ProcessGroup& group_;
   nn::Module& model_;
@@ -109,6 +133,9 @@ class DataParallel {
   size_t done_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
+  double step_all_reduce_s_ = 0;  // this step's all-reduce seconds (under mu_ with overlap)
+  CommTimes times_;
+  std::atomic<int64_t> steps_done_{0};
 };
 
 }  // namespace kiln::train

@@ -3,7 +3,10 @@
 // and the one-process group that every run without a launcher uses (collectives leave the data alone).
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "engine/autograd/grad_hook.h"
@@ -193,4 +196,86 @@ TEST_CASE("data-parallel: the memory prediction of one rank counts its gradient 
   CHECK(gpu2.grads - gpu1.grads >= host_bytes);
   CHECK(gpu2.grads - gpu1.grads <= host_bytes + 512 * buckets);
   CHECK(gpu2.peak_allocated - gpu1.peak_allocated == gpu2.grads - gpu1.grads);
+}
+
+namespace {
+
+// Rank 0 of a pretend pair: a float all-reduce sleeps `delay_ms` and doubles the data (the peer had the same
+// gradients), or throws dist::Timeout (a peer that never answered). Counts its float all-reduces.
+struct PretendPair : kiln::dist::ProcessGroup {
+  int delay_ms = 0;
+  bool time_out = false;
+  int float_calls = 0;
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "pretend"; }
+  void broadcast_bytes(void*, int64_t, int) override {}
+  void all_reduce_sum(float* data, int64_t n) override {
+    ++float_calls;
+    if (time_out) throw kiln::dist::Timeout("pretend: no answer");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    for (int64_t i = 0; i < n; ++i) data[i] *= 2;
+  }
+  void all_reduce_sum(double*, int64_t) override {}
+  void all_reduce_sum(int64_t*, int64_t) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+// One training step's backward with the data-parallel hook, then the all-reduce.
+void step(kiln::train::DataParallel& dp, TwoLinear& m) {
+  dp.begin_step();
+  kiln::Tensor x = kiln::tensor_from(std::vector<float>(12, 0.5f), {2, 6});
+  {
+    kiln::GradAccumulatedHookGuard guard(dp.backward_hook());
+    kiln::sum(m.forward(x)).backward();
+  }
+  dp.all_reduce_gradients();
+}
+
+}  // namespace
+
+TEST_CASE("data-parallel: comm_times: the wait after backward and the all-reduce time of each step") {
+  TwoLinear m;
+  PretendPair g;
+  g.delay_ms = 30;
+  kiln::train::DataParallelOptions o;
+  o.first_bucket_bytes = 3 * 4;  // b.bias alone, then the rest: 2 buckets
+  o.bucket_bytes = 1 << 20;
+  kiln::train::DataParallel dp(g, m, o);
+  REQUIRE(dp.overlaps());
+  REQUIRE(dp.buckets().size() == 2);
+  step(dp, m);
+  const std::vector<float> once = m.b->bias.grad().to_vector<float>();
+  for (auto& p : m.parameters()) p.set_grad(kiln::Tensor());
+  step(dp, m);
+  CHECK(m.b->bias.grad().to_vector<float>() == once);  // the same doubled gradient each step
+  const kiln::train::DataParallel::CommTimes t = dp.comm_times();
+  CHECK(t.steps == 2);
+  CHECK(g.float_calls == 4);
+  // Each all-reduce sleeps 30 ms: 60 ms a step in all; the last bucket (a's parameters, finished last by
+  // backward) starts when backward ends, so the training thread waits at least its 30 ms.
+  CHECK(t.last_all_reduce_s >= 0.055);
+  CHECK(t.all_reduce_s >= 0.11);
+  CHECK(t.last_wait_s >= 0.025);
+  CHECK(t.last_wait_s <= t.wait_s);
+  CHECK(t.mean_wait_s() == doctest::Approx(t.wait_s / 2));
+  dp.reset_comm_times();
+  CHECK(dp.comm_times().steps == 0);
+}
+
+TEST_CASE("data-parallel: an all-reduce past the group's timeout is an error naming the bucket, the step and the peer") {
+  TwoLinear m;
+  PretendPair g;
+  g.set_timeout(4);
+  kiln::train::DataParallelOptions o;
+  o.first_bucket_bytes = 3 * 4;
+  o.bucket_bytes = 1 << 20;
+  kiln::train::DataParallel dp(g, m, o);
+  dp.set_steps_done(11);
+  g.time_out = true;
+  CHECK_THROWS_WITH(step(dp, m), "data-parallel: the all-reduce of bucket 1 of 2 (step 12) did not complete within 4 "
+                                 "s: rank 1 died or hangs (--dist-timeout 4)");
+  CHECK(g.float_calls == 1);  // the second bucket is not started after the first failed
+  CHECK(g.context() == "step 12");
 }
