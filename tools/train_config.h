@@ -82,6 +82,8 @@ struct TrainConfig {
   bool channels_last = false;      // training batches converted once to channels-last (NHWC) memory
   // Data-parallel (`mpirun -n N kiln train`): gradient bucket size in MiB (the first bucket: at most 1 MiB).
   double bucket_mb = 25;
+  // --sync-bn: batch norm statistics of the global batch (summed over the ranks; one process: plain BN).
+  bool sync_bn = false;
   // Not a flag: the ranks of the run (run_training sets it from the process group). --batch is per rank,
   // so a saved state's global batch is batch x ranks (tools/resume_check.h).
   int64_t ranks = 1;

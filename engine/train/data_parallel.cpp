@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/ops/batch_norm_sync.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::train {
@@ -62,6 +63,7 @@ DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataPar
 }
 
 DataParallel::~DataParallel() {
+  if (sync_bn_) set_batch_norm_reducer(nullptr);
   if (comm_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -225,6 +227,20 @@ void DataParallel::all_reduce_gradients() {
   const int64_t in_backward = started_in_backward_;
   begin_step();
   started_in_backward_ = in_backward;  // kept for started_during_backward()
+}
+
+void DataParallel::all_reduce_in_order(double* data, int64_t n) {
+  if (group_.size() == 1) return;
+  if (overlap_) {  // let the buckets already queued land first: one thread in MPI at a time, same order everywhere
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_ == next_start_; });
+  }
+  group_.all_reduce_sum(data, n);
+}
+
+void DataParallel::sync_batch_norm() {
+  sync_bn_ = true;
+  set_batch_norm_reducer([this](double* data, int64_t n) { all_reduce_in_order(data, n); });
 }
 
 }  // namespace kiln::train
