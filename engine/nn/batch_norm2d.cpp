@@ -53,10 +53,13 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const ChannelSumReducer& reduce = batch_norm_reducer();
   const bool sync = reduce && is_training() && !x.device().is_meta();
   if (is_training() && recomputing())
-    return sync ? batch_norm_sync(x, weight, bias, Tensor(), Tensor(), momentum_, eps_, reduce)
+    return sync ? batch_norm_sync(x, weight, bias, Tensor(), Tensor(), momentum_, eps_, reduce,
+                                  batch_norm_reducer_param_grads())
                 : batch_norm(x, weight, bias, Tensor(), Tensor(), true, momentum_, eps_);
   if (is_training()) increment_counter(num_batches_tracked);
-  if (sync) return batch_norm_sync(x, weight, bias, running_mean, running_var, momentum_, eps_, reduce);
+  if (sync)
+    return batch_norm_sync(x, weight, bias, running_mean, running_var, momentum_, eps_, reduce,
+                           batch_norm_reducer_param_grads());
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum_, eps_);
 }
 

@@ -3,8 +3,8 @@
 // twice in forward (per-channel sums with this rank's value count, then the sums of squares centred on
 // the global mean: the two-pass variance of the fused kernel, exact, never E[x^2] - E[x]^2) and once
 // in backward (per-channel sum dy and sum dy * (x - mean)). Each rank weighs by its own count, so a
-// rank without rows (N = 0) adds zeros. dgamma and dbeta stay this rank's own sums (the gradient
-// buckets add the ranks' afterwards). With one rank's sums (an identity reducer) it computes the bits
+// rank without rows (N = 0) adds zeros. dgamma and dbeta: this rank's own sums, or the global ones on one
+// rank and zeros on the others (BnParamGrads), for the gradient buckets to add. With one rank's sums (an identity reducer) it computes the bits
 // of batch_norm (kernels/cpu/batch_norm_channel.h is both kernels' arithmetic). CPU kernels only: a
 // tensor on another device goes through host copies (compiled for CUDA, never run on a GPU yet).
 // It must not know MPI or the process group: engine/train supplies the reducer.
@@ -31,7 +31,8 @@ BnView bn_view(const Tensor& x) {
 }  // namespace
 
 Tensor batch_norm_sync(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, double momentum, double eps, const ChannelSumReducer& reduce) {
+                       const Tensor& running_var, double momentum, double eps, const ChannelSumReducer& reduce,
+                       BnParamGrads param_grads) {
   check_defined(x, "batch_norm_sync", "input");
   KILN_CHECK(reduce, "batch_norm_sync: no reducer (use batch_norm for one process)");
   KILN_CHECK(x.dim() >= 2, "batch_norm_sync: input must be (N, C, ...), got ", x.str());
@@ -95,6 +96,8 @@ Tensor batch_norm_sync(const Tensor& x, const Tensor& weight, const Tensor& bias
                       cpu::batch_norm_grad_sums<T>(bv.n, C, bv.hw, ptr<T>(dy), ptr<T>(xb), ptr<T>(sm), local.data()));
         std::vector<double> global = local;
         reduce(global.data(), 2 * C);
+        if (param_grads == BnParamGrads::global) local = global;
+        if (param_grads == BnParamGrads::zero) std::fill(local.begin(), local.end(), 0.0);
         Tensor dx = empty(xb.sizes(), cdt, Device::cpu(), suggest_memory_format(xb));
         Tensor dw = empty({C}, cdt, Device::cpu()), db = empty({C}, cdt, Device::cpu());
         KILN_NN_TYPED(cdt, "batch_norm_sync backward",
@@ -123,9 +126,17 @@ ChannelSumReducer& reducer_slot() {
   static ChannelSumReducer r;
   return r;
 }
+BnParamGrads& param_grads_slot() {
+  static BnParamGrads g = BnParamGrads::local;
+  return g;
+}
 }  // namespace
 
-void set_batch_norm_reducer(ChannelSumReducer reduce) { reducer_slot() = std::move(reduce); }
+void set_batch_norm_reducer(ChannelSumReducer reduce, BnParamGrads param_grads) {
+  reducer_slot() = std::move(reduce);
+  param_grads_slot() = param_grads;
+}
 const ChannelSumReducer& batch_norm_reducer() { return reducer_slot(); }
+BnParamGrads batch_norm_reducer_param_grads() { return param_grads_slot(); }
 
 }  // namespace kiln

@@ -63,7 +63,7 @@ DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataPar
 }
 
 DataParallel::~DataParallel() {
-  if (sync_bn_) set_batch_norm_reducer(nullptr);
+  if (sync_bn_) set_batch_norm_reducer(nullptr, BnParamGrads::local);
   if (comm_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -240,7 +240,10 @@ void DataParallel::all_reduce_in_order(double* data, int64_t n) {
 
 void DataParallel::sync_batch_norm() {
   sync_bn_ = true;
-  set_batch_norm_reducer([this](double* data, int64_t n) { all_reduce_in_order(data, n); });
+  // dgamma and dbeta: the global sums on rank 0, zeros elsewhere, so the buckets' f32 sum is the global
+  // sum rounded once (one process's value) rather than a sum of the ranks' rounded parts.
+  set_batch_norm_reducer([this](double* data, int64_t n) { all_reduce_in_order(data, n); },
+                         group_.rank() == 0 ? BnParamGrads::global : BnParamGrads::zero);
 }
 
 }  // namespace kiln::train

@@ -289,8 +289,9 @@ NonFiniteError locate_non_finite(nn::Module& model, optim::LossScaler& scaler, c
   // reductions would wait for ever, so the re-run normalizes with this rank's statistics.
   struct PlainBatchNorm {
     ChannelSumReducer saved = batch_norm_reducer();
+    BnParamGrads saved_grads = batch_norm_reducer_param_grads();
     PlainBatchNorm() { set_batch_norm_reducer(nullptr); }
-    ~PlainBatchNorm() { set_batch_norm_reducer(saved); }
+    ~PlainBatchNorm() { set_batch_norm_reducer(saved, saved_grads); }
   } plain_bn;
   model.zero_grad();
   try {

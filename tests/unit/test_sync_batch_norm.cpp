@@ -2,7 +2,8 @@
 // (engine/core/rng_rows.h), in one process: with an identity reducer (one rank) batch_norm_sync gives
 // batch_norm's bits; two or three "ranks" on threads of this process, with a reducer that sums their
 // contributions, give the forward, running statistics and input gradients of one batch_norm over the
-// concatenated batch (a rank with no row included), and their parameter gradients add up to its.
+// concatenated batch (a rank with no row included), and their parameter gradients add up to its (or
+// rank 0 holds it, BnParamGrads::global).
 // Dropout keyed by global rows draws, on any split of the rows, the masks of one process holding them
 // all, and advances the generator alike on every split.
 #include <doctest/doctest.h>
@@ -74,7 +75,8 @@ struct BnRun {
 };
 
 // One batch_norm (or batch_norm_sync with `reduce`) forward + backward of sum(y * w_out).
-BnRun run_bn(const Tensor& x_in, const Tensor& w_out, const ChannelSumReducer& reduce) {
+BnRun run_bn(const Tensor& x_in, const Tensor& w_out, const ChannelSumReducer& reduce,
+             BnParamGrads grads = BnParamGrads::local) {
   const int64_t C = x_in.size(1);
   BnRun r;
   Tensor x = x_in.detach();
@@ -84,7 +86,8 @@ BnRun run_bn(const Tensor& x_in, const Tensor& w_out, const ChannelSumReducer& r
   b.set_requires_grad(true);
   r.rm = mul(arange(C, DType::f32), 0.01);
   r.rv = add(mul(arange(C, DType::f32), 0.1), 1.0);
-  r.y = reduce ? batch_norm_sync(x, w, b, r.rm, r.rv, 0.1, 1e-5, reduce) : batch_norm(x, w, b, r.rm, r.rv, true, 0.1, 1e-5);
+  r.y = reduce ? batch_norm_sync(x, w, b, r.rm, r.rv, 0.1, 1e-5, reduce, grads)
+               : batch_norm(x, w, b, r.rm, r.rv, true, 0.1, 1e-5);
   sum(mul(r.y, w_out)).backward();
   r.dx = x.grad();
   r.dw = w.grad();
@@ -136,6 +139,25 @@ TEST_CASE("batch_norm_sync over 3 ranks (rows 5, 0, 3) is batch_norm over the 8 
   CHECK(max_abs_diff(values(dw), values(full.dw)) < 1e-4);
   CHECK(max_abs_diff(values(db), values(full.db)) < 1e-4);
   CHECK(max_abs_diff(values(part[1].dw), std::vector<float>(4, 0.0f)) == 0.0);  // no row: zeros
+  // BnParamGrads::global on rank 0, zero on the others: rank 0 holds the full batch's parameter gradients
+  {
+    ThreadSum g2(3);
+    std::vector<BnRun> q(3);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 3; ++r)
+      ts.emplace_back([&, r] {
+        q[(size_t)r] = run_bn(narrow(x, 0, first[r], rows[r]), narrow(w_out, 0, first[r], rows[r]), g2.reducer(r),
+                              r == 0 ? BnParamGrads::global : BnParamGrads::zero);
+      });
+    for (std::thread& t : ts) t.join();
+    CHECK(max_abs_diff(values(q[0].dw), values(full.dw)) < 1e-5);
+    CHECK(max_abs_diff(values(q[0].db), values(full.db)) < 1e-5);
+    for (int r = 1; r < 3; ++r) {
+      CHECK(max_abs_diff(values(q[(size_t)r].dw), std::vector<float>(4, 0.0f)) == 0.0);
+      CHECK(max_abs_diff(values(q[(size_t)r].db), std::vector<float>(4, 0.0f)) == 0.0);
+      CHECK(values(q[(size_t)r].dx) == values(part[(size_t)r].dx));  // the input gradient is unchanged
+    }
+  }
   // the check can fail: one rank's own statistics differ from the global batch's
   const BnRun alone = run_bn(narrow(x, 0, 0, 5), narrow(w_out, 0, 0, 5), nullptr);
   CHECK(max_abs_diff(values(alone.rm), values(full.rm)) > 1e-3);
