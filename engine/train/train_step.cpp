@@ -167,20 +167,17 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     // --sync-bn, no micro-batch here (no row of a short last global batch, or its loss left out): one
     // forward over this rank's rows (maybe none) and a backward of weight 0, so this rank makes the same
     // batch-norm reductions and generator reservations (dropout) as the others.
-    MicroBatch b;
-    b.size = n;
-    b.x = batch.x;
-    b.y = batch.y;
+    Tensor output;
     {
       RngRowsGuard keyed(RngRows{first_row, n, r.samples});
       MemoryScope scope(MemoryTag::temporary);
       AutocastGuard autocast(o.autocast, o.autocast_dtype);
-      b.output = model(o.channels_last && b.x.dim() == 4 ? contiguous(b.x, MemoryFormat::channels_last) : b.x);
+      output = model(o.channels_last && batch.x.dim() == 4 ? contiguous(batch.x, MemoryFormat::channels_last) : batch.x);
     }
     // The hook too: the buckets must start between the same batch-norm reductions as on the other ranks.
     std::optional<GradAccumulatedHookGuard> watch;
     if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
-    mul(sum(b.output), 0.0).backward();
+    mul(sum(output), 0.0).backward();
   }
   if (dp) {
     dp->all_reduce_gradients();  // gradients of the global batch from here on, the same on every rank
