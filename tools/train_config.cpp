@@ -109,6 +109,7 @@ nlohmann::json TrainConfig::to_json() const {
   }
   if (detect_anomaly) j["detect_anomaly"] = true;
   if (bucket_mb != 25) j["bucket_mb"] = bucket_mb;
+  if (sync_bn) j["sync_bn"] = true;
   if (ranks > 1) j["ranks"] = ranks;  // data-parallel; absent: one process  // only when set: older ledgers and state files stay as they were
   return j;
 }

@@ -85,6 +85,8 @@ struct TrainConfig {
   // Data-parallel: seconds a collective may wait for the other ranks before this rank names the stall and
   // ends the job (<= 0: for ever). Not in to_json (an operational limit, like --threads).
   double dist_timeout = 300;
+  // --sync-bn: batch norm statistics of the global batch (summed over the ranks; one process: plain BN).
+  bool sync_bn = false;
   // Not a flag: the ranks of the run (run_training sets it from the process group). --batch is per rank,
   // so a saved state's global batch is batch x ranks (tools/resume_check.h).
   int64_t ranks = 1;

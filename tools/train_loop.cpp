@@ -347,12 +347,19 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
         << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
         << " buckets of up to " << c.bucket_mb << " MiB"
         << (data_parallel->overlaps() ? ", during backward" : ", after backward") << "\n";
-    for (const auto& [name, b] : model->named_buffers())
-      if (name.find("running_mean") != std::string::npos) {
-        log << "warning: data-parallel: " << c.model << " has BatchNorm; its statistics are each rank's own "
-            << "(--sync-bn is not implemented yet), so the result depends on the number of ranks\n";
-        break;
-      }
+    KILN_USAGE_CHECK(!c.sync_bn || c.accum == 1, "train: --sync-bn needs --accum 1 (got --accum ", c.accum,
+                     "): the ranks' micro-batches would differ in number and rows");
+    if (c.sync_bn) {
+      data_parallel->sync_batch_norm();
+      log << "data-parallel: --sync-bn: BatchNorm statistics summed over the " << ranks << " ranks\n";
+    } else {
+      for (const auto& [name, b] : model->named_buffers())
+        if (name.find("running_mean") != std::string::npos) {
+          log << "warning: data-parallel: " << c.model << " has BatchNorm; its statistics are each rank's own "
+              << "(use --sync-bn for the global batch's), so the result depends on the number of ranks\n";
+          break;
+        }
+    }
   }
   Tensor class_weights;
   if (!c.class_weights.empty()) {

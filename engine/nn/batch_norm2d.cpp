@@ -1,10 +1,12 @@
-// BatchNorm2d module over ops::batch_norm, plus the num_batches_tracked counter.
+// BatchNorm2d module over ops::batch_norm, plus the num_batches_tracked counter. With a statistics
+// reducer set (engine/ops/batch_norm_sync.h, data-parallel --sync-bn) training uses batch_norm_sync.
 #include "engine/nn/batch_norm2d.h"
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
 #include "engine/nn/init.h"
 #include "engine/nn/recompute.h"
+#include "engine/ops/batch_norm_sync.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::nn {
@@ -46,8 +48,18 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
              x.str());
   // Re-running a recompute segment for backward: batch statistics, but the running buffers and
   // the counter were already updated by the first forward.
-  if (is_training() && recomputing()) return batch_norm(x, weight, bias, Tensor(), Tensor(), true, momentum_, eps_);
+  // --sync-bn: the global batch's statistics (every rank runs the same layers in the same order, a
+  // recompute too); never on the meta device (the memory predictor sees plain batch norm's shapes).
+  const ChannelSumReducer& reduce = batch_norm_reducer();
+  const bool sync = reduce && is_training() && !x.device().is_meta();
+  if (is_training() && recomputing())
+    return sync ? batch_norm_sync(x, weight, bias, Tensor(), Tensor(), momentum_, eps_, reduce,
+                                  batch_norm_reducer_param_grads())
+                : batch_norm(x, weight, bias, Tensor(), Tensor(), true, momentum_, eps_);
   if (is_training()) increment_counter(num_batches_tracked);
+  if (sync)
+    return batch_norm_sync(x, weight, bias, running_mean, running_var, momentum_, eps_, reduce,
+                           batch_norm_reducer_param_grads());
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum_, eps_);
 }
 

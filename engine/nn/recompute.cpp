@@ -7,6 +7,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/core/generator.h"
+#include "engine/core/rng_rows.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/autocast.h"
 
@@ -15,23 +16,26 @@ namespace kiln::nn {
 namespace {
 thread_local int g_recompute_depth = 0;
 
-// Marks the thread as recomputing and replays the generator from `replay`, restoring the
-// generator's state at construction when it ends (also on an exception).
+// Marks the thread as recomputing and replays the generator (and its data-parallel keyed rows) from
+// `replay`, restoring the state at construction when it ends (also on an exception).
 class RecomputeScope {
  public:
-  explicit RecomputeScope(const RngState& replay) : saved_(global_rng()) {
+  RecomputeScope(const RngState& replay, const RngRows& rows) : saved_(global_rng()), saved_rows_(rng_rows()) {
     global_rng() = replay;
+    rng_rows() = rows;
     ++g_recompute_depth;
   }
   ~RecomputeScope() {
     --g_recompute_depth;
     global_rng() = saved_;
+    rng_rows() = saved_rows_;
   }
   RecomputeScope(const RecomputeScope&) = delete;
   RecomputeScope& operator=(const RecomputeScope&) = delete;
 
  private:
   RngState saved_;
+  RngRows saved_rows_;
 };
 }  // namespace
 
@@ -47,6 +51,7 @@ Tensor recompute(const std::function<Tensor(const std::vector<Tensor>&)>& fn, co
   if (!any_requires_grad(inputs)) return fn(xs);  // nothing to differentiate: a plain run keeps nothing either
 
   const RngState rng = global_rng();  // the state fn starts from; the recompute replays it
+  const RngRows rows = rng_rows();
   // The autocast state fn runs under; the recompute (in backward, normally outside the region)
   // re-enters it so it computes the same dtypes, and the same values, as the forward.
   const bool ac_enabled = autocast_enabled();
@@ -64,7 +69,7 @@ Tensor recompute(const std::function<Tensor(const std::vector<Tensor>&)>& fn, co
     }
   const size_t n_inputs = inputs.size();
   auto node = record_op(label.c_str(), inputs, {y},
-                        [fn, rng, ac_enabled, ac_dtype, n_inputs, n_x, label](FunctionNode& nd,
+                        [fn, rng, rows, ac_enabled, ac_dtype, n_inputs, n_x, label](FunctionNode& nd,
                                                                                 const std::vector<Tensor>& g) {
                           std::vector<Tensor> xd(n_x);
                           for (size_t i = 0; i < n_x; ++i) {
@@ -73,7 +78,7 @@ Tensor recompute(const std::function<Tensor(const std::vector<Tensor>&)>& fn, co
                           }
                           Tensor yr;
                           {
-                            RecomputeScope rs(rng);
+                            RecomputeScope rs(rng, rows);
                             EnableGradGuard eg;
                             AutocastGuard ac(ac_enabled, ac_dtype);
                             yr = fn(xd);

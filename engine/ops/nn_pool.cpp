@@ -42,6 +42,7 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
     Tensor idx = n.saved(0);
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty({d.N, d.C, d.H, d.W}, dy.dtype(), dy.device());
+    if (d.N == 0) return std::vector<Tensor>{dx};  // no sample (a data-parallel rank without rows): no indices
     KILN_NN_TYPED(dy.dtype(), "max_pool2d backward",
                   KILN_DISPATCH(dy.device(), max_pool2d_backward<T>, d, ptr<T>(dy), ptr<int64_t>(idx), ptr<T>(dx)));
     return std::vector<Tensor>{dx};

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/ops/batch_norm_sync.h"
 #include "engine/ops/ops.h"
 
 namespace kiln::train {
@@ -87,6 +88,7 @@ DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataPar
 }
 
 DataParallel::~DataParallel() {
+  if (sync_bn_) set_batch_norm_reducer(nullptr, BnParamGrads::local);
   if (comm_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -293,6 +295,23 @@ void DataParallel::all_reduce_gradients() {
   const int64_t in_backward = started_in_backward_;
   begin_step();
   started_in_backward_ = in_backward;  // kept for started_during_backward()
+}
+
+void DataParallel::all_reduce_in_order(double* data, int64_t n) {
+  if (group_.size() == 1) return;
+  if (overlap_) {  // let the buckets already queued land first: one thread in MPI at a time, same order everywhere
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_ == next_start_; });
+  }
+  group_.all_reduce_sum(data, n);
+}
+
+void DataParallel::sync_batch_norm() {
+  sync_bn_ = true;
+  // dgamma and dbeta: the global sums on rank 0, zeros elsewhere, so the buckets' f32 sum is the global
+  // sum rounded once (one process's value) rather than a sum of the ranks' rounded parts.
+  set_batch_norm_reducer([this](double* data, int64_t n) { all_reduce_in_order(data, n); },
+                         group_.rank() == 0 ? BnParamGrads::global : BnParamGrads::zero);
 }
 
 }  // namespace kiln::train

@@ -18,6 +18,10 @@
 // - Timeout: the group's (ProcessGroup::set_timeout); a bucket's all-reduce past it is an Error naming the
 //   bucket, the step and this rank (a peer died or hangs); the caller aborts the job.
 // - broadcast_state(): rank 0's parameters and buffers on every rank (at start, after --init or --resume).
+// - sync_batch_norm() (--sync-bn): every BatchNorm2d in training mode sums its statistics over the ranks
+//   (engine/ops/batch_norm_sync.h; the process-wide reducer, cleared by the destructor) through
+//   all_reduce_in_order(), which runs on the training thread after the buckets already started have
+//   landed (the communication thread is then idle), so every rank makes the same collectives in order.
 // The data rule (which rows a rank takes, the loss weight) is engine/dist/shard.h; train_step and fit
 // apply it when StepOptions::data_parallel is set. Must not know the CLI, files or data sources.
 #pragma once
@@ -74,6 +78,12 @@ class DataParallel {
   GradAccumulatedHook backward_hook();
   // The sum over ranks of every trainable parameter's gradient (see the header comment).
   void all_reduce_gradients();
+  // Sums n doubles over the ranks now (training thread), after the buckets already started have landed.
+  void all_reduce_in_order(double* data, int64_t n);
+  // --sync-bn: installs all_reduce_in_order as the statistics reducer of batch norm (until destruction).
+  // train_step then has every rank run the same forward passes (see train_step.h).
+  void sync_batch_norm();
+  bool syncs_batch_norm() const { return sync_bn_; }
 
   struct Bucket {
     std::vector<size_t> params;  // indices into model.parameters()
@@ -136,6 +146,7 @@ class DataParallel {
   double step_all_reduce_s_ = 0;  // this step's all-reduce seconds (under mu_ with overlap)
   CommTimes times_;
   std::atomic<int64_t> steps_done_{0};
+  bool sync_bn_ = false;
 };
 
 }  // namespace kiln::train

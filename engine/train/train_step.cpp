@@ -8,8 +8,11 @@
 
 #include "engine/autograd/grad_hook.h"
 #include "engine/autograd/grad_mode.h"
+#include "engine/core/rng_rows.h"
+#include "engine/dist/shard.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/autocast.h"
+#include "engine/ops/batch_norm_sync.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/clip_grad.h"
 #include "engine/train/data_parallel.h"
@@ -111,6 +114,12 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     return r;
   }
   r.used_samples = used;
+  // Data-parallel: this rank's rows are rows [first_row, first_row + n) of the global batch (the shard
+  // rule); random per-row draws (dropout) are keyed by those global rows (engine/core/rng_rows.h).
+  const int64_t first_row = dp ? dist::shard_range(r.samples, dp->rank(), dp->size()).offset : 0;
+  const bool sync_bn = dp && dp->syncs_batch_norm();
+  KILN_CHECK(!sync_bn || o.accum == 1, "train_step: --sync-bn needs --accum 1 (got ", o.accum,
+             "): the ranks' micro-batches would differ in number and rows");
   // The step's running sums on the device, f64: [sum of loss * rows (, metric) (, metric_total)]. Read once
   // after the last micro-batch: on a GPU each read waits for the device.
   Tensor sums;
@@ -127,7 +136,11 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     b.size = m.size;
     b.x = narrow(batch.x, 0, m.offset, m.size);
     b.y = narrow(batch.y, 0, m.offset, m.size);
-    forward(model, b, loss_fn, o);
+    {
+      std::optional<RngRowsGuard> keyed;
+      if (dp) keyed.emplace(RngRows{first_row + m.offset, m.size, r.samples});
+      forward(model, b, loss_fn, o);
+    }
     if (o.hooks.after_forward) o.hooks.after_forward(b);
     {
       // Data-parallel: the last micro-batch's backward starts each gradient bucket's all-reduce as soon
@@ -150,8 +163,32 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     ++r.micro_batches;
     if (o.hooks.after_backward) o.hooks.after_backward(b);
   }
+  if (sync_bn && last_kept < 0) {
+    // --sync-bn, no micro-batch here (no row of a short last global batch, or its loss left out): one
+    // forward over this rank's rows (maybe none) and a backward of weight 0, so this rank makes the same
+    // batch-norm reductions and generator reservations (dropout) as the others.
+    Tensor output;
+    {
+      RngRowsGuard keyed(RngRows{first_row, n, r.samples});
+      MemoryScope scope(MemoryTag::temporary);
+      AutocastGuard autocast(o.autocast, o.autocast_dtype);
+      output = model(o.channels_last && batch.x.dim() == 4 ? contiguous(batch.x, MemoryFormat::channels_last) : batch.x);
+    }
+    // The hook too: the buckets must start between the same batch-norm reductions as on the other ranks.
+    std::optional<GradAccumulatedHookGuard> watch;
+    if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
+    mul(sum(output), 0.0).backward();
+  }
   if (dp) {
     dp->all_reduce_gradients();  // gradients of the global batch from here on, the same on every rank
+    // Without --sync-bn the ranks may have run different numbers of forwards (a rank without rows or
+    // with its loss left out, uneven micro-batches), so dropout may have reserved differently: every rank
+    // takes rank 0's generator offset (after the buckets landed: the communication thread is idle).
+    if (!sync_bn && (o.accum > 1 || r.samples % dp->size() != 0 || r.undefined_micro_batches > 0)) {
+      int64_t offset = dp->rank() == 0 ? (int64_t)global_rng().offset : 0;
+      dp->group().all_reduce_sum(&offset, 1);
+      global_rng().offset = (uint64_t)offset;
+    }
     if (!sums.defined()) {       // no row here: this rank adds zeros to the step's sums
       NoGradGuard no_grad;
       sums = zeros({1 + (o.metric ? 1 : 0) + (o.metric_total ? 1 : 0)}, DType::f64, batch.x.device());
@@ -245,6 +282,14 @@ NonFiniteError locate_non_finite(nn::Module& model, optim::LossScaler& scaler, c
   const LossFn& loss_fn = o.loss ? o.loss : cross_entropy_loss();
   if (meta) return NonFiniteError("", "", "");
   AnomalyModeGuard on(true);
+  // A rank re-runs its own rows alone (the others may not re-run, or have no row): --sync-bn's
+  // reductions would wait for ever, so the re-run normalizes with this rank's statistics.
+  struct PlainBatchNorm {
+    ChannelSumReducer saved = batch_norm_reducer();
+    BnParamGrads saved_grads = batch_norm_reducer_param_grads();
+    PlainBatchNorm() { set_batch_norm_reducer(nullptr); }
+    ~PlainBatchNorm() { set_batch_norm_reducer(saved, saved_grads); }
+  } plain_bn;
   model.zero_grad();
   try {
     const std::vector<MicroRange> ranges = micro_ranges(batch, o, false);

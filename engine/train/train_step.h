@@ -24,7 +24,11 @@
 // weighted m / (the global used rows), the gradients are summed over the ranks after the last
 // backward (before on_grad_ready, the finite check, clipping and the loss scaler), and the step's
 // read-back sums (loss, metric) are summed too: StepResult then describes the global batch, the same
-// on every rank. Every rank must call train_step for every step, rows or not.
+// on every rank. Every rank must call train_step for every step, rows or not. Each data-parallel forward
+// keys its random rows (dropout) by the rows' place in the global batch (engine/core/rng_rows.h). With
+// DataParallel::sync_batch_norm() (--sync-bn; accum must be 1) a rank without a micro-batch runs a forward
+// over its rows (maybe none) and a backward of weight 0, to join the batch-norm reductions; without it, a
+// step whose ranks may have run different forwards ends with every rank on rank 0's generator offset.
 // It must not read data on the meta device, own any state between steps, or know the CLI.
 #pragma once
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "kernels/cpu/batch_norm_channel.h"
 
 namespace kiln::cpu {
 
@@ -19,22 +20,7 @@ void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
   KILN_CHECK(N >= 0 && C >= 1 && HW >= 0, op, ": bad sizes N=", N, " C=", C, " HW=", HW);
 }
 
-// Per-channel sums of dy and dy * (x - mean), in double.
-template <typename T>
-void channel_grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, int64_t c, double mean,
-                       double* sum_dy, double* sum_dy_xmu) {
-  double a = 0, b = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* g = dy + (n * C + c) * HW;
-    const T* xp = x + (n * C + c) * HW;
-    for (int64_t i = 0; i < HW; ++i) {
-      a += (double)g[i];
-      b += (double)g[i] * ((double)xp[i] - mean);
-    }
-  }
-  *sum_dy = a;
-  *sum_dy_xmu = b;
-}
+using bn_channel::grad_sums;
 
 }  // namespace
 
@@ -48,35 +34,10 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
              N, ", ", C, ", ", HW, ")");
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c) {
-    double s = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + (n * C + c) * HW;
-      for (int64_t i = 0; i < HW; ++i) s += (double)xp[i];
-    }
-    const double mean = s / (double)M;
-    double ss = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + (n * C + c) * HW;
-      for (int64_t i = 0; i < HW; ++i) {
-        const double dlt = (double)xp[i] - mean;
-        ss += dlt * dlt;
-      }
-    }
-    const double var = ss / (double)M;
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    save_mean[c] = (T)mean;
-    save_invstd[c] = (T)invstd;
-    if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
-    if (running_var)
-      running_var[c] = (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)M / (double)(M - 1));
-    // y = (x - mean) * k + b in double, rounded once on store
-    const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
-    const double k = g * invstd;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + (n * C + c) * HW;
-      T* yp = y + (n * C + c) * HW;
-      for (int64_t i = 0; i < HW; ++i) yp[i] = (T)(((double)xp[i] - mean) * k + b);
-    }
+    const double mean = bn_channel::sum(N, C, HW, x, c) / (double)M;
+    const double var = bn_channel::centered_squares(N, C, HW, x, c, mean) / (double)M;
+    bn_channel::normalize(N, C, HW, x, gamma, beta, eps, c, mean, var, M, y, save_mean, save_invstd, running_mean,
+                          running_var, momentum);
   }
 }
 
@@ -106,24 +67,10 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, co
   for (int64_t c = 0; c < C; ++c) {
     const double mean = (double)save_mean[c], invstd = (double)save_invstd[c];
     double sum_dy, sum_dy_xmu;
-    channel_grad_sums(N, C, HW, dy, x, c, mean, &sum_dy, &sum_dy_xmu);
+    grad_sums(N, C, HW, dy, x, c, mean, &sum_dy, &sum_dy_xmu);
     if (dbeta) dbeta[c] = (T)sum_dy;
     if (dgamma) dgamma[c] = (T)(sum_dy_xmu * invstd);
-    if (dx) {
-      // dx = k * (dy - mean_dy - (x - mean) * proj), k = gamma * invstd,
-      // proj = sum(dy * (x - mean)) * invstd^2 / M
-      // (x - mean) in double, as in the forward
-      const double k = (gamma ? (double)gamma[c] : 1.0) * invstd;
-      const double mean_dy = sum_dy / (double)M;
-      const double proj = sum_dy_xmu * invstd * invstd / (double)M;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* g_ = dy + (n * C + c) * HW;
-        const T* xp = x + (n * C + c) * HW;
-        T* o = dx + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i)
-          o[i] = (T)(k * ((double)g_[i] - mean_dy - ((double)xp[i] - mean) * proj));
-      }
-    }
+    if (dx) bn_channel::input_grad(N, C, HW, dy, x, gamma, c, mean, invstd, sum_dy, sum_dy_xmu, M, dx);
   }
 }
 
@@ -138,7 +85,7 @@ void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, con
     const double invstd = 1.0 / std::sqrt((double)running_var[c] + eps);
     if (dgamma || dbeta) {
       double sum_dy, sum_dy_xmu;
-      channel_grad_sums(N, C, HW, dy, x, c, (double)running_mean[c], &sum_dy, &sum_dy_xmu);
+      grad_sums(N, C, HW, dy, x, c, (double)running_mean[c], &sum_dy, &sum_dy_xmu);
       if (dbeta) dbeta[c] = (T)sum_dy;
       if (dgamma) dgamma[c] = (T)(sum_dy_xmu * invstd);
     }

@@ -1,5 +1,6 @@
 // Gradients of the neural-network ops by f64 central differences (non-contiguous inputs too).
 #include "support/gradcheck.h"
+#include "engine/ops/batch_norm_sync.h"
 
 using namespace kiln;
 using kiln::test::gradcheck;
@@ -62,6 +63,19 @@ TEST_CASE("gradcheck: batch_norm in training and eval mode") {
   CHECK(gradcheck("batch_norm train, mean 1e3 std 0.2", [](auto& v) {
     return batch_norm(v[0], v[1], v[2], Tensor(), Tensor(), true);
   }, {x3, w, b}, 1e-6, 1e-5) <= 1e-5);
+}
+
+TEST_CASE("gradcheck: batch_norm_sync (SyncBatchNorm) with one rank's sums") {
+  // The reducer of one rank leaves the sums as they are: the op's own backward (the staged kernels, the
+  // global sums of dy and dy * (x - mean)) against central differences, also with the global parameter
+  // gradients (BnParamGrads::global, rank 0's).
+  manual_seed(15);
+  Tensor x = random_input({4, 3, 3, 2}, true), w = random_input({3}), b = random_input({3});
+  const ChannelSumReducer one_rank = [](double*, int64_t) {};
+  for (BnParamGrads g : {BnParamGrads::local, BnParamGrads::global})
+    CHECK(gradcheck("batch_norm_sync train", [&](auto& v) {
+      return batch_norm_sync(v[0], v[1], v[2], Tensor(), Tensor(), 0.1, 1e-5, one_rank, g);
+    }, {x, w, b}) <= 1e-6);
 }
 
 TEST_CASE("gradcheck: softmax, log_softmax and losses") {

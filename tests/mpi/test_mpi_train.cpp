@@ -1,7 +1,7 @@
 // Data-parallel training under mpirun (label mpi: real processes, OpenMPI over shared memory; kept out of
 // the sanitizer run, which runs the unit and fuzz labels only). On a small npy data set (49 samples,
-// 1x8x8, 3 classes) and small_cnn's layout without BatchNorm and dropout (both are per-rank state or
-// per-rank random draws until --sync-bn and keyed dropout exist), 2 ranks at --batch 8 must give the
+// 1x8x8, 3 classes) and small_cnn's layout without BatchNorm and dropout (per-rank state and per-rank
+// draws without --sync-bn and keyed dropout), 2 ranks at --batch 8 must give the
 // weights of 1 process at --batch 16: max |difference| / max |value| <= 1e-5 per tensor. The epoch's
 // last global batch has 1 row, so rank 1 takes no row there (it still all-reduces zeros). A control run
 // at --batch 8 in one process differs by far more, so the comparison can fail; and 2 ranks are bit for bit
@@ -10,7 +10,9 @@
 // and the state file; `mpirun -n 1` is byte-identical to no launcher; a failing rank aborts the job with
 // one message naming it; a 2-rank state resumes mid-epoch (2 ranks, or 1 process at the same global batch)
 // to the bytes of an uninterrupted run.
-// Skipped, with a message, in a build without MPI or where mpirun is missing.
+// small_cnn itself (BatchNorm and dropout) trains the same weights and buffers on 2 ranks with --sync-bn and
+// dropout keyed by global rows (rng_rows.h). Skipped, with a message, in a build without MPI or where mpirun
+// is missing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -362,4 +364,60 @@ TEST_CASE("mpi: --drop-last drops the short last global batch: 3 steps an epoch,
   REQUIRE(fa.tensors.size() == fb.tensors.size());
   for (size_t i = 0; i < fa.tensors.size(); ++i)
     CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
+}
+
+TEST_CASE("mpi: --sync-bn and dropout keyed by global rows: small_cnn, 2 ranks at batch 8 end on the weights and BatchNorm buffers of 1 process at batch 16") {
+  // small_cnn has BatchNorm (bn1, bn2) and dropout (p 0.25): with --sync-bn every BatchNorm sees the
+  // global batch's statistics (forward and backward) and each dropout row is drawn by its global row,
+  // so the ranks compute one process's step. One epoch of 960 samples (60 steps of 16), and of 961 (a
+  // 61st global batch of 1 row: rank 1 has no row and still joins every batch-norm reduction). On one
+  // process --sync-bn is plain BatchNorm. A control run without --sync-bn (each rank's own statistics)
+  // is far off, so the 1e-5 can fail. (LR 0.02: at 0.05 the ranks' f32 rounding of the conv gradients
+  // grows to 9e-6 over the 60 steps, while one process whose LR is changed by 2e-7 relative moves by 2.4e-5:
+  // that run is chaotic at the 1e-5 level, whatever computes it.)
+  if (!can_run()) return;
+  const Setup& s = setup();
+  auto args = [&](const std::string& data, const std::string& out, int batch, const std::string& extra) {
+    return "train --model small_cnn --data " + data + " --epochs 1 --batch " + std::to_string(batch) +
+           " --optimizer sgd --lr 0.02 --momentum 0.9 --seed 11 --threads 1 --device cpu --out " + out + " --save " +
+           out + "/w.safetensors " + extra;
+  };
+  for (int64_t n : {960, 961}) {
+    const std::string dir = s.dir + "/syncbn" + std::to_string(n), data = dir + "/data";
+    fs::create_directories(data);
+    kiln_test::make_npy_folder(data, n, 1, 8, 3);
+    auto one = run_kiln(args(data, dir + "/one", 16, "--sync-bn"));
+    REQUIRE_MESSAGE(one.status == 0, one.output);
+    auto two = run_mpi(2, args(data, dir + "/two", 8, "--sync-bn"));
+    REQUIRE_MESSAGE(two.status == 0, two.output);
+    CHECK(contains(two.output, "data-parallel: --sync-bn: BatchNorm statistics summed over the 2 ranks"));
+    CHECK_FALSE(contains(two.output, "has BatchNorm; its statistics are each rank's own"));
+    std::string worst;
+    const double rel = max_relative_difference(dir + "/one/w.safetensors", dir + "/two/w.safetensors", &worst);
+    MESSAGE("--sync-bn, ", n, " samples: 2 ranks x batch 8 vs 1 process x batch 16 after ", (n + 15) / 16,
+            " steps: max relative difference ", rel, " (", worst, ")");
+    CHECK(rel <= 1e-5);
+    // every parameter and buffer was compared, the BatchNorm buffers included; the batch counters are equal
+    const kiln::SafetensorsFile fa = kiln::read_safetensors(dir + "/one/w.safetensors"),
+                                fb = kiln::read_safetensors(dir + "/two/w.safetensors");
+    bool saw_running_var = false;
+    for (size_t i = 0; i < fa.tensors.size(); ++i) {
+      saw_running_var = saw_running_var || contains(fa.tensors[i].name, "bn2.running_var");
+      if (fa.tensors[i].array.dtype != kiln::DType::f32)
+        CHECK_MESSAGE(fa.tensors[i].array.bytes == fb.tensors[i].array.bytes, fa.tensors[i].name);
+    }
+    CHECK(saw_running_var);
+    if (n == 960) {
+      auto control = run_mpi(2, args(data, dir + "/control", 8, ""));
+      REQUIRE_MESSAGE(control.status == 0, control.output);
+      CHECK(contains(control.output, "has BatchNorm; its statistics are each rank's own"));
+      const double off = max_relative_difference(dir + "/one/w.safetensors", dir + "/control/w.safetensors", nullptr);
+      MESSAGE("control: 2 ranks without --sync-bn vs 1 process: max relative difference ", off);
+      CHECK(off > 1e-3);
+    }
+  }
+  // --sync-bn with --accum > 1 is refused (the ranks' micro-batches would meet other rows).
+  auto refused = run_mpi(2, args(s.dir + "/syncbn960/data", s.dir + "/syncbn_accum", 8, "--sync-bn --accum 2"));
+  CHECK(refused.status == 2);
+  CHECK(contains(refused.output, "--sync-bn needs --accum 1"));
 }

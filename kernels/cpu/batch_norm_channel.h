@@ -1,0 +1,90 @@
+// The per-channel arithmetic of the CPU batch norm kernels, shared by the fused kernels
+// (batch_norm.cpp) and the staged ones for data-parallel statistics (batch_norm_sync.cpp), so both
+// compute the same bits from the same sums. x, dy, y: (N, C, HW) contiguous; channel c is the N
+// strided runs x[n, c, 0:HW]. Private to kernels/cpu; no allocation, no threads.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace kiln::cpu::bn_channel {
+
+// sum of x over channel c, in double
+template <typename T>
+inline double sum(int64_t N, int64_t C, int64_t HW, const T* x, int64_t c) {
+  double s = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xp = x + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) s += (double)xp[i];
+  }
+  return s;
+}
+
+// sum of (x - mean)^2 over channel c, in double (the second pass of the variance)
+template <typename T>
+inline double centered_squares(int64_t N, int64_t C, int64_t HW, const T* x, int64_t c, double mean) {
+  double ss = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xp = x + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) {
+      const double dlt = (double)xp[i] - mean;
+      ss += dlt * dlt;
+    }
+  }
+  return ss;
+}
+
+// Given the channel's mean and biased var over M values: save_mean / save_invstd, the running stats
+// (unbiased variance), and y = (x - mean) * (gamma * invstd) + beta in double, rounded once on store.
+template <typename T>
+inline void normalize(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta, double eps,
+                      int64_t c, double mean, double var, int64_t M, T* y, T* save_mean, T* save_invstd,
+                      T* running_mean, T* running_var, double momentum) {
+  const double invstd = 1.0 / std::sqrt(var + eps);
+  save_mean[c] = (T)mean;
+  save_invstd[c] = (T)invstd;
+  if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
+  if (running_var)
+    running_var[c] = (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)M / (double)(M - 1));
+  const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
+  const double k = g * invstd;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xp = x + (n * C + c) * HW;
+    T* yp = y + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) yp[i] = (T)(((double)xp[i] - mean) * k + b);
+  }
+}
+
+// Per-channel sums of dy and dy * (x - mean), in double.
+template <typename T>
+inline void grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, int64_t c, double mean,
+                      double* sum_dy, double* sum_dy_xmu) {
+  double a = 0, b = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = dy + (n * C + c) * HW;
+    const T* xp = x + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) {
+      a += (double)g[i];
+      b += (double)g[i] * ((double)xp[i] - mean);
+    }
+  }
+  *sum_dy = a;
+  *sum_dy_xmu = b;
+}
+
+// dx = k * (dy - mean_dy - (x - mean) * proj), k = gamma * invstd, mean_dy = sum_dy / M,
+// proj = sum(dy * (x - mean)) * invstd^2 / M; (x - mean) in double, as in the forward.
+template <typename T>
+inline void input_grad(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma, int64_t c,
+                       double mean, double invstd, double sum_dy, double sum_dy_xmu, int64_t M, T* dx) {
+  const double k = (gamma ? (double)gamma[c] : 1.0) * invstd;
+  const double mean_dy = sum_dy / (double)M;
+  const double proj = sum_dy_xmu * invstd * invstd / (double)M;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g_ = dy + (n * C + c) * HW;
+    const T* xp = x + (n * C + c) * HW;
+    T* o = dx + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) o[i] = (T)(k * ((double)g_[i] - mean_dy - ((double)xp[i] - mean) * proj));
+  }
+}
+
+}  // namespace kiln::cpu::bn_channel
