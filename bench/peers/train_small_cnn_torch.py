@@ -6,11 +6,17 @@ per epoch, wall time and images/s. It is the side-by-side reference for `kiln tr
 
   /usr/bin/python3 bench/peers/train_small_cnn_torch.py [--data DIR] [--epochs 2] [--batch 128]
       [--optimizer sgd|adamw] [--lr 0.05] [--momentum 0.9] [--weight-decay 0] [--threads 2] [--seed 0]
-      [--limit N]
+      [--limit N] [--wait-policy passive|active|default]
 
 Data: pixels / 255, then normalized with the mean and std of the training pixels; training order
 reshuffled every epoch from --seed; no augmentation. Evaluation: model.eval() on the whole test
 split after every epoch. images/s counts training images over training time (evaluation excluded).
+
+Threads: libgomp's default wait policy (spin, then sleep) stalls every parallel region when a core is
+taken by another process: on the shared 2-core machine, batch 16 at --threads 2 ran at 26-28 img/s
+against 246 img/s with OMP_WAIT_POLICY=passive in the same minute (load ~10). kiln runs with passive
+(kernels/cpu/threads.h), so this peer sets the same policy before torch (and its libgomp) loads,
+unless the caller set one. --wait-policy default keeps libgomp's own (the old behaviour).
 """
 import argparse
 import gzip
@@ -23,6 +29,16 @@ import time
 sys.path[:] = [p for p in sys.path if not p.startswith("/usr/local/lib/python3")]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support",
                                 "oracle"))
+
+# libgomp reads OMP_WAIT_POLICY once, when torch loads it: set it before the import (see above).
+_policy = "passive"
+for _i, _a in enumerate(sys.argv):
+    if _a == "--wait-policy" and _i + 1 < len(sys.argv):
+        _policy = sys.argv[_i + 1]
+    elif _a.startswith("--wait-policy="):
+        _policy = _a.split("=", 1)[1]
+if _policy != "default":
+    os.environ.setdefault("OMP_WAIT_POLICY", _policy)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -66,6 +82,9 @@ def main():
     p.add_argument("--schedule", choices=["none", "cosine"], default="none",
                    help="per-step learning rate: none, or cosine from lr to 0 over the run (kiln's --schedule cosine)")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke runs)")
+    p.add_argument("--wait-policy", choices=["passive", "active", "default"], default="passive",
+                   help="OMP_WAIT_POLICY for torch's OpenMP threads (default: libgomp's own; an OMP_WAIT_POLICY "
+                        "already in the environment wins)")
     args = p.parse_args()
 
     t_start = time.perf_counter()
@@ -123,7 +142,8 @@ def main():
         "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data,
         "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
         "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
-        "images_per_s": round(seen / train_s, 1)}))
+        "images_per_s": round(seen / train_s, 1),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,16 @@
 namespace kiln::cpu {
 namespace {
 
+// The unary/binary row loops are flattened: GCC judged unary_math's whole switch too big to inline
+// and called it once per element (ReLU ran scalar, a call per value: 3-8% of a training step,
+// docs/cpu-profile.md); inlined, the switch folds on the template opcode and the loop vectorizes.
+// Same operations in the same order, so the same bits.
+#if defined(__GNUC__)
+#define KILN_FLATTEN __attribute__((flatten))
+#else
+#define KILN_FLATTEN
+#endif
+
 template <typename T> struct Compute { using type = float; };
 template <> struct Compute<double> { using type = double; };
 
@@ -82,7 +92,7 @@ void unary_t(const LoopShape& s, StridedOperand out, StridedOperand in, double a
   using C = typename Compute<T>::type;
   StridedOperand ops[2] = {out, in};
   C ca = (C)a, cb = (C)b;
-  strided_loop<2>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+  strided_loop<2>(s, ops, [&](char** p, int64_t n, const int64_t* bs) KILN_FLATTEN {
     if (bs[0] == (int64_t)sizeof(T) && bs[1] == (int64_t)sizeof(T)) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* x = reinterpret_cast<const T*>(p[1]);
@@ -99,7 +109,7 @@ void binary_t(const LoopShape& s, StridedOperand out, StridedOperand x, StridedO
   using C = typename Compute<T>::type;
   StridedOperand ops[3] = {out, x, y};
   C ca = (C)a;
-  strided_loop<3>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
+  strided_loop<3>(s, ops, [&](char** p, int64_t n, const int64_t* bs) KILN_FLATTEN {
     const int64_t e = sizeof(T);
     T* o = reinterpret_cast<T*>(p[0]);
     const T* xp = reinterpret_cast<const T*>(p[1]);

@@ -108,7 +108,9 @@ TEST_CASE("max_pool2d fwd/bwd match the reference (stride, padding, dilation, ce
   const Pool2dDesc cases[] = {
       pdesc(2, 3, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, false), pdesc(1, 2, 7, 9, 3, 2, 2, 3, 1, 1, 1, 1, true),
       pdesc(2, 2, 9, 8, 3, 3, 1, 2, 1, 0, 2, 2, false), pdesc(1, 1, 5, 5, 2, 2, 2, 2, 0, 0, 1, 1, true),
-      pdesc(3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, false), pdesc(1, 2, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, false)};
+      pdesc(3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, false), pdesc(1, 2, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, false),
+      // 2x2 stride 2 without padding: the fast path (odd sizes leave the last row and column out)
+      pdesc(2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 1, 1, false), pdesc(1, 2, 28, 28, 2, 2, 2, 2, 0, 0, 1, 1, false)};
   for (const auto& d : cases) {
     auto x = rand_vec(d.N * d.C * d.H * d.W, g);
     std::vector<double> yr;
@@ -137,6 +139,17 @@ TEST_CASE("max_pool2d propagates NaN and rejects too much padding") {
   cpu::max_pool2d_forward<float>(d, x.data(), y.data(), idx.data());
   CHECK(std::isnan(y[0]));
   CHECK(idx[0] == 1);
+  // the 2x2 stride-2 fast path keeps the general rule: the last NaN wins, a window of -inf reports
+  // its first tap
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  x = {nan, 1.f, nan, 2.f};
+  cpu::max_pool2d_forward<float>(d, x.data(), y.data(), idx.data());
+  CHECK(std::isnan(y[0]));
+  CHECK(idx[0] == 2);
+  x = {-inf, -inf, -inf, -inf};
+  cpu::max_pool2d_forward<float>(d, x.data(), y.data(), idx.data());
+  CHECK(y[0] == -inf);
+  CHECK(idx[0] == 0);
   d = pdesc(1, 1, 4, 4, 2, 2, 1, 1, 2, 2, 1, 1, false);
   CHECK_THROWS_AS(cpu::max_pool2d_forward<float>(d, x.data(), y.data(), nullptr), kiln::Error);
 }
