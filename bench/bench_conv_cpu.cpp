@@ -4,6 +4,8 @@
 // time ratio kiln / torch. Timing only: correctness lives in tests/unit/test_kernels_conv.cpp.
 //
 // usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos]
+//                       [--pass fwd|bwd_in|bwd_w]
+// --pass times only that pass (the others print 0): for instruction counts under callgrind.
 //
 // The algorithm of the forward pass and input gradient follows KILN_CPU_CONV=auto|im2col|winograd
 // (conv2d.h; auto when unset: Winograd F(2x2,3x3) on the 3x3 stride-1 layers). --algos instead
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 3;
   int64_t batch = 8, size = 224;
   bool peer = true, algos = false;
-  std::string only;  // run only shapes whose name contains this
+  std::string only, pass;  // pass: empty = all three  // run only shapes whose name contains this
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
@@ -147,8 +149,9 @@ int main(int argc, char** argv) {
     else if (a == "--no-peer") peer = false;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--algos") algos = true;
+    else if (a == "--pass" && i + 1 < argc) pass = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos] [--pass fwd|bwd_in|bwd_w]\n", argv[0]);
       return 2;
     }
   }
@@ -204,11 +207,16 @@ int main(int argc, char** argv) {
     for (auto& v : w) v = u(g);
     for (auto& v : dy) v = u(g);
     std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
-    double tf = median_ms(reps, [&] { cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data()); });
-    double ti = median_ms(reps, [&] { cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data()); });
-    double tw = median_ms(reps, [&] {
-      cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
-    });
+    auto runs = [&](const char* name) { return pass.empty() || pass == name; };
+    double tf = 0, ti = 0, tw = 0;
+    if (runs("fwd"))
+      tf = median_ms(reps, [&] { cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data()); });
+    if (runs("bwd_in"))
+      ti = median_ms(reps, [&] { cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data()); });
+    if (runs("bwd_w"))
+      tw = median_ms(reps, [&] {
+        cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
+      });
     double gflop = 2.0 * d.forward_macs() * 1e-9;
     int cnt = shapes[si]->count;
     std::printf("%-16s %3d %8.2f %8.2f %8.2f %7.1f %7.1f %7.1f | %8.2f %8.2f | %6.2f %6.2f\n", shapes[si]->name,

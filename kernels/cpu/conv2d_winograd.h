@@ -3,7 +3,7 @@
 // convolution of dy with the flipped weights, channels swapped, padding 2 - p). Each 2x2 output tile
 // costs 16 multiplies per (input, output) channel pair instead of 36: 2.25x fewer GEMM flops.
 // Used only through conv2d.cpp, which decides per desc which algorithm runs (conv2d_uses_winograd)
-// and checks the values first (winograd_values_in_range): this file does not choose, does not
+// and runs im2col when these refuse the values (winograd_values_in_range): this file does not choose, does not
 // allocate (the caller's workspace of winograd_workspace_bytes), and never runs OpenBLAS threads
 // inside an OpenMP region (transforms in OpenMP loops, GEMMs through kiln's gemm_batched).
 #pragma once
@@ -27,17 +27,20 @@ int64_t winograd_images_per_block(const Conv2dDesc& d);
 
 // False when some |v| of p[0, n) is NaN, inf, or above 1e15 (f32) / 1e150 (f64). The transforms
 // subtract inputs (inf - inf = NaN where the direct sum gives inf) and grow magnitudes by up to
-// 81x, so conv2d runs Winograd only when x (or dy) and w pass: then no intermediate overflows and
-// non-finite values go the im2col way, propagating exactly as the direct convolution.
+// 81x, so Winograd runs only when x (or dy) and w pass: then no intermediate overflows (bound
+// 81 * C * max|x| * max|w|) and non-finite values go the im2col way, propagating exactly as the
+// direct convolution.
 template <typename T>
 bool winograd_values_in_range(const T* p, int64_t n);
 
-// Same contracts as conv2d_forward / conv2d_backward_input (conv2d.h), for winograd_applies(d).
+// Same contracts as conv2d_forward / conv2d_backward_input (conv2d.h), for winograd_applies(d),
+// except that they return false, leaving the output untouched, when x (dy) or w fails
+// winograd_values_in_range; the caller then runs im2col. true: the output is written.
 // x: (N, C, H, W), w: (K, C, 3, 3), bias: (K) or null -> y: (N, K, OH, OW) (overwritten).
 template <typename T>
-void winograd_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace);
+bool winograd_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace);
 // dy: (N, K, OH, OW), w: (K, C, 3, 3) -> dx: (N, C, H, W) (overwritten).
 template <typename T>
-void winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace);
+bool winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace);
 
 }  // namespace kiln::cpu
