@@ -130,10 +130,11 @@ Conv2dAlgo conv2d_algo() {
 
 // Per (k, c) pair im2col does 9*N*P multiply-adds and Winograd 16*N*tiles plus one weight
 // transform (~16 stores and a read of 9 weights, a fixed cost per call). Winograd runs when it
-// saves at least kMinSavedMacs per pair: measured (bench_conv_cpu --algos, 1 thread) 0.6-0.7x on
-// ResNet18's 56..14 px layers at 8 x 224 and 16..4 px at 32 x 64, break-even on 7x7 at batch 8
-// (saves 1480), 1.6x slower on 2x2 at batch 32 (saves 640).
-constexpr int64_t kMinSavedMacs = 2000;
+// saves at least kMinSavedMacs per pair. Measured (bench_conv_cpu --algos, 1 thread, loaded
+// machine): 0.55-0.8x time on ResNet18's 3x3 stride-1 layers at 8 x 224 (7x7 at batch 8 saves 1480:
+// 0.8x) and on the 16..4 px ones at 32 x 64; 2x2 at batch 32 (saves 640) was 0.84-1.6x, so it stays
+// on im2col.
+constexpr int64_t kMinSavedMacs = 1000;
 
 bool conv2d_winograd_pays(const Conv2dDesc& d) {
   if (!winograd_applies(d) || d.C < 16 || d.K < 16) return false;
