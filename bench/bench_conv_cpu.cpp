@@ -3,7 +3,15 @@
 // /usr/bin/python3 with the same thread count) in the same run. Prints GFLOP/s per shape and the
 // time ratio kiln / torch. Timing only: correctness lives in tests/unit/test_kernels_conv.cpp.
 //
-// usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME]
+// usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos]
+//                       [--pass fwd|bwd_in|bwd_w]
+// --pass times only that pass (the others print 0): for instruction counts under callgrind.
+//
+// The algorithm of the forward pass and input gradient follows KILN_CPU_CONV=auto|im2col|winograd
+// (conv2d.h; auto when unset: Winograd F(2x2,3x3) on the 3x3 stride-1 layers). --algos instead
+// times only the shapes Winograd applies to, im2col against Winograd for fwd and bwd_in,
+// alternating the two call by call (im2col, winograd, winograd, im2col, ...) so both see the same
+// machine load, and prints the medians of --reps calls each and their ratio (no peer, no bwd_w).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +23,7 @@
 
 #include "kernels/common/nn_desc.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/threads.h"
 
 using namespace kiln;
@@ -60,14 +69,76 @@ std::string peer_path() {
   return f.substr(0, f.find_last_of('/') + 1) + "peers/conv_torch.py";
 }
 
+// --algos: im2col against Winograd, fwd and bwd_in, alternating call by call (ABBA).
+int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
+                  int reps) {
+  using cpu::Conv2dAlgo;
+  std::printf("conv2d CPU im2col vs Winograd F(2x2,3x3), %d threads, alternating calls, median of %d (ms)\n",
+              threads, reps);
+  std::printf("%-16s %-16s %9s %9s %7s | %9s %9s %7s\n", "shape", "N,C,H,K", "fwd i2c", "fwd wino", "ratio",
+              "bwdi i2c", "bwdi wino", "ratio");
+  std::mt19937 g(0);
+  std::uniform_real_distribution<float> u(-1, 1);
+  double tot[4] = {0, 0, 0, 0};
+  for (size_t si = 0; si < descs.size(); ++si) {
+    const Conv2dDesc& d = descs[si];
+    if (!cpu::winograd_applies(d)) continue;
+    std::vector<float> x(d.N * d.C * d.H * d.W), w(d.K * d.C * d.R * d.S), y(d.N * d.K * d.out_h() * d.out_w());
+    std::vector<float> dx(x.size()), dy(y.size());
+    for (auto& v : x) v = u(g);
+    for (auto& v : w) v = u(g);
+    for (auto& v : dy) v = u(g);
+    cpu::conv2d_set_algo(Conv2dAlgo::winograd);
+    size_t bytes = cpu::conv2d_workspace_bytes(d, sizeof(float));
+    cpu::conv2d_set_algo(Conv2dAlgo::im2col);
+    bytes = std::max(bytes, cpu::conv2d_workspace_bytes(d, sizeof(float)));
+    std::vector<unsigned char> ws(bytes + 64);
+    // t[pass][algo]: pass 0 fwd, 1 bwd_in; algo 0 im2col, 1 winograd.
+    std::vector<double> t[2][2];
+    auto call = [&](int pass, int algo) {
+      cpu::conv2d_set_algo(algo ? Conv2dAlgo::winograd : Conv2dAlgo::im2col);
+      const double t0 = now_ms();
+      if (pass == 0) cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data());
+      else cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data());
+      return now_ms() - t0;
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      call(pass, 0), call(pass, 1);  // warm-up
+      for (int r = 0; r < reps; ++r) {
+        const int first = r % 2;
+        const double a = call(pass, first), b = call(pass, 1 - first);
+        t[pass][first].push_back(a);
+        t[pass][1 - first].push_back(b);
+      }
+    }
+    double m[2][2];
+    for (int pass = 0; pass < 2; ++pass)
+      for (int algo = 0; algo < 2; ++algo) {
+        std::sort(t[pass][algo].begin(), t[pass][algo].end());
+        m[pass][algo] = t[pass][algo][t[pass][algo].size() / 2];
+        tot[pass * 2 + algo] += shapes[si]->count * m[pass][algo];
+      }
+    char dims[64];
+    std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
+                  (long long)d.K);
+    std::printf("%-16s %-16s %9.2f %9.2f %6.2fx | %9.2f %9.2f %6.2fx\n", shapes[si]->name, dims, m[0][0], m[0][1],
+                m[0][1] / m[0][0], m[1][0], m[1][1], m[1][1] / m[1][0]);
+    std::fflush(stdout);
+  }
+  cpu::conv2d_set_algo(Conv2dAlgo::automatic);
+  std::printf("weighted by ResNet18 count: fwd %.1f -> %.1f ms (%.2fx), bwd_in %.1f -> %.1f ms (%.2fx)\n", tot[0],
+              tot[1], tot[0] > 0 ? tot[1] / tot[0] : 0.0, tot[2], tot[3], tot[2] > 0 ? tot[3] / tot[2] : 0.0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   cpu::ensure_omp_wait_policy(argv);  // as the kiln command does (see threads.h)
   int threads = 2, reps = 3;
   int64_t batch = 8, size = 224;
-  bool peer = true;
-  std::string only;  // run only shapes whose name contains this
+  bool peer = true, algos = false;
+  std::string only, pass;  // pass: empty = all three  // run only shapes whose name contains this
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
@@ -77,8 +148,10 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = (int)next();
     else if (a == "--no-peer") peer = false;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--algos") algos = true;
+    else if (a == "--pass" && i + 1 < argc) pass = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos] [--pass fwd|bwd_in|bwd_w]\n", argv[0]);
       return 2;
     }
   }
@@ -94,6 +167,8 @@ int main(int argc, char** argv) {
     d.stride_h = d.stride_w = s.stride, d.pad_h = d.pad_w = s.pad;
     descs.push_back(d);
   }
+
+  if (algos) return compare_algos(descs, shapes, threads, reps);
 
   // Peer first (its own process, run to completion), so the two never share the cores.
   std::vector<double> pf(descs.size(), -1), pb(descs.size(), -1);
@@ -132,11 +207,16 @@ int main(int argc, char** argv) {
     for (auto& v : w) v = u(g);
     for (auto& v : dy) v = u(g);
     std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
-    double tf = median_ms(reps, [&] { cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data()); });
-    double ti = median_ms(reps, [&] { cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data()); });
-    double tw = median_ms(reps, [&] {
-      cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
-    });
+    auto runs = [&](const char* name) { return pass.empty() || pass == name; };
+    double tf = 0, ti = 0, tw = 0;
+    if (runs("fwd"))
+      tf = median_ms(reps, [&] { cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data()); });
+    if (runs("bwd_in"))
+      ti = median_ms(reps, [&] { cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data()); });
+    if (runs("bwd_w"))
+      tw = median_ms(reps, [&] {
+        cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
+      });
     double gflop = 2.0 * d.forward_macs() * 1e-9;
     int cnt = shapes[si]->count;
     std::printf("%-16s %3d %8.2f %8.2f %8.2f %7.1f %7.1f %7.1f | %8.2f %8.2f | %6.2f %6.2f\n", shapes[si]->name,

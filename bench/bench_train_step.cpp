@@ -5,7 +5,7 @@
 // <bytes>" per shape (tools/gpu-check reads the last one).
 //   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
 //                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
-//                    [--cudnn-benchmark] [--recompute N]
+//                    [--cudnn-benchmark] [--recompute N] [--conv-algos]
 // --recompute N times the plain step against the same step with the model split into N
 // recompute-on-backward segments (kiln train's --recompute N), step by step in alternating order
 // (plain, recompute, recompute, plain, ...) so both see the same machine load; it prints both
@@ -13,6 +13,10 @@
 // --cudnn-benchmark times cuDNN's algorithms per convolution shape on first use (kiln's
 // cuda::set_cudnn_benchmark, PyTorch's torch.backends.cudnn.benchmark = True; a PyTorch GPU row
 // compared with it must set that too).
+// --conv-algos times the CPU step with conv2d's forward and input gradient on im2col against the
+// automatic choice (Winograd F(2x2,3x3) on the 3x3 stride-1 layers, kernels/cpu/conv2d.h), one model,
+// steps alternating (im2col, auto, auto, im2col, ...); prints both medians and their ratio. No peer
+// then. Without it, the environment variable KILN_CPU_CONV=auto|im2col|winograd picks the algorithm.
 // --amp is kiln train's: f16 autocast around forward + loss, LossScaler around backward and step.
 // --kernels picks cuBLAS/cuDNN or kiln's Tensor Core kernels on CUDA; --channels-last feeds the
 // model an NHWC input. Each step is train::train_step (the trainer's) and ends with a read of the
@@ -33,6 +37,7 @@
 
 #include "engine/ops/ops.h"
 #include "engine/optim/sgd.h"
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/threads.h"
 #include "models/registry.h"
 #if defined(KILN_WITH_CUDA)
@@ -58,6 +63,7 @@ double median(std::vector<double> v) {
 struct Mode {
   bool amp = false, channels_last = false;
   int recompute = 0;  // > 0: also time the step with this many recompute segments
+  bool conv_algos = false;  // im2col against auto conv2d, alternating steps
 };
 
 // One model + optimizer + scaler + batch, ready to step (the same setup as time_kiln's).
@@ -111,6 +117,24 @@ void time_recompute_pair(Shape2 s, Device d, Mode mode, int steps, int warmup, s
     plain->push_back(a_first ? t1 : t2);
     rec->push_back(a_first ? t2 : t1);
   }
+}
+
+// --conv-algos: one rig, steps alternating im2col / automatic conv2d (ABBA): per-step times of each.
+void time_conv_algos(Shape2 s, Device d, Mode mode, int steps, int warmup, std::vector<double>* im2col,
+                     std::vector<double>* autom) {
+  StepRig r = make_rig(s, d, mode, 0);
+  auto step = [&](bool use_auto) {
+    cpu::conv2d_set_algo(use_auto ? cpu::Conv2dAlgo::automatic : cpu::Conv2dAlgo::im2col);
+    return time_one_step(r);
+  };
+  for (int i = 0; i < warmup + steps; ++i) {
+    const bool auto_first = i % 2 == 1;
+    const double t1 = step(auto_first), t2 = step(!auto_first);
+    if (i < warmup) continue;
+    im2col->push_back(auto_first ? t2 : t1);
+    autom->push_back(auto_first ? t1 : t2);
+  }
+  cpu::conv2d_set_algo(cpu::Conv2dAlgo::automatic);
 }
 
 std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warmup, int64_t* peak) {
@@ -193,10 +217,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--kernels")) kernels = next();
     else if (!std::strcmp(argv[i], "--cudnn-benchmark")) cudnn_bench = true;
     else if (!std::strcmp(argv[i], "--recompute")) mode.recompute = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--conv-algos")) mode.conv_algos = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer] "
-                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last] [--cudnn-benchmark] [--recompute N]\n");
+                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last] [--cudnn-benchmark] [--recompute N] [--conv-algos]\n");
       return 2;
     }
   }
@@ -235,6 +260,21 @@ int main(int argc, char** argv) {
         std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
         const double p = median(plain), r = median(rec);
         std::printf("%-12s %12.1f %14.1f %7.2fx %13.2fx\n", shape, p, r, r / p, median(pair));
+        std::fflush(stdout);
+      }
+      return 0;
+    }
+    if (mode.conv_algos) {
+      std::printf("conv2d im2col against auto (Winograd on 3x3 stride-1 layers), alternating steps\n");
+      std::printf("%-12s %12s %12s %8s %14s\n", "shape", "im2col ms", "auto ms", "ratio", "pair median");
+      for (Shape2 s : shapes) {
+        std::vector<double> a, b, pair;
+        time_conv_algos(s, d, mode, steps, warmup, &a, &b);
+        for (size_t i = 0; i < a.size(); ++i) pair.push_back(b[i] / a[i]);
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
+        const double p = median(a), q = median(b);
+        std::printf("%-12s %12.1f %12.1f %7.2fx %13.2fx\n", shape, p, q, q / p, median(pair));
         std::fflush(stdout);
       }
       return 0;

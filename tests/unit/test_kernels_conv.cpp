@@ -213,5 +213,10 @@ TEST_CASE("conv2d workspace: none for 1x1 stride 1 on a wide plane, blocked imag
   CHECK(cpu::conv2d_workspace_bytes(d, 4) == 0);
   d = make(8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   CHECK(cpu::conv2d_images_per_block(d) == 8);
+  // The im2col path's buffer (with Winograd chosen it is the larger of the two, see
+  // test_kernels_conv_winograd.cpp).
+  const cpu::Conv2dAlgo prev = cpu::conv2d_algo();
+  cpu::conv2d_set_algo(cpu::Conv2dAlgo::im2col);
   CHECK(cpu::conv2d_workspace_bytes(d, 4) == (size_t)(512 * 9 * 8 * 49 + 512 * 8 * 49) * 4);
+  cpu::conv2d_set_algo(prev);
 }

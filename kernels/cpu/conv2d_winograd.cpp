@@ -1,0 +1,283 @@
+// Winograd F(2x2, 3x3) on the CPU (see conv2d_winograd.h).
+//
+// One output tile is 2x2 outputs, read from a 4x4 input patch d (rows from 2*th - pad_h). With
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]    G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
+//   A^T = [1 1 1 0; 0 1 -1 -1]
+// the tile is  Y = A^T [ sum_c (G g_kc G^T) .* (B^T d_c B) ] A,  i.e. for each of the 16 positions
+// xi of the 4x4 transformed tile one GEMM over channels:
+//   U : (16, K, C)        weights, G g G^T per (k, c)      (g flipped 180 degrees for the input grad)
+//   V : (16, Cin, tb)     input tiles of one block, B^T d B (tb = tiles of the block)
+//   M : (16, Cout, tb)    M[xi] = op(U[xi]) @ V[xi]          (op = U for forward, U^T for input grad)
+// then Y = A^T M A per tile. Forward: in = x (Cin = C, Hin x Win = H x W), out = y (Cout = K).
+// Input grad: in = dy (Cin = K, OH x OW), out = dx (Cout = C, H x W), padding 2 - p, w flipped:
+//   dx[c, i, j] = sum_{k,r,s} dy[k, i + p - r, j + p - s] w[k, c, r, s].
+//
+// Blocking: nb whole images per block (enough tiles for the GEMM's columns, kTargetTiles), so
+//   workspace elements = 16*K*C + 16*(C + K) * nb*TPI     (TPI = ceil(Hout/2) * ceil(Wout/2))
+// maximised over the forward and input-grad geometry (their TPI differs when pad != 1). For ResNet18
+// at 8 x 224 this is at most ~3x the im2col buffer (layer4: U = 16*512*512 dominates).
+//
+// NaN: every output of a tile depends structurally only on the inputs of its 3x3 windows (rows
+// 0..2 of B^T read d rows 0..2 and row 0 of A^T reads M rows 0..2; likewise for the other
+// output), and a NaN never cancels, so a NaN input gives NaN exactly where the direct sum does. inf
+// does not (inf - inf inside B^T d B), so the entry points refuse non-finite and huge values
+// (return false before writing the output) and conv2d.cpp runs im2col instead.
+#include "kernels/cpu/conv2d_winograd.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/gemm.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Tiles a block should hold before more images join it: the 16 GEMMs have this many columns.
+constexpr int64_t kTargetTiles = 256;
+
+// One 3x3 stride-1 convolution as this file computes it (forward or input grad).
+struct Geom {
+  int64_t N, Cin, Hin, Win, Cout, Hout, Wout, ph, pw;
+  int64_t TH, TW, TPI, nb;  // tile rows, tile columns, tiles per image, images per block
+};
+
+Geom make_geom(int64_t N, int64_t Cin, int64_t Hin, int64_t Win, int64_t Cout, int64_t Hout, int64_t Wout,
+               int64_t ph, int64_t pw) {
+  Geom g{N, Cin, Hin, Win, Cout, Hout, Wout, ph, pw, 0, 0, 0, 0};
+  g.TH = (Hout + 1) / 2;
+  g.TW = (Wout + 1) / 2;
+  g.TPI = g.TH * g.TW;
+  g.nb = std::max<int64_t>(1, std::min(N, (kTargetTiles + g.TPI - 1) / g.TPI));
+  return g;
+}
+
+Geom forward_geom(const Conv2dDesc& d) {
+  return make_geom(d.N, d.C, d.H, d.W, d.K, d.out_h(), d.out_w(), d.pad_h, d.pad_w);
+}
+Geom backward_geom(const Conv2dDesc& d) {
+  return make_geom(d.N, d.K, d.out_h(), d.out_w(), d.C, d.H, d.W, 2 - d.pad_h, 2 - d.pad_w);
+}
+
+int64_t u_elems(const Conv2dDesc& d) { return 16 * d.K * d.C; }
+int64_t vm_elems(const Geom& g) { return 16 * (g.Cin + g.Cout) * g.nb * g.TPI; }
+
+// The largest |value| of x, dy or w that Winograd takes (see winograd_values_in_range).
+template <typename T>
+constexpr T value_limit() {
+  return sizeof(T) == sizeof(float) ? T(1e15) : T(1e150);
+}
+
+// U[xi][k][c] = (G g G^T)[xi] for every (k, c); g = w[k, c] turned 180 degrees when flip (tap
+// r*3 + s read from 8 - (r*3 + s)). Channels go in chunks of 64 through a transposed stack copy
+// gt[tap][c], so every loop runs contiguously over c. Returns false when some |w| is NaN, inf or
+// above value_limit (U is then garbage and must not be used).
+template <typename T>
+bool transform_weights(const Conv2dDesc& d, const T* w, bool flip, T* U) {
+  constexpr int64_t kC = 64;
+  const int64_t KC = d.K * d.C;
+  const T lim = value_limit<T>();
+  int64_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad)
+  for (int64_t k = 0; k < d.K; ++k) {
+    for (int64_t c0 = 0; c0 < d.C; c0 += kC) {
+      const int64_t nc = std::min(kC, d.C - c0);
+      const T* src = w + (k * d.C + c0) * 9;
+      T gt[9][kC];
+      for (int64_t c = 0; c < nc; ++c)
+        for (int j = 0; j < 9; ++j) gt[flip ? 8 - j : j][c] = src[c * 9 + j];
+      int64_t nbad = 0;
+      for (int j = 0; j < 9; ++j)
+        for (int64_t c = 0; c < nc; ++c) nbad += !(std::abs(gt[j][c]) <= lim);  // NaN fails too
+      bad += nbad;
+      T t[4][3][kC];  // G g
+      for (int sc = 0; sc < 3; ++sc)
+        for (int64_t c = 0; c < nc; ++c) {
+          const T g0 = gt[sc][c], g1 = gt[3 + sc][c], g2 = gt[6 + sc][c];
+          t[0][sc][c] = g0;
+          t[1][sc][c] = T(0.5) * (g0 + g1 + g2);
+          t[2][sc][c] = T(0.5) * (g0 - g1 + g2);
+          t[3][sc][c] = g2;
+        }
+      T* dst = U + k * d.C + c0;
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T
+        T* u0 = dst + (i * 4 + 0) * KC;
+        T* u1 = dst + (i * 4 + 1) * KC;
+        T* u2 = dst + (i * 4 + 2) * KC;
+        T* u3 = dst + (i * 4 + 3) * KC;
+        for (int64_t c = 0; c < nc; ++c) {
+          const T a = t[i][0][c], b = t[i][1][c], e = t[i][2][c];
+          u0[c] = a;
+          u1[c] = T(0.5) * (a + b + e);
+          u2[c] = T(0.5) * (a - b + e);
+          u3[c] = e;
+        }
+      }
+    }
+  }
+  return bad == 0;
+}
+
+// Tiles handled together in the transforms: their rows live in small stack buffers, so the inner
+// loops are branch-free and contiguous (the compiler vectorizes them; no -march flags needed).
+constexpr int64_t kChunk = 64;
+
+// V[xi][c][t] = (B^T d B)[xi] for the tiles of images [n0, n0+nb); t = b*TPI + th*TW + tw.
+// Per row of tiles: the 4 input rows of a chunk of tiles are copied (zeros outside the input) into
+// rows[4][2*kChunk + 2], combined vertically (B^T d, contiguous), then horizontally (stride 2).
+template <typename T>
+void transform_input(const Geom& g, const T* in, int64_t n0, int64_t nb, T* V) {
+  const int64_t tb = nb * g.TPI, plane = g.Hin * g.Win, vs = g.Cin * tb;
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t c = 0; c < g.Cin; ++c)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t th = 0; th < g.TH; ++th) {
+        const T* x = in + ((n0 + b) * g.Cin + c) * plane;
+        const int64_t ih0 = 2 * th - g.ph;
+        T* v = V + c * tb + b * g.TPI + th * g.TW;
+        for (int64_t tw0 = 0; tw0 < g.TW; tw0 += kChunk) {
+          const int64_t nt = std::min(kChunk, g.TW - tw0), ncols = 2 * nt + 2, iw0 = 2 * tw0 - g.pw;
+          // Input columns [iw0 + lo, iw0 + hi) are inside the plane.
+          const int64_t lo = std::min(ncols, std::max<int64_t>(0, -iw0));
+          const int64_t hi = std::max(lo, std::min(ncols, g.Win - iw0));
+          T rows[4][2 * kChunk + 2];
+          for (int a = 0; a < 4; ++a) {
+            const int64_t ih = ih0 + a;
+            if (ih < 0 || ih >= g.Hin) {
+              std::fill(rows[a], rows[a] + ncols, T(0));
+              continue;
+            }
+            const T* src = x + ih * g.Win + iw0;
+            std::fill(rows[a], rows[a] + lo, T(0));
+            std::copy(src + lo, src + hi, rows[a] + lo);
+            std::fill(rows[a] + hi, rows[a] + ncols, T(0));
+          }
+          T q[4][2 * kChunk + 2];  // B^T d, column by column
+          for (int64_t j = 0; j < ncols; ++j) {
+            q[0][j] = rows[0][j] - rows[2][j];
+            q[1][j] = rows[1][j] + rows[2][j];
+            q[2][j] = rows[2][j] - rows[1][j];
+            q[3][j] = rows[1][j] - rows[3][j];
+          }
+          for (int i = 0; i < 4; ++i) {  // (B^T d) B, tile by tile
+            const T* r = q[i];
+            T* v0 = v + (i * 4 + 0) * vs + tw0;
+            T* v1 = v + (i * 4 + 1) * vs + tw0;
+            T* v2 = v + (i * 4 + 2) * vs + tw0;
+            T* v3 = v + (i * 4 + 3) * vs + tw0;
+            for (int64_t t = 0; t < nt; ++t) {
+              const T e0 = r[2 * t], e1 = r[2 * t + 1], e2 = r[2 * t + 2], e3 = r[2 * t + 3];
+              v0[t] = e0 - e2;
+              v1[t] = e1 + e2;
+              v2[t] = e2 - e1;
+              v3[t] = e1 - e3;
+            }
+          }
+        }
+      }
+}
+
+// out tiles of images [n0, n0+nb) = A^T M A (+ bias[k]); outputs past Hout / Wout are dropped.
+// Per row of tiles and chunk: A^T M (contiguous over tiles), then the 2 output rows interleaved
+// into a stack buffer, copied out up to Wout.
+template <typename T>
+void transform_output(const Geom& g, const T* M, const T* bias, int64_t n0, int64_t nb, T* out) {
+  const int64_t tb = nb * g.TPI, plane = g.Hout * g.Wout, ms = g.Cout * tb;
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t k = 0; k < g.Cout; ++k)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t th = 0; th < g.TH; ++th) {
+        T* y = out + ((n0 + b) * g.Cout + k) * plane;
+        const T* m = M + k * tb + b * g.TPI + th * g.TW;
+        const T bk = bias ? bias[k] : T(0);
+        const int64_t oh = 2 * th, nrows = std::min<int64_t>(2, g.Hout - oh);
+        for (int64_t tw0 = 0; tw0 < g.TW; tw0 += kChunk) {
+          const int64_t nt = std::min(kChunk, g.TW - tw0);
+          T q[2][4][kChunk];  // A^T M: q[i][e][t]
+          for (int e = 0; e < 4; ++e) {
+            const T* m0 = m + (0 * 4 + e) * ms + tw0;
+            const T* m1 = m + (1 * 4 + e) * ms + tw0;
+            const T* m2 = m + (2 * 4 + e) * ms + tw0;
+            const T* m3 = m + (3 * 4 + e) * ms + tw0;
+            for (int64_t t = 0; t < nt; ++t) {
+              q[0][e][t] = m0[t] + m1[t] + m2[t];
+              q[1][e][t] = m1[t] - m2[t] - m3[t];
+            }
+          }
+          const int64_t ow0 = 2 * tw0, ncols = std::min(2 * nt, g.Wout - ow0);
+          for (int64_t i = 0; i < nrows; ++i) {  // (A^T M) A
+            T row[2 * kChunk];
+            const T *e0 = q[i][0], *e1 = q[i][1], *e2 = q[i][2], *e3 = q[i][3];
+            for (int64_t t = 0; t < nt; ++t) {
+              row[2 * t] = e0[t] + e1[t] + e2[t] + bk;
+              row[2 * t + 1] = e1[t] - e2[t] - e3[t] + bk;
+            }
+            std::copy(row, row + ncols, y + (oh + i) * g.Wout + ow0);
+          }
+        }
+      }
+}
+
+// The whole convolution of geometry g with weights U already transformed.
+template <typename T>
+void run(const Geom& g, const T* in, const T* U, bool trans_u, const T* bias, T* out, T* V) {
+  for (int64_t n0 = 0; n0 < g.N; n0 += g.nb) {
+    const int64_t nb = std::min(g.nb, g.N - n0), tb = nb * g.TPI;
+    T* M = V + g.Cin * tb * 16;
+    transform_input(g, in, n0, nb, V);
+    // M[xi] (Cout, tb) = op(U[xi]) (Cout, Cin) @ V[xi] (Cin, tb); U[xi] is stored (K, C).
+    gemm_batched<T>(trans_u, false, g.Cout, tb, g.Cin, T(1), U, trans_u ? g.Cout : g.Cin, g.Cout * g.Cin, V,
+                    tb, g.Cin * tb, T(0), M, tb, g.Cout * tb, 16);
+    transform_output(g, M, bias, n0, nb, out);
+  }
+}
+
+}  // namespace
+
+bool winograd_applies(const Conv2dDesc& d) {
+  return d.R == 3 && d.S == 3 && d.stride_h == 1 && d.stride_w == 1 && d.dil_h == 1 && d.dil_w == 1 &&
+         d.groups == 1 && d.pad_h >= 0 && d.pad_h <= 2 && d.pad_w >= 0 && d.pad_w <= 2;
+}
+
+int64_t winograd_images_per_block(const Conv2dDesc& d) { return forward_geom(d).nb; }
+
+size_t winograd_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
+  const int64_t vm = std::max(vm_elems(forward_geom(d)), vm_elems(backward_geom(d)));
+  return (size_t)(u_elems(d) + vm) * elem_size;
+}
+
+template <typename T>
+bool winograd_values_in_range(const T* p, int64_t n) {
+  const T lim = value_limit<T>();
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) bad += !(std::abs(p[i]) <= lim);  // NaN fails the comparison
+  return bad == 0;
+}
+
+template <typename T>
+bool winograd_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
+  T* U = static_cast<T*>(workspace);
+  if (!winograd_values_in_range(x, d.N * d.C * d.H * d.W) || !transform_weights(d, w, false, U)) return false;
+  run(forward_geom(d), x, U, false, bias, y, U + u_elems(d));
+  return true;
+}
+
+template <typename T>
+bool winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
+  T* U = static_cast<T*>(workspace);
+  if (!winograd_values_in_range(dy, d.N * d.K * d.out_h() * d.out_w()) || !transform_weights(d, w, true, U))
+    return false;
+  run(backward_geom(d), dy, U, true, static_cast<const T*>(nullptr), dx, U + u_elems(d));
+  return true;
+}
+
+#define KILN_INSTANTIATE_WINOGRAD(T)                                                              \
+  template bool winograd_values_in_range<T>(const T*, int64_t);                                   \
+  template bool winograd_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*); \
+  template bool winograd_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);
+KILN_INSTANTIATE_WINOGRAD(float)
+KILN_INSTANTIATE_WINOGRAD(double)
+#undef KILN_INSTANTIATE_WINOGRAD
+
+}  // namespace kiln::cpu
