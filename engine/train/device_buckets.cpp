@@ -109,6 +109,12 @@ void DeviceBuckets::all_reduce() {
 
 #else  // no CUDA backend: no device has parameters, so nothing constructs this
 
+}  // namespace kiln::train
+namespace kiln::cuda {
+class NcclComm {};  // never made without CUDA; complete here so unique_ptr can name its destructor
+}  // namespace kiln::cuda
+namespace kiln::train {
+
 DeviceBuckets::DeviceBuckets(dist::ProcessGroup&, const std::vector<Tensor>& params,
                              const std::vector<std::vector<size_t>>& plan)
     : params_(params), plan_(plan) {
@@ -116,7 +122,7 @@ DeviceBuckets::DeviceBuckets(dist::ProcessGroup&, const std::vector<Tensor>& par
 }
 DeviceBuckets::~DeviceBuckets() = default;
 int64_t DeviceBuckets::bytes() const { return 0; }
-void DeviceBuckets::all_reduce() {}
+void DeviceBuckets::all_reduce() { (void)params_; }
 
 #endif
 
