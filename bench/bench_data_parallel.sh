@@ -8,7 +8,9 @@
 # Each run trains S warm-up steps, then S timed steps (kiln: 2 epochs of S steps, the second epoch's
 # img/s, no --val; torch: between two barriers). Prints images/s (global), the scaling efficiency
 # (2-rank / (2 x 1-rank)) and kiln's communication per step (the wait after backward that backward did
-# not hide, and the all-reduce time), from the 2-rank run's second epoch.
+# not hide, and the all-reduce time), from the 2-rank run's second epoch. "kiln_2x1" is the machine's
+# ceiling for 2 ranks: two independent 1-rank kiln runs at the same time (no communication at all), their
+# images/s summed; "of_ceil" is the 2-rank run's share of it (communication's cost, apart from the machine's).
 # Usage: bench/bench_data_parallel.sh [BUILD_DIR] [REPEATS]   (a couple of minutes with REPEATS=1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,14 +58,26 @@ kiln_run() {
   [ -n "$ips" ] || { echo "kiln failed:" >&2; echo "$out" | tail -5 >&2; exit 1; }
   echo "$ips ${comm:-- -}"
 }
+# Two independent 1-rank runs at once: RANKS=1 MODEL DATA BATCH STEPS -> summed images/s
+kiln_pair() {
+  local model=$1 data=$2 batch=$3 steps=$4 a b
+  a=$(mktemp) b=$(mktemp)
+  kiln_run 1 "$model" "$data" "$batch" "$steps" > "$a" &
+  local pa=$!
+  kiln_run 1 "$model" "$data" "$batch" "$steps" > "$b" &
+  local pb=$!
+  wait "$pa" && wait "$pb" || { rm -f "$a" "$b"; exit 1; }
+  awk '{ s += $1 } END { printf "%.0f", s }' "$a" "$b"
+  rm -f "$a" "$b"
+}
 torch_run() {
   local nproc=$1 model=$2 data=$3 batch=$4 steps=$5
   /usr/bin/python3 bench/peers/ddp_torch.py --model "$model" --data "$WORK/$data" --batch "$batch" --nproc "$nproc" \
     --steps "$steps" --warmup "$steps" | grep -oE '"images_per_s": [0-9.]+' | cut -d' ' -f2
 }
 
-printf "%-22s %-5s %12s %12s %12s %12s %9s %9s %16s\n" model batch kiln_1 kiln_2 torch_1 torch_2 kiln_eff torch_eff \
-  "kiln_comm_ms"
+printf "%-22s %-5s %12s %12s %12s %12s %12s %9s %9s %8s %16s\n" model batch kiln_1 kiln_2 kiln_2x1 torch_1 torch_2 \
+  kiln_eff torch_eff of_ceil "kiln_comm_ms"
 for rep in $(seq "$REPEATS"); do
   for cfg in "small_cnn fmnist 64 15" "small_cnn fmnist 16 30" "resnet18 rgb64 16 6"; do
     read -r model data batch steps <<<"$cfg"
@@ -71,12 +85,15 @@ for rep in $(seq "$REPEATS"); do
     t1=$(torch_run 1 "$model" "$data" "$batch" "$steps")
     read -r k2 wait ar <<<"$(kiln_run 2 "$model" "$data" "$batch" "$steps")"
     t2=$(torch_run 2 "$model" "$data" "$batch" "$steps")
+    kc=$(kiln_pair "$model" "$data" "$batch" "$steps")
+    oc=$(awk -v a="$kc" -v b="$k2" 'BEGIN { printf "%.2f", b / a }')
     ke=$(awk -v a="$k1" -v b="$k2" 'BEGIN { printf "%.2f", b / (2 * a) }')
     te=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.2f", b / (2 * a) }')
-    printf "%-22s %-5s %12s %12s %12s %12s %9s %9s %16s\n" "$model ($data)" "$batch" "$k1" "$k2" "$t1" "$t2" "$ke" "$te" \
-      "$wait / $ar"
+    printf "%-22s %-5s %12s %12s %12s %12s %12s %9s %9s %8s %16s\n" "$model ($data)" "$batch" "$k1" "$k2" "$kc" "$t1" \
+      "$t2" "$ke" "$te" "$oc" "$wait / $ar"
   done
 done
 echo "images/s: global training images per second (2 ranks: both ranks' images); eff: 2-rank / (2 x 1-rank);"
+echo "kiln_2x1: two independent 1-rank runs at once, summed (the ceiling); of_ceil: kiln_2 / kiln_2x1;"
 echo "kiln_comm_ms: per step of the 2-rank run, not hidden by backward / all-reduce in all"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(getconf _NPROCESSORS_ONLN) cores"

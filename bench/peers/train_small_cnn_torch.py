@@ -6,7 +6,7 @@ per epoch, wall time and images/s. It is the side-by-side reference for `kiln tr
 
   /usr/bin/python3 bench/peers/train_small_cnn_torch.py [--data DIR] [--epochs 2] [--batch 128]
       [--optimizer sgd|adamw] [--lr 0.05] [--momentum 0.9] [--weight-decay 0] [--threads 2] [--seed 0]
-      [--limit N] [--wait-policy passive|active|default]
+      [--limit N] [--wait-policy passive|active|default] [--spin 3000]
 
 Data: pixels / 255, then normalized with the mean and std of the training pixels; training order
 reshuffled every epoch from --seed; no augmentation. Evaluation: model.eval() on the whole test
@@ -16,7 +16,9 @@ Threads: libgomp's default wait policy (spin, then sleep) stalls every parallel 
 taken by another process: on the shared 2-core machine, batch 16 at --threads 2 ran at 26-28 img/s
 against 246 img/s with OMP_WAIT_POLICY=passive in the same minute (load ~10). kiln runs with passive
 (kernels/cpu/threads.h), so this peer sets the same policy before torch (and its libgomp) loads,
-unless the caller set one. --wait-policy default keeps libgomp's own (the old behaviour).
+unless the caller set one. --wait-policy default keeps libgomp's own (the old behaviour). With a policy
+set here, GOMP_SPINCOUNT is kiln's too (--spin, default 3000: a short spin before sleeping), unless the
+caller set one; --spin 0 is plain passive.
 """
 import argparse
 import gzip
@@ -37,8 +39,15 @@ for _i, _a in enumerate(sys.argv):
         _policy = sys.argv[_i + 1]
     elif _a.startswith("--wait-policy="):
         _policy = _a.split("=", 1)[1]
+_spin = "3000"  # as kiln (kernels/cpu/threads.h): a short spin before sleeping, GOMP_SPINCOUNT
+for _i, _a in enumerate(sys.argv):
+    if _a == "--spin" and _i + 1 < len(sys.argv):
+        _spin = sys.argv[_i + 1]
+    elif _a.startswith("--spin="):
+        _spin = _a.split("=", 1)[1]
 if _policy != "default":
     os.environ.setdefault("OMP_WAIT_POLICY", _policy)
+    os.environ.setdefault("GOMP_SPINCOUNT", _spin)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -85,6 +94,8 @@ def main():
     p.add_argument("--wait-policy", choices=["passive", "active", "default"], default="passive",
                    help="OMP_WAIT_POLICY for torch's OpenMP threads (default: libgomp's own; an OMP_WAIT_POLICY "
                         "already in the environment wins)")
+    p.add_argument("--spin", type=int, default=3000,
+                   help="GOMP_SPINCOUNT with --wait-policy passive/active (kiln's 3000; one in the environment wins)")
     args = p.parse_args()
 
     t_start = time.perf_counter()
@@ -143,7 +154,8 @@ def main():
         "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
         "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
         "images_per_s": round(seen / train_s, 1),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}))
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default")}))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 // binary runs with and without a launcher and a run of one process behaves exactly as before.
 // It must not know models, optimizers or data: engine/train builds gradient buckets on top of it.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,12 @@ class ProcessGroup {
   // for ever on a rank that hangs (MPI: non-blocking calls polled with MPI_Test). One process alone: unused.
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
+  // Whether a thread is waiting for the collectives in flight with nothing else to run (the training
+  // thread after backward): they then poll without sleeping, so the transfer moves at the transport's
+  // speed instead of one progress call per sleep. While backward runs (false) they poll with sleeps, so
+  // that a communication thread does not take the core from backward. Any thread.
+  void set_urgent(bool urgent) { urgent_.store(urgent, std::memory_order_relaxed); }
+  bool urgent() const { return urgent_.load(std::memory_order_relaxed); }
   // What the ranks are doing ("step 12"), named by a Timeout's message; any thread.
   void set_context(const std::string& what) {
     std::lock_guard<std::mutex> lock(context_mu_);
@@ -67,6 +74,7 @@ class ProcessGroup {
 
  protected:
   double timeout_s_ = 0;
+  std::atomic<bool> urgent_{false};
   mutable std::mutex context_mu_;
   std::string context_;
 };

@@ -5,7 +5,9 @@
 // timeout (set_timeout; <= 0: none) passes: then dist::Timeout (the request is left; the caller aborts the
 // job). Sleeping matters on a machine with as many ranks as cores: the blocking calls spin, and a spinning
 // communication thread takes the core from backward (measured on 2 loaded cores, small_cnn at batch 64
-// per rank: 250 img/s with blocking MPI_Allreduce, 410 polled).
+// per rank: 250 img/s with blocking MPI_Allreduce, 410 polled). But each poll moves only a few of the
+// transport's fragments, so a sleeping poll throttles a large transfer (ResNet18's 45 MB took ~290 ms a
+// step): while a thread waits with nothing else to run (set_urgent), the polls do not sleep.
 #include "engine/dist/process_group_mpi.h"
 
 // The C API only: OpenMPI's and MPICH's mpi.h would pull in their deprecated C++ bindings (another library).
@@ -112,6 +114,11 @@ class MpiProcessGroup : public ProcessGroup {
         throw Timeout(str_cat("dist: ", call, count > 0 ? str_cat(" of ", count, " ", unit) : std::string(),
                               what.empty() ? std::string() : " (" + what + ")", " did not complete within ",
                               timeout_s_, " s: ", stall_reason(), " (--dist-timeout ", timeout_s_, ")"));
+      }
+      if (urgent()) {
+        std::this_thread::yield();
+        sleep_us = 10;
+        continue;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       sleep_us = std::min<int64_t>(sleep_us * 2, 200);

@@ -116,6 +116,15 @@ void DataParallel::broadcast_state(int root) {
   }
 }
 
+namespace {
+// While the training thread waits for communication (nothing else to run), the group's polls do not sleep.
+struct UrgentGuard {
+  explicit UrgentGuard(dist::ProcessGroup& g) : group(g) { group.set_urgent(true); }
+  ~UrgentGuard() { group.set_urgent(false); }
+  dist::ProcessGroup& group;
+};
+}  // namespace
+
 void DataParallel::comm_loop() {
   for (;;) {
     size_t b;
@@ -274,6 +283,7 @@ void DataParallel::all_reduce_gradients() {
   while (!device_ && next_start_ < buckets_.size()) start(next_start_);
   if (device_) {
   } else if (overlap_) {
+    UrgentGuard urgent(group_);  // backward is over: the communication thread polls without sleeping
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == buckets_.size(); });
     if (error_) std::rethrow_exception(error_);
@@ -299,6 +309,7 @@ void DataParallel::all_reduce_gradients() {
 
 void DataParallel::all_reduce_in_order(double* data, int64_t n) {
   if (group_.size() == 1) return;
+  UrgentGuard urgent(group_);  // the training thread waits: no sleeping polls
   if (overlap_) {  // let the buckets already queued land first: one thread in MPI at a time, same order everywhere
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == next_start_; });

@@ -13,10 +13,16 @@ int num_threads();
 
 // libgomp's default wait policy (spin ~300k PAUSEs, then sleep) stalls kiln's many short parallel
 // regions for tens of ms on the 2-vCPU KVM build machines (measured: ResNet18 convs 850 ms vs
-// 636 ms with OMP_WAIT_POLICY=passive, 600 ms with active; bench_conv_cpu). libgomp reads the
-// variable only at load, so a program's main() calls this first: when OMP_WAIT_POLICY is unset it
-// sets it to `policy` and re-executes itself (/proc/self/exe, same argv); otherwise it returns.
-// Returns only if no re-exec happened (variable already set, or exec failed).
-void ensure_omp_wait_policy(char** argv, const char* policy = "passive");
+// 636 ms with OMP_WAIT_POLICY=passive, 600 ms with active; bench_conv_cpu). Fully passive (no spin)
+// costs a futex wake-up per region instead: the small CNN opens ~150 regions a step at batch 16,
+// and its second thread bought little. A short spin before sleeping (GOMP_SPINCOUNT=`spin`, a few
+// tens of microseconds) keeps the worker awake between back-to-back regions without the default's
+// long spin: small CNN at 2 threads, medians of 5 alternating runs, 1005 -> 1550 img/s (batch 16),
+// 1110 -> 1582 (64), 663 -> 1340 (128) (README "Measured"). libgomp reads both variables only at
+// load, so a program's main() calls this first: when OMP_WAIT_POLICY is unset it sets it to
+// `policy` (and GOMP_SPINCOUNT to `spin` when that is unset too) and re-executes itself
+// (/proc/self/exe, same argv); otherwise it returns. Returns only if no re-exec happened (variable
+// already set, or exec failed).
+void ensure_omp_wait_policy(char** argv, const char* policy = "passive", const char* spin = "3000");
 
 }  // namespace kiln::cpu
