@@ -15,8 +15,10 @@
 #include "engine/dist/process_group.h"
 #include "engine/io/safetensors.h"
 #include "support/cli/run_kiln.h"
+#include "support/mpi_run.h"
 
 using kiln_test::contains;
+using kiln_test::kMpiEnv;
 namespace fs = std::filesystem;
 
 namespace {
@@ -33,22 +35,6 @@ const char* kFaultNet = R"json({
   ]
 }
 )json";
-
-// As root, oversubscribed, shared memory without CMA (see test_mpi_train.cpp).
-const char* kEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                   "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive";
-
-bool can_run() {
-  if (!kiln::dist::built_with_mpi()) {
-    MESSAGE("skipped: this kiln was built without MPI (KILN_MPI=OFF or no libopenmpi-dev at configure time)");
-    return false;
-  }
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
-    MESSAGE("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
-    return false;
-  }
-  return true;
-}
 
 struct Dirs {
   std::string dir, data, net;
@@ -81,7 +67,7 @@ struct Timed {
 Timed run2(const std::string& a, const std::string& prefix = "") {
   const auto t0 = std::chrono::steady_clock::now();
   Timed t;
-  t.run = kiln_test::run_command(std::string(kEnv) + " " + prefix + " timeout 120 mpirun -n 2 " +
+  t.run = kiln_test::run_command(std::string(kMpiEnv) + " " + prefix + " timeout 120 mpirun -n 2 " +
                                  std::string(KILN_BINARY_DIR) + "/kiln " + a + " 2>&1");
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return t;
@@ -123,7 +109,7 @@ int leftover_ranks(const std::string& out) {
 }  // namespace
 
 TEST_CASE("mpi: a rank that hangs (SIGSTOP) ends the job within --dist-timeout, naming it, and the last state file resumes to the bytes of an uninterrupted run") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   reference();
   const std::string out = dirs().dir + "/hang";
   // Rank 1 stops itself before step 7; rank 0 wrote the state of step 6 and waits in step 7's first
@@ -141,7 +127,7 @@ TEST_CASE("mpi: a rank that hangs (SIGSTOP) ends the job within --dist-timeout, 
 }
 
 TEST_CASE("mpi: a rank killed with SIGKILL ends the job (mpirun names it), and the last state file resumes to the bytes of an uninterrupted run") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   reference();
   const std::string out = dirs().dir + "/killed";
   const Timed r = run2(args(out, "--checkpoint-every 3steps --dist-timeout 4"), "KILN_TEST_KILL_RANK=1:7");

@@ -17,8 +17,10 @@
 #include "engine/dist/process_group.h"
 #include "engine/io/safetensors.h"
 #include "support/cli/run_kiln.h"
+#include "support/mpi_run.h"
 
 using kiln_test::contains;
+using kiln_test::kMpiEnv;
 namespace fs = std::filesystem;
 
 namespace {
@@ -37,21 +39,6 @@ const char* kNetNet = R"json({
   ]
 }
 )json";
-
-const char* kEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                   "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive";
-
-bool can_run() {
-  if (!kiln::dist::built_with_mpi()) {
-    MESSAGE("skipped: this kiln was built without MPI (KILN_MPI=OFF or no libopenmpi-dev at configure time)");
-    return false;
-  }
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
-    MESSAGE("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
-    return false;
-  }
-  return true;
-}
 
 struct Dirs {
   std::string dir, data, net;
@@ -93,7 +80,7 @@ bool same_bytes(const std::string& a, const std::string& b) {
 const std::string& shared_memory_weights() {
   static const std::string w = [] {
     const std::string out = dirs().dir + "/shm";
-    auto r = kiln_test::run_command(std::string(kEnv) + " timeout 120 mpirun -n 2 " + kiln_binary() + args(out) + " 2>&1");
+    auto r = kiln_test::run_command(std::string(kMpiEnv) + " timeout 120 mpirun -n 2 " + kiln_binary() + args(out) + " 2>&1");
     REQUIRE_MESSAGE(r.status == 0, r.output);
     return out + "/w.safetensors";
   }();
@@ -166,7 +153,7 @@ struct TwoNodes {
 }  // namespace
 
 TEST_CASE("mpi: 2 ranks in two network namespaces (a veth pair, TCP BTL) train the bytes of the shared-memory run") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   TwoNodes nodes;
   if (!nodes.ok) {
     MESSAGE("skipped: ", nodes.reason);
@@ -181,7 +168,7 @@ TEST_CASE("mpi: 2 ranks in two network namespaces (a veth pair, TCP BTL) train t
   fs::permissions(agent, fs::perms::owner_all);
   const int64_t sent_before = counter(nodes.a, nodes.dev_a, true), got_before = counter(nodes.a, nodes.dev_a, false);
   const std::string out = dirs().dir + "/netns";
-  const std::string cmd = std::string(kEnv) + " timeout 120 ip netns exec " + nodes.a + " mpirun -n 2 --host " + nodes.ip_a +
+  const std::string cmd = std::string(kMpiEnv) + " timeout 120 ip netns exec " + nodes.a + " mpirun -n 2 --host " + nodes.ip_a +
                           "," + nodes.ip_b + " --mca plm_rsh_agent " + agent + " --mca oob_tcp_if_include " +
                           nodes.subnet + " --mca btl tcp,self --mca btl_tcp_if_include " + nodes.subnet + " " + kiln_binary() +
                           args(out) + " 2>&1";
@@ -200,10 +187,10 @@ TEST_CASE("mpi: 2 ranks in two network namespaces (a veth pair, TCP BTL) train t
 }
 
 TEST_CASE("mpi: 2 ranks over OpenMPI's TCP BTL on loopback (not shared memory) train the bytes of the shared-memory run") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   shared_memory_weights();
   const std::string out = dirs().dir + "/tcp_loopback";
-  auto r = kiln_test::run_command(std::string(kEnv) + " timeout 120 mpirun -n 2 --mca btl tcp,self --mca " +
+  auto r = kiln_test::run_command(std::string(kMpiEnv) + " timeout 120 mpirun -n 2 --mca btl tcp,self --mca " +
                                   "btl_tcp_if_include lo " + kiln_binary() + args(out) + " 2>&1");
   REQUIRE_MESSAGE(r.status == 0, r.output);
   CHECK(same_bytes(shared_memory_weights(), out + "/w.safetensors"));

@@ -25,8 +25,10 @@
 #include "engine/io/safetensors.h"
 #include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
+#include "support/mpi_run.h"
 
 using kiln_test::contains;
+using kiln_test::kMpiEnv;
 using kiln_test::run_kiln;
 namespace fs = std::filesystem;
 
@@ -51,12 +53,6 @@ const char* kNet = R"json({
 }
 )json";
 
-// As root (CI), more ranks than cores allowed, and shared-memory copies without CMA (process_vm_readv,
-// which containers without CAP_SYS_PTRACE refuse: OpenMPI's vader then fails on large messages).
-const char* kMpiEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive";
-
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
 struct Setup {
   std::string dir, data, net;
@@ -119,18 +115,6 @@ int count(const std::string& s, const std::string& sub) {
   return n;
 }
 
-bool can_run() {
-  if (!kiln::dist::built_with_mpi()) {
-    MESSAGE("skipped: this kiln was built without MPI (KILN_MPI=OFF or no libopenmpi-dev at configure time)");
-    return false;
-  }
-  if (!have_mpirun()) {
-    MESSAGE("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
-    return false;
-  }
-  return true;
-}
-
 void check_equal_to_one_process(const std::string& name, const std::string& extra) {
   const Setup& s = setup();
   const std::string one = s.dir + "/" + name + "_one", two = s.dir + "/" + name + "_two";
@@ -169,7 +153,7 @@ void check_equal_to_one_process(const std::string& name, const std::string& extr
 }  // namespace
 
 TEST_CASE("mpi: 2 ranks at batch 8 train the weights of 1 process at batch 16 (sgd, momentum)") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   check_equal_to_one_process("sgd", "--optimizer sgd --lr 0.05 --momentum 0.9");
   // With accumulation and clipping on both sides (micro-batches of 4 per rank, of 8 in one process).
   check_equal_to_one_process("sgd_accum_clip", "--optimizer sgd --lr 0.05 --momentum 0.9 --accum 2 --clip 0.5");
@@ -190,7 +174,7 @@ TEST_CASE("mpi: 2 ranks at batch 8 give bit for bit 1 process at batch 16 in 2 m
   // global gradient. (Against --batch 16 without --accum, AdamW at this LR differs by ~4e-5 relative,
   // as much as --accum 2 differs from no --accum in one process: m / sqrt(v) amplifies the rounding
   // of near-zero gradients. Exactness against accumulation is the stronger check.)
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   // --bucket-mb 0.05: 5 buckets (fc2 and fc1.bias, fc1.weight, conv2.bias, conv2.weight, conv1), each
   // all-reduced on the communication thread as soon as backward completes it.
@@ -209,7 +193,7 @@ TEST_CASE("mpi: 2 ranks at batch 8 give bit for bit 1 process at batch 16 in 2 m
 }
 
 TEST_CASE("mpi: mpirun -n 1 trains the bytes of a run without a launcher") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   auto a = run_kiln(train_args(s.dir + "/plain", 8, "--optimizer sgd --lr 0.05", 2));
   REQUIRE_MESSAGE(a.status == 0, a.output);
@@ -223,7 +207,7 @@ TEST_CASE("mpi: mpirun -n 1 trains the bytes of a run without a launcher") {
 }
 
 TEST_CASE("mpi: a rank that fails ends every rank with one message naming it") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   // Rank 1 throws before step 3 (tools/train_loop.cpp's test hook) while rank 0 waits in the step's
   // first all-reduce: rank 1 names itself and aborts the job; nothing hangs (timeout: 60 s).
@@ -236,7 +220,7 @@ TEST_CASE("mpi: a rank that fails ends every rank with one message naming it") {
 }
 
 TEST_CASE("mpi: a 2-rank run resumed mid-epoch, by 2 ranks or by 1 process at the same global batch, ends on the bytes of an uninterrupted run") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine";
   auto ref = run_mpi(2, train_args(s.dir + "/resume_ref", 8, flags, 4));
@@ -273,7 +257,7 @@ TEST_CASE("mpi: an image folder (with a bad JPEG): 2 ranks cut each decoded glob
   // Image sources do not shard (DataSource::shard): every rank decodes the global batch and fit keeps its
   // rows; a bad file leaves the global batch shorter on every rank alike, and the split of what is left
   // is --accum 2's split in one process. Only rank 0 reports the bad file and validates.
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   const std::string root = s.dir + "/images";
   kiln_test::make_image_folder(root, 3, 9, 16, 1, true);  // 27 good training images + 1 truncated
@@ -298,7 +282,7 @@ TEST_CASE("mpi: an image folder (with a bad JPEG): 2 ranks cut each decoded glob
 TEST_CASE("mpi: --amp: the ranks skip the same steps (found_inf of the summed gradients), bit for bit 1 process with --accum 2") {
   // Loss scale 1e12 with growth every 3 clean steps: the scaler skips 25 of the 32 steps. Each rank
   // checks the all-reduced gradients, so no rank takes a step the others skip.
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9 --amp --amp-init-scale 1e12 --amp-growth-interval 3";
   auto one = run_kiln(train_args(s.dir + "/amp_one", 16, flags + " --accum 2"));
@@ -315,7 +299,7 @@ TEST_CASE("mpi: --amp: the ranks skip the same steps (found_inf of the summed gr
 }
 
 TEST_CASE("mpi: kiln train --nproc 2 starts the ranks itself: the weights of mpirun -n 2") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9";
   auto a = run_mpi(2, train_args(s.dir + "/nproc_mpirun", 8, flags, 2));
@@ -335,7 +319,7 @@ TEST_CASE("mpi: kiln train --nproc 2 starts the ranks itself: the weights of mpi
 }
 
 TEST_CASE("mpi: ranks started with other flags are refused at start-up, naming the flag") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   // mpirun's MPMD form: rank 0 with --lr 0.05, rank 1 with --lr 0.1 (and its own --out, which may differ).
   const std::string kiln = std::string(KILN_BINARY_DIR) + "/kiln ";
@@ -350,7 +334,7 @@ TEST_CASE("mpi: ranks started with other flags are refused at start-up, naming t
 }
 
 TEST_CASE("mpi: --drop-last drops the short last global batch: 3 steps an epoch, bit for bit 1 process with --accum 2") {
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   const std::string flags = "--optimizer sgd --lr 0.05 --momentum 0.9 --drop-last";
   auto one = run_kiln(train_args(s.dir + "/drop_one", 16, flags + " --accum 2", 4));
@@ -375,7 +359,7 @@ TEST_CASE("mpi: --sync-bn and dropout keyed by global rows: small_cnn, 2 ranks a
   // is far off, so the 1e-5 can fail. (LR 0.02: at 0.05 the ranks' f32 rounding of the conv gradients
   // grows to 9e-6 over the 60 steps, while one process whose LR is changed by 2e-7 relative moves by 2.4e-5:
   // that run is chaotic at the 1e-5 level, whatever computes it.)
-  if (!can_run()) return;
+  if (!kiln_test::mpi_can_run()) return;
   const Setup& s = setup();
   auto args = [&](const std::string& data, const std::string& out, int batch, const std::string& extra) {
     return "train --model small_cnn --data " + data + " --epochs 1 --batch " + std::to_string(batch) +
