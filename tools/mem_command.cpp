@@ -58,11 +58,11 @@ void print_text(const MemPrediction& p, std::ostream& out) {
   if (p.ranks > 1) {
     std::snprintf(line, sizeof line, "  %-40s %12s  %14lld B   %s\n", "data-parallel buckets (per rank)",
                   human(p.buckets).c_str(), (long long)p.buckets,
-                  p.buckets_in_allocator ? "(device, tagged gradients: in every number above)"
-                                         : "(host vectors outside kiln's allocator: add them to the above)");
+                  "(the gradients themselves: in every number above)");
     out << line;
     out << "  (" << p.ranks << " ranks: every number is one rank's, at --batch " << t.batch
-        << " per rank; the buckets hold every gradient once more, in runs of --bucket-mb " << t.bucket_mb << ")\n";
+        << " per rank; the gradients live in the buckets, runs of --bucket-mb " << t.bucket_mb
+        << ", with one 4-byte flag per parameter)\n";
   }
   out << "  (input data is one batch, x and y, as an in-memory data set (IDX, npy) holds it: exact there. An image\n"
          "  folder's loader holds 1 to --prefetch + 2 batch buffers of that size, as far as its workers decode ahead,\n"

@@ -159,8 +159,7 @@ nlohmann::json MemPrediction::to_json() const {
           {"steady_step", step(steady)},
           {"layer_activations", layers},
           {"ranks", ranks},
-          {"bucket_bytes", buckets},
-          {"buckets_in_allocator", buckets_in_allocator}};
+          {"bucket_bytes", buckets}};
 }
 
 }  // namespace kiln

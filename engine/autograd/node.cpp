@@ -53,7 +53,12 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!g.defined()) return {};
   AutogradMeta& m = *leaf_->autograd;
   NoGradGuard ng;
-  if (!m.grad.defined()) {
+  if (!m.grad.defined() && m.grad_slot.defined()) {
+    // A preassigned slot (a view into a data-parallel bucket): the gradient is copied in and the slot
+    // becomes .grad, so the bucket holds it with no allocation of its own.
+    copy_(m.grad_slot, g);
+    m.grad = m.grad_slot;
+  } else if (!m.grad.defined()) {
     // Steal the incoming buffer when nothing else holds it; otherwise copy.
     bool steal = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
                  g.sizes() == leaf_->sizes && !g.requires_grad();

@@ -18,6 +18,7 @@ struct Edge {
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
+  Tensor grad_slot;  // a leaf's: where backward writes its gradient when .grad is undefined (Tensor::grad_slot)
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;

@@ -113,6 +113,12 @@ void Tensor::set_grad(const Tensor& g) const { meta_of(impl_.get()).grad = g; }
 void Tensor::zero_grad() const {
   if (impl_->autograd) impl_->autograd->grad = Tensor();
 }
+Tensor Tensor::grad_slot() const { return impl_->autograd ? impl_->autograd->grad_slot : Tensor(); }
+void Tensor::set_grad_slot(const Tensor& slot) const {
+  KILN_CHECK(!slot.defined() || (slot.sizes() == sizes() && slot.dtype() == dtype() && slot.device() == device()),
+             "set_grad_slot: the slot of ", str(), " must have its shape, dtype and device, got ", slot.str());
+  meta_of(impl_.get()).grad_slot = slot;
+}
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   run_backward({*this}, {gradient}, retain_graph);
 }

@@ -97,6 +97,12 @@ class Tensor {
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
   void zero_grad() const;  // drops .grad (like set_to_none=True)
+  // Where this leaf's gradient is written when backward first defines it (after zero_grad): a tensor of
+  // the leaf's shape, usually a view into a data-parallel gradient bucket, which then becomes .grad (the
+  // gradient is copied in, not given its own allocation). Undefined (the default): .grad takes the
+  // incoming buffer or a copy of it.
+  Tensor grad_slot() const;
+  void set_grad_slot(const Tensor& slot) const;
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   // Same data, no autograd history.
   Tensor detach() const;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/memory/tag.h"
 #include "engine/ops/batch_norm_sync.h"
 #include "engine/ops/ops.h"
 
@@ -54,35 +55,59 @@ int64_t gradient_bucket_bytes(const std::vector<Tensor>& params, const std::vect
   return n * 4;
 }
 
+std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan,
+                                        Device dev) {
+  MemoryScope scope(MemoryTag::grad, "data-parallel buckets");
+  std::vector<Tensor> out;
+  for (const auto& b : plan) {
+    int64_t n = (int64_t)b.size();
+    for (size_t i : b) n += params[i].numel();
+    out.push_back(empty({n}, DType::f32, dev));
+  }
+  return out;
+}
+
 DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataParallelOptions o)
     : group_(group), model_(model), params_(model.parameters()) {
   bucket_of_.assign(params_.size(), SIZE_MAX);
-  // CUDA parameters: the buckets live on the device and NCCL sums them (device_buckets.h); else host
-  // buckets and the group's (MPI) all-reduce.
-  const bool on_device = group_.size() > 1 && params_on_one_cuda_device(params_);
-  for (const std::vector<size_t>& plan : gradient_buckets(params_, o)) {
+  const std::vector<std::vector<size_t>> plan = gradient_buckets(params_, o);
+  for (const std::vector<size_t>& indices : plan) {
     Bucket b;
-    for (size_t i : plan) {
+    for (size_t i : indices) {
       b.params.push_back(i);
       b.numel += params_[i].numel();
       bucket_of_[i] = buckets_.size();
     }
-    buffers_.emplace_back(on_device ? 0 : (size_t)(b.numel + (int64_t)b.params.size()));
     buckets_.push_back(std::move(b));
-  }
-  if (on_device) {
-    std::vector<std::vector<size_t>> plan;
-    for (const Bucket& b : buckets_) plan.push_back(b.params);
-    device_ = std::make_unique<DeviceBuckets>(group_, params_, plan);
   }
   for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].impl()] = i;
   ready_.assign(params_.size(), 0);
   left_.assign(buckets_.size(), 0);
-  // Overlap needs host gradients (packed with memcpy on the backward's thread) and a group that takes
-  // calls from the communication thread.
-  bool cpu = true;
-  for (const Tensor& p : params_) cpu = cpu && p.device().is_cpu();
-  overlap_ = o.overlap && cpu && group_.size() > 1 && group_.allows_other_threads() && !buckets_.empty();
+  if (group_.size() > 1 && !buckets_.empty()) {
+    // The buckets on the parameters' one device; each gradient's slot is its view there.
+    const Tensor& first = params_[buckets_.front().params.front()];
+    const Device dev = first.device();
+    for (const Bucket& b : buckets_)
+      for (size_t i : b.params)
+        KILN_CHECK(params_[i].device() == dev, "data-parallel: parameter ", params_[i].name(), " is on ",
+                   params_[i].device().str(), " and ", first.name(), " on ", dev.str(),
+                   "; the gradient buckets need every trainable parameter on one device");
+    buffers_ = make_bucket_buffers(params_, plan, dev);
+    slots_.assign(params_.size(), Tensor());
+    for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+      int64_t at = 0;
+      for (size_t i : buckets_[bi].params) {
+        const int64_t n = params_[i].numel();
+        slots_[i] = view(narrow(buffers_[bi], 0, at, n), params_[i].sizes());
+        params_[i].set_grad_slot(slots_[i]);
+        at += n;
+      }
+    }
+    meta_ = dev.is_meta();
+    if (dev.is_cuda()) device_ = std::make_unique<DeviceBuckets>(group_, dev);
+    // Overlap needs host buckets (MPI) and a group that takes calls from the communication thread.
+    overlap_ = o.overlap && dev.is_cpu() && group_.allows_other_threads();
+  }
   if (overlap_) comm_ = std::thread([this] { comm_loop(); });
   begin_step();
 }
@@ -97,12 +122,15 @@ DataParallel::~DataParallel() {
     cv_.notify_all();
     comm_.join();
   }
+  // Gradients made after this are the parameters' own again (those that are slots keep the bucket alive).
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].defined() && params_[i].grad_slot().impl() == slots_[i].impl()) params_[i].set_grad_slot(Tensor());
 }
 
 int64_t DataParallel::bucket_bytes_total() const {
   int64_t n = 0;
-  for (const auto& b : buffers_) n += (int64_t)b.size() * 4;
-  return device_ ? n + device_->bytes() : n;
+  for (const Tensor& b : buffers_) n += b.numel() * 4;
+  return n;
 }
 
 void DataParallel::broadcast_state(int root) {
@@ -159,7 +187,8 @@ void DataParallel::comm_loop() {
 double DataParallel::reduce(size_t b) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    group_.all_reduce_sum(buffers_[b].data(), (int64_t)buffers_[b].size());
+    if (device_) device_->all_reduce(buffers_[b], b);
+    else if (!meta_) group_.all_reduce_sum(buffers_[b].data<float>(), buffers_[b].numel());
   } catch (const dist::Timeout&) {
     throw Error(str_cat("data-parallel: the all-reduce of bucket ", b + 1, " of ", buckets_.size(), " (step ",
                         steps_done_.load() + 1, ") did not complete within ", group_.timeout(), " s: ",
@@ -203,29 +232,29 @@ void DataParallel::gradient_ready(const TensorImpl* leaf) {
 }
 
 void DataParallel::pack(size_t bi) {
+  if (meta_) return;  // meta buckets hold no values
   const Bucket& b = buckets_[bi];
-  std::vector<float>& buf = buffers_[bi];
-  float* flags = buf.data() + b.numel;
-  int64_t at = 0;
+  Tensor& buf = buffers_[bi];
+  const bool host = buf.device().is_cpu();
   for (size_t k = 0; k < b.params.size(); ++k) {
-    const Tensor& p = params_[b.params[k]];
+    const size_t i = b.params[k];
+    const Tensor& p = params_[i];
+    Tensor slot = slots_[i];
     const Tensor g = p.grad();
-    const int64_t n = p.numel();
     if (g.defined()) {
-      KILN_CHECK(g.dtype() == DType::f32 && g.numel() == n, "data-parallel: the gradient of ", p.name(), " is ",
-                 g.str(), ", expected f32 of ", n, " elements");
-      if (g.device().is_cpu() && g.is_contiguous()) {
-        std::memcpy(buf.data() + at, g.data<float>(), (size_t)n * 4);
-      } else {
-        const Tensor h = contiguous(to_device(g, Device::cpu()));
-        std::memcpy(buf.data() + at, h.data<float>(), (size_t)n * 4);
-      }
-      flags[k] = 1;
+      KILN_CHECK(g.dtype() == DType::f32 && g.numel() == p.numel(), "data-parallel: the gradient of ", p.name(),
+                 " is ", g.str(), ", expected f32 of ", p.numel(), " elements");
+      if (g.impl() != slot.impl()) copy_(slot, g);  // made outside backward's slot (set_grad): copied in
     } else {
-      std::fill(buf.data() + at, buf.data() + at + n, 0.0f);
-      flags[k] = 0;
+      zero_(slot);  // counts as zeros in the sum
     }
-    at += n;
+    const float flag = g.defined() ? 1.0f : 0.0f;
+    if (host) {
+      buf.data<float>()[b.numel + (int64_t)k] = flag;
+    } else {
+      Tensor f = narrow(buf, 0, b.numel + (int64_t)k, 1);
+      fill_(f, flag);
+    }
   }
 }
 
@@ -244,26 +273,22 @@ void DataParallel::start(size_t bi) {
 }
 
 void DataParallel::unpack(size_t bi) {
+  if (meta_) return;  // every rank imitated alike: the gradients stay as this rank defined them
   const Bucket& b = buckets_[bi];
-  const std::vector<float>& buf = buffers_[bi];
-  const float* flags = buf.data() + b.numel;
-  int64_t at = 0;
+  Tensor& buf = buffers_[bi];
+  buf.bump_version();  // summed in place by the all-reduce
+  // The flags summed over the ranks: > 0 where any rank had the gradient.
+  const Tensor flags = buf.device().is_cpu()
+                           ? narrow(buf, 0, b.numel, (int64_t)b.params.size())
+                           : to_device(narrow(buf, 0, b.numel, (int64_t)b.params.size()), Device::cpu());
+  const float* flag = flags.data<float>();
   for (size_t k = 0; k < b.params.size(); ++k) {
-    const Tensor& p = params_[b.params[k]];
-    const int64_t n = p.numel();
-    if (flags[k] > 0) {  // defined wherever any rank had a gradient
-      Tensor g = p.grad();
-      if (g.defined() && g.device().is_cpu() && g.is_contiguous()) {
-        std::memcpy(g.data<float>(), buf.data() + at, (size_t)n * 4);
-        g.bump_version();
-      } else {
-        Tensor h = empty(p.sizes(), DType::f32, Device::cpu(), MemoryFormat::contiguous);
-        std::memcpy(h.data<float>(), buf.data() + at, (size_t)n * 4);
-        if (g.defined()) copy_(g, h);
-        else p.set_grad(to_device(h, p.device()));
-      }
-    }
-    at += n;
+    if (!(flag[k] > 0)) continue;  // no rank had it: it stays undefined
+    const size_t i = b.params[k];
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) p.set_grad(slots_[i]);  // only other ranks had it: the sum is in the slot
+    else if (g.impl() != slots_[i].impl()) copy_(g, slots_[i]);  // a foreign gradient takes the sum back
   }
 }
 
@@ -273,16 +298,11 @@ void DataParallel::all_reduce_gradients() {
   // From here the training thread waits for communication: backward is over (the unhidden time).
   const auto t_wait = std::chrono::steady_clock::now();
   double all_reduce_s = 0;
-  if (device_) {
-    // NCCL on the device, in compute-stream order (no overlap with backward yet); the host time is the
-    // queueing only, the device's share is not measured here.
-    device_->all_reduce();
-    all_reduce_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
-  }
   // What backward did not start (a rank without rows, unused parameters, no overlap): in bucket order.
-  while (!device_ && next_start_ < buckets_.size()) start(next_start_);
-  if (device_) {
-  } else if (overlap_) {
+  // CUDA buckets: NCCL in compute-stream order (no overlap with backward yet); their host time is the
+  // queueing only, the device's share is not measured here.
+  while (next_start_ < buckets_.size()) start(next_start_);
+  if (overlap_) {
     UrgentGuard urgent(group_);  // backward is over: the communication thread polls without sleeping
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == buckets_.size(); });
@@ -300,8 +320,7 @@ void DataParallel::all_reduce_gradients() {
   ++times_.steps;
   ++steps_done_;
   group_.set_context(str_cat("step ", steps_done_.load() + 1));
-  if (!device_)
-    for (size_t b = 0; b < buckets_.size(); ++b) unpack(b);
+  for (size_t b = 0; b < buckets_.size(); ++b) unpack(b);
   const int64_t in_backward = started_in_backward_;
   begin_step();
   started_in_backward_ = in_backward;  // kept for started_during_backward()

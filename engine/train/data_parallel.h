@@ -1,18 +1,28 @@
 // Data-parallel training over a dist::ProcessGroup: the gradient buckets and the start-up broadcast.
 // - Buckets: the model's trainable parameters in reverse registration order (the order backward
-//   finishes them), packed into flat f32 buckets of at most bucket_bytes (the first one, the first
-//   gradients backward completes, at most first_bucket_bytes; a parameter larger than the cap gets a
-//   bucket of its own). Every gradient is summed over the ranks, bucket by bucket, always in bucket
-//   order (MPI matches collectives by their order, so every rank starts bucket k before bucket k+1).
+//   finishes them), in flat f32 buckets of at most bucket_bytes (the first one, the first gradients
+//   backward completes, at most first_bucket_bytes; a parameter larger than the cap gets a bucket of its
+//   own). With more than one rank each bucket is one tensor on the parameters' device from kiln's
+//   allocator (tagged grad, so `kiln mem` and the memory report count it):
+//     bucket k : (numel_k + P_k,) f32   the bucket's gradients back to back, then one "defined" flag per
+//                                        parameter (1 where this rank has the gradient, 0 where it counts zeros)
+//   Every gradient lives in its bucket: each parameter's grad slot (Tensor::grad_slot) is its view there,
+//   so backward writes the gradient into the bucket (no allocation of its own, no packing copy) and the
+//   all-reduce sums it in place. A gradient made some other way (set_grad) is copied in and back.
+//   Every gradient is summed over the ranks, bucket by bucket, always in bucket order (MPI and NCCL match
+//   collectives by their order, so every rank starts bucket k before bucket k+1).
 //   A gradient undefined on a rank (a rank with no sample in a short last batch, or a parameter its
-//   forward did not use) counts as zeros; after the sum it is defined on every rank where it was
-//   defined on any.
+//   forward did not use) counts as zeros; after the sum it is defined (the slot) on every rank where it
+//   was defined on any.
+// - Devices: CPU buckets go through the group's (MPI) all-reduce; CUDA buckets through NCCL
+//   (device_buckets.h, never run on a GPU); meta buckets (the memory predictor, over an imitated group)
+//   hold no values and are only allocated, so a prediction makes the allocations of a real rank.
 // - Overlap (options.overlap, a CPU model and a group that allows calls from another thread): during
 //   the step's last backward, backward_hook() sees each parameter's gradient completed
 //   (engine/autograd/grad_hook.h); when a bucket is complete (and every bucket before it started) it is
-//   packed on the backward's thread and its all-reduce runs on a communication thread while backward
-//   goes on. all_reduce_gradients() then starts what is left (in order), waits, and copies the sums
-//   into the gradients. Without overlap it does all of it after backward.
+//   flagged on the backward's thread and its all-reduce runs on a communication thread while backward
+//   goes on. all_reduce_gradients() then starts what is left (in order), waits, and defines the gradients
+//   that only other ranks had. Without overlap it does all of it after backward.
 // - Times (comm_times()): per step, how long the training thread waited after backward for the
 //   all-reduces (the communication backward did not hide) and how long the all-reduce calls took in all.
 // - Timeout: the group's (ProcessGroup::set_timeout); a bucket's all-reduce past it is an Error naming the
@@ -58,11 +68,15 @@ std::vector<std::vector<size_t>> plan_buckets(const std::vector<int64_t>& bytes,
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<Tensor>& params, const DataParallelOptions& o);
 // Bytes the buckets of `plan` hold on one rank: every gradient and one f32 defined-flag per parameter.
 int64_t gradient_bucket_bytes(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan);
+// The bucket tensors of `plan` on `dev` (kiln's allocator, tagged grad):
+//   bucket k : (numel_k + P_k,) f32
+std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan,
+                                        Device dev);
 
 class DataParallel {
  public:
   DataParallel(dist::ProcessGroup& group, nn::Module& model, DataParallelOptions options = {});
-  ~DataParallel();  // stops the communication thread
+  ~DataParallel();  // stops the communication thread; the parameters keep no grad slot
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
   dist::ProcessGroup& group() const { return group_; }
@@ -90,7 +104,8 @@ class DataParallel {
     int64_t numel = 0;           // f32 elements of the flat buffer (without the defined flags)
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  int64_t bucket_bytes_total() const;  // host bytes the buckets hold (for memory accounting)
+  int64_t bucket_bytes_total() const;  // bytes the buckets hold (0 with one rank: none are made)
+  const std::vector<Tensor>& bucket_tensors() const { return buffers_; }  // (numel_k + P_k,) f32 each
   // Buckets whose all-reduce started during backward in the last step (overlap), for tests and reports.
   int64_t started_during_backward() const { return started_in_backward_; }
 
@@ -114,9 +129,9 @@ class DataParallel {
 
  private:
   void gradient_ready(const TensorImpl* leaf);
-  void pack(size_t bucket);
+  void pack(size_t bucket);    // the defined flags; zeros for undefined gradients, copies of foreign ones
   void start(size_t bucket);  // pack, then all-reduce (queued to the communication thread with overlap)
-  void unpack(size_t bucket);
+  void unpack(size_t bucket);  // gradients defined on another rank only become their slots
   void comm_loop();
   double reduce(size_t bucket);  // one bucket's all-reduce: its seconds; a Timeout becomes an Error naming it
 
@@ -125,9 +140,10 @@ class DataParallel {
   bool overlap_ = false;
   std::vector<Tensor> params_;        // model.parameters(), registration order
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<float>> buffers_;  // one per bucket: gradients, then one defined flag per parameter
-                                             // (empty when the device buckets below hold them)
-  std::unique_ptr<DeviceBuckets> device_;    // CUDA parameters: device buckets summed by NCCL
+  std::vector<Tensor> buffers_;            // bucket k: (numel_k + P_k,) f32 (none with one rank)
+  std::vector<Tensor> slots_;              // per parameter: its gradient's view in its bucket (or undefined)
+  std::unique_ptr<DeviceBuckets> device_;  // CUDA buckets: the NCCL communicator that sums them
+  bool meta_ = false;                      // meta buckets: allocated, never read or summed
   // Per step: which parameters' gradients are complete, per bucket how many are left, the next bucket to start.
   std::unordered_map<const TensorImpl*, size_t> param_of_;  // leaf -> index into params_
   std::vector<size_t> bucket_of_;                           // param index -> bucket (SIZE_MAX: frozen)

@@ -12,7 +12,6 @@
 #include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #include "engine/ops/ops.h"
-#include "engine/train/device_buckets.h"
 #include "engine/train/segment_task.h"
 
 namespace kiln::train {
@@ -156,16 +155,16 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     model->train();
     if (o.recompute > 0) model->set_recompute_segments(o.recompute);
     std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model);
-    // A data-parallel rank's buckets, made where the trainer makes them (after the optimizer, before the
-    // class weights): device tensors on a CUDA target (device_buckets.h), host vectors on the CPU.
-    std::vector<Tensor> bucket_buffers;
+    // A data-parallel rank: the trainer's DataParallel, made where the trainer makes it (after the
+    // optimizer, before the class weights), over ranks that exist only in imitation. Its buckets are meta
+    // tensors from the imitated allocator and the gradients live in them, as on a real rank.
+    std::unique_ptr<dist::ProcessGroup> imitated;
+    std::unique_ptr<DataParallel> dp;
     r.ranks = std::max(1, o.ranks);
     if (o.ranks > 1) {
-      const std::vector<Tensor> params = model->parameters();
-      const std::vector<std::vector<size_t>> plan = gradient_buckets(params, o.data_parallel);
-      r.buckets = gradient_bucket_bytes(params, plan);
-      r.buckets_in_allocator = target.is_cuda();
-      if (r.buckets_in_allocator) bucket_buffers = make_bucket_buffers(params, plan, Device::meta());
+      imitated = dist::make_imitated_process_group(0, o.ranks);
+      dp = std::make_unique<DataParallel>(*imitated, *model, o.data_parallel);
+      r.buckets = dp->bucket_bytes_total();
     }
     Tensor class_weights;  // the trainer's class-weight tensor (allocated untagged, like train's)
     if (o.loss_weight_classes > 0) class_weights = empty({o.loss_weight_classes}, DType::f32, Device::meta());
@@ -190,6 +189,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
       }
       StepOptions st = o.step;
       st.autocast = o.amp;
+      st.data_parallel = dp.get();
       if (o.segmentation) use_segmentation_step(&st, class_weights, o.segmentation_loss);
       if (!st.loss) st.loss = cross_entropy_loss(class_weights);
       if (last)

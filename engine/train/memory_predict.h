@@ -53,12 +53,10 @@ struct StepMemory {
   int64_t temporaries_at_peak = 0;
   int64_t slack = 0;        // peak reserved - peak allocated
   std::vector<std::pair<std::string, int64_t>> layer_activations;  // module path -> bytes, forward order
-  // Data-parallel (ranks > 1): one rank's gradient buckets (data_parallel.h). On a CUDA target they are
-  // device tensors from the allocator (tagged grad, in every number above); on the CPU they are host
-  // vectors outside kiln's allocator (not in the numbers above: add them).
+  // Data-parallel (ranks > 1): one rank's gradient buckets (data_parallel.h): tensors from the allocator,
+  // tagged grad, that hold the gradients themselves (already in `grads` and every number above).
   int ranks = 1;
   int64_t buckets = 0;
-  bool buckets_in_allocator = false;
   // detail only
   nlohmann::json trace;  // the allocator's Chrome trace of one steady step
   std::vector<SegmentInfo> segments_at_peak;

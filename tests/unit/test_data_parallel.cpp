@@ -30,6 +30,39 @@ struct TwoLinear : kiln::nn::Module {
   std::shared_ptr<kiln::nn::Linear> a, b;
 };
 
+// Rank 0 of a pretend pair: a float all-reduce sleeps `delay_ms` and doubles the data (the peer had the same
+// gradients), or throws dist::Timeout (a peer that never answered). Counts its float all-reduces.
+struct PretendPair : kiln::dist::ProcessGroup {
+  int delay_ms = 0;
+  bool time_out = false;
+  int float_calls = 0;
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "pretend"; }
+  void broadcast_bytes(void*, int64_t, int) override {}
+  void all_reduce_sum(float* data, int64_t n) override {
+    ++float_calls;
+    if (time_out) throw kiln::dist::Timeout("pretend: no answer");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    for (int64_t i = 0; i < n; ++i) data[i] *= 2;
+  }
+  void all_reduce_sum(double*, int64_t) override {}
+  void all_reduce_sum(int64_t*, int64_t) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+// One training step's backward with the data-parallel hook, then the all-reduce.
+void step(kiln::train::DataParallel& dp, TwoLinear& m) {
+  dp.begin_step();
+  kiln::Tensor x = kiln::tensor_from(std::vector<float>(12, 0.5f), {2, 6});
+  {
+    kiln::GradAccumulatedHookGuard guard(dp.backward_hook());
+    kiln::sum(m.forward(x)).backward();
+  }
+  dp.all_reduce_gradients();
+}
+
 }  // namespace
 
 using kiln::dist::shard_range;
@@ -107,7 +140,25 @@ TEST_CASE("data-parallel: buckets of a model hold every trainable parameter once
   CHECK(seen == std::vector<size_t>{3, 2, 1, 0});
   REQUIRE(dp.buckets().size() >= 2);
   CHECK(dp.buckets()[0].params == std::vector<size_t>{3});
-  CHECK(dp.bucket_bytes_total() == (30 + 5 + 15 + 3 + 4) * 4);  // elements + one flag per parameter
+  // One process alone makes no buckets; with two ranks they hold every element and one flag per parameter.
+  CHECK(dp.bucket_bytes_total() == 0);
+  CHECK(kiln::train::gradient_bucket_bytes(params, kiln::train::gradient_buckets(params, o)) == (30 + 5 + 15 + 3 + 4) * 4);
+  PretendPair pair;
+  kiln::train::DataParallel two(pair, m, o);
+  CHECK(two.bucket_bytes_total() == (30 + 5 + 15 + 3 + 4) * 4);
+  REQUIRE(two.bucket_tensors().size() == two.buckets().size());
+  // Each parameter's grad slot is its run of its bucket: backward writes the gradient there.
+  for (size_t bi = 0; bi < two.buckets().size(); ++bi) {
+    int64_t at = 0;
+    for (size_t i : two.buckets()[bi].params) {
+      const kiln::Tensor slot = params[i].grad_slot();
+      REQUIRE(slot.defined());
+      CHECK(slot.storage() == two.bucket_tensors()[bi].storage());
+      CHECK(slot.offset() == at);
+      CHECK(slot.sizes() == params[i].sizes());
+      at += params[i].numel();
+    }
+  }
 }
 
 TEST_CASE("data-parallel: one process alone: rank 0 of 1, collectives change nothing") {
@@ -154,86 +205,93 @@ TEST_CASE("data-parallel: the gradient-accumulated hook sees each leaf once per 
   CHECK(seen.size() == 2);
 }
 
-// `kiln mem --nproc N`: one rank's prediction carries its gradient buckets. On a CUDA target (no GPU needed:
-// the meta run imitates its allocator) they are device tensors tagged grad, so the gradients account and the
-// peak grow by at least the buckets' bytes; on the CPU they are host vectors outside kiln's allocator, so the
-// peaks stay those of one process and the buckets are reported beside them, the bytes DataParallel holds.
-TEST_CASE("data-parallel: the memory prediction of one rank counts its gradient buckets") {
-  auto predict = [](const char* device, int ranks) {
+// `kiln mem --nproc N`: one rank's prediction runs the trainer's DataParallel on meta tensors over imitated
+// ranks, so it allocates what a real rank allocates: the buckets (tagged grad), which hold the gradients
+// themselves. Checked against a real rank (rank 0 of the pretend pair, overlap on) to the byte, both steps,
+// on the CPU; and on a CUDA target (no GPU needed: the meta run imitates its allocator) the gradients are
+// the buckets, each one allocation rounded up to the allocator's 512-byte blocks.
+TEST_CASE("data-parallel: the memory prediction of one rank equals the measured CPU peak, buckets and all") {
+  auto make_opt = [](kiln::nn::Module& m) {
+    kiln::optim::SGDOptions so;
+    so.lr = 0.01;
+    so.momentum = 0.9;
+    return std::unique_ptr<kiln::optim::Optimizer>(new kiln::optim::SGD(m.named_parameters(), so));
+  };
+  kiln::train::DataParallelOptions dpo;
+  dpo.first_bucket_bytes = 3 * 4;
+  dpo.bucket_bytes = 30 * 4;
+  auto predict = [&](const char* device, int ranks) {
     kiln::train::PredictOptions o;
     o.batch = 4;
     o.input_shape = {6};
     o.target = kiln::Device::parse(device);
     o.ranks = ranks;
-    o.data_parallel.first_bucket_bytes = 3 * 4;
-    o.data_parallel.bucket_bytes = 30 * 4;
-    return kiln::train::predict_step_memory(
-        [] { return std::make_shared<TwoLinear>(); },
-        [](kiln::nn::Module& m) { return std::unique_ptr<kiln::optim::Optimizer>(new kiln::optim::SGD(m.named_parameters(), kiln::optim::SGDOptions{})); },
-        o);
+    o.data_parallel = dpo;
+    return kiln::train::predict_step_memory([] { return std::make_shared<TwoLinear>(); }, make_opt, o);
   };
-  TwoLinear m;
-  kiln::train::DataParallelOptions dpo;
-  dpo.first_bucket_bytes = 3 * 4;
-  dpo.bucket_bytes = 30 * 4;
-  kiln::train::DataParallel dp(kiln::dist::world(), m, dpo);
-  const int64_t host_bytes = dp.bucket_bytes_total();
-  REQUIRE(host_bytes == (30 + 5 + 15 + 3 + 4) * 4);
-
+  const int64_t plan_bytes = (30 + 5 + 15 + 3 + 4) * 4;  // every gradient and one flag per parameter
   const kiln::StepMemory cpu1 = predict("cpu", 1), cpu2 = predict("cpu", 2);
   CHECK(cpu1.buckets == 0);
   CHECK(cpu2.ranks == 2);
-  CHECK(cpu2.buckets == host_bytes);
-  CHECK_FALSE(cpu2.buckets_in_allocator);
-  CHECK(cpu2.peak_allocated == cpu1.peak_allocated);
-  CHECK(cpu2.grads == cpu1.grads);
+  CHECK(cpu2.buckets == plan_bytes);
 
-  const kiln::StepMemory gpu1 = predict("cuda:0", 1), gpu2 = predict("cuda:0", 2);
-  CHECK(gpu2.buckets == host_bytes);
-  CHECK(gpu2.buckets_in_allocator);
-  // Each bucket is one allocation, rounded up by the allocator to its block size (512 B).
-  const int64_t buckets = (int64_t)dp.buckets().size();
-  CHECK(gpu2.grads - gpu1.grads >= host_bytes);
-  CHECK(gpu2.grads - gpu1.grads <= host_bytes + 512 * buckets);
-  CHECK(gpu2.peak_allocated - gpu1.peak_allocated == gpu2.grads - gpu1.grads);
-}
-
-namespace {
-
-// Rank 0 of a pretend pair: a float all-reduce sleeps `delay_ms` and doubles the data (the peer had the same
-// gradients), or throws dist::Timeout (a peer that never answered). Counts its float all-reduces.
-struct PretendPair : kiln::dist::ProcessGroup {
-  int delay_ms = 0;
-  bool time_out = false;
-  int float_calls = 0;
-  int rank() const override { return 0; }
-  int size() const override { return 2; }
-  std::string backend() const override { return "pretend"; }
-  void broadcast_bytes(void*, int64_t, int) override {}
-  void all_reduce_sum(float* data, int64_t n) override {
-    ++float_calls;
-    if (time_out) throw kiln::dist::Timeout("pretend: no answer");
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-    for (int64_t i = 0; i < n; ++i) data[i] *= 2;
-  }
-  void all_reduce_sum(double*, int64_t) override {}
-  void all_reduce_sum(int64_t*, int64_t) override {}
-  void barrier() override {}
-  [[noreturn]] void abort(int code) override { std::exit(code); }
-};
-
-// One training step's backward with the data-parallel hook, then the all-reduce.
-void step(kiln::train::DataParallel& dp, TwoLinear& m) {
-  dp.begin_step();
-  kiln::Tensor x = kiln::tensor_from(std::vector<float>(12, 0.5f), {2, 6});
+  kiln::CachingAllocator* cpu = kiln::caching_allocator_for(kiln::Device::cpu());
+  REQUIRE(cpu != nullptr);
+  cpu->empty_cache();
+  kiln::manual_seed(0);
   {
-    kiln::GradAccumulatedHookGuard guard(dp.backward_hook());
-    kiln::sum(m.forward(x)).backward();
+    TwoLinear m;
+    m.train();
+    std::unique_ptr<kiln::optim::Optimizer> opt = make_opt(m);
+    PretendPair g;
+    kiln::train::DataParallel dp(g, m, dpo);
+    REQUIRE(dp.overlaps());
+    CHECK(dp.bucket_bytes_total() == plan_bytes);
+    kiln::optim::LossScalerOptions off;
+    off.enabled = false;
+    kiln::optim::LossScaler scaler(off);
+    kiln::train::StepOptions st;
+    st.data_parallel = &dp;
+    for (int s = 0; s < 2; ++s) {
+      cpu->reset_peak();
+      kiln::Tensor x, y;
+      {
+        kiln::MemoryScope tag(kiln::MemoryTag::data);
+        x = kiln::uniform({4, 6}, -1, 1);
+        y = kiln::empty({4}, kiln::DType::i64);
+      }
+      for (int64_t i = 0; i < 4; ++i) y.data<int64_t>()[i] = i % 3;
+      kiln::train::train_step(m, *opt, scaler, kiln::Batch{x, y}, st);
+      x = kiln::Tensor(), y = kiln::Tensor();
+      const kiln::MemoryStats ms = cpu->stats();
+      const kiln::StepPeak& predicted = s == 0 ? cpu2.first : cpu2.steady;
+      MESSAGE("step ", s + 1, ": measured peak ", ms.total.allocated.peak, " B, predicted ", predicted.allocated,
+              " B; gradients ", ms.tag_allocated[(int)kiln::MemoryTag::grad].current, " B, predicted ", cpu2.grads);
+      CHECK(ms.total.allocated.peak == predicted.allocated);
+      CHECK(ms.tag_allocated[(int)kiln::MemoryTag::grad].current == cpu2.grads);
+    }
+    // Every gradient is a view into its bucket: no allocation of its own.
+    for (const kiln::train::DataParallel::Bucket& b : dp.buckets())
+      for (size_t i : b.params) {
+        const kiln::Tensor p = m.parameters()[i];
+        REQUIRE(p.grad().defined());
+        CHECK(p.grad().storage() == dp.bucket_tensors()[&b - dp.buckets().data()].storage());
+      }
   }
-  dp.all_reduce_gradients();
-}
+  // The gradients are the buckets: the grad-tagged bytes are the buckets' (not the buckets on top of the
+  // gradients, as when they were copies).
+  CHECK(cpu2.grads >= plan_bytes);
+  CHECK(cpu2.grads < plan_bytes + cpu1.grads);
 
-}  // namespace
+  const kiln::StepMemory gpu2 = predict("cuda:0", 2);
+  int64_t rounded = 0;  // each bucket one allocation in 512-byte blocks
+  TwoLinear m;
+  PretendPair g;
+  kiln::train::DataParallel dp(g, m, dpo);
+  for (const kiln::Tensor& b : dp.bucket_tensors()) rounded += (b.numel() * 4 + 511) / 512 * 512;
+  CHECK(gpu2.buckets == plan_bytes);
+  CHECK(gpu2.grads == rounded);
+}
 
 TEST_CASE("data-parallel: comm_times: the wait after backward and the all-reduce time of each step") {
   TwoLinear m;
