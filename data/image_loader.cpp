@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/dist/shard.h"
+
 namespace kiln {
 
 struct ImageLoader::Slot {
@@ -20,6 +22,8 @@ ImageLoader::ImageLoader(ImageDataset ds, ImageLoaderOptions opt) : ds_(std::mov
   KILN_CHECK(!ds_.samples.empty(), "image loader: data set ", ds_.root, " is empty");
   KILN_CHECK(opt_.batch_size > 0, "image loader: batch size must be > 0");
   KILN_CHECK(opt_.prefetch_batches >= 1, "image loader: prefetch_batches must be >= 1");
+  KILN_CHECK(opt_.shard_ranks >= 1 && opt_.shard_rank >= 0 && opt_.shard_rank < opt_.shard_ranks,
+             "image loader: shard rank ", opt_.shard_rank, " outside ", opt_.shard_ranks, " ranks");
   workers_ = opt_.workers > 0 ? opt_.workers : std::max(1, (int)std::thread::hardware_concurrency() / 2);
   if (!opt_.alloc) {
     opt_.alloc = [](size_t bytes) -> void* {
@@ -64,6 +68,20 @@ void ImageLoader::start_epoch(uint64_t epoch, size_t first_batch) {
     batches_ = make_batches(order, opt_.batch_size, opt_.drop_last);
     sizes_.assign(batches_.size(), 0);
   }
+  // Each batch's first sample's place in the whole epoch; a sharded loader then keeps its rows only.
+  stream_base_.clear();
+  size_t place = 0;
+  for (std::vector<size_t>& b : batches_) {
+    const size_t global = b.size();
+    if (opt_.shard_ranks > 1) {
+      const dist::ShardRange r = dist::shard_range((int64_t)global, opt_.shard_rank, opt_.shard_ranks);
+      stream_base_.push_back(place + (size_t)r.offset);
+      b = std::vector<size_t>(b.begin() + r.offset, b.begin() + r.offset + r.rows);
+    } else {
+      stream_base_.push_back(place);
+    }
+    place += global;
+  }
   total_items_ = 0;
   first_item_.clear();
   for (auto& b : batches_) {
@@ -105,8 +123,12 @@ void ImageLoader::worker_loop() {
       Slot& s = *slots_[b];
       const size_t sbytes = t.sample_bytes();
       if (!s.buffer) {
-        // A fixed batch size: every buffer holds batch_size samples (one size for the allocator to reuse).
-        size_t bytes = sbytes * (opt_.plan ? batches_[b].size() : opt_.batch_size);
+        // A fixed batch size: every buffer holds batch_size samples (one size for the allocator to reuse);
+        // a sharded loader's, the largest share of a batch_size batch.
+        const size_t fixed = opt_.shard_ranks > 1
+                                 ? (size_t)dist::shard_range((int64_t)opt_.batch_size, 0, opt_.shard_ranks).rows
+                                 : opt_.batch_size;
+        size_t bytes = sbytes * (opt_.plan ? batches_[b].size() : fixed);
         void* p = nullptr;
         try {
           p = opt_.alloc(bytes);
@@ -129,7 +151,7 @@ void ImageLoader::worker_loop() {
     bool ok = true;
     std::string reason;
     try {
-      load_sample_file(path, t, opt_.seed, sample_stream(epoch_, item), dst);
+      load_sample_file(path, t, opt_.seed, sample_stream(epoch_, stream_base_[b] + k), dst);
     } catch (const std::exception& e) {
       ok = false;
       const auto* de = dynamic_cast<const DecodeError*>(&e);

@@ -9,7 +9,8 @@
 //
 // Determinism: the epoch's index order comes from the sampler (seed, epoch); the augmentation of
 // the k-th sample of the epoch uses Philox(seed) at sample_stream(epoch, k). Which worker decodes
-// a sample never matters, so the same seed gives the same batches with any worker count.
+// a sample never matters, so the same seed gives the same batches with any worker count, and a
+// data-parallel rank's share (shard_rank) gives the same rows as the whole batch.
 //
 // Bad samples: a sample that fails to decode is left out of its batch; the batch's remaining good
 // samples are packed to the front, so that batch comes out smaller (n < batch_size). A batch whose
@@ -58,6 +59,12 @@ struct ImageLoaderOptions {
   // Planned batches (see above): the batches of an epoch, in delivery order; unset: the sampler's
   // order cut into batch_size batches.
   std::function<std::vector<PlannedBatch>(uint64_t epoch)> plan;
+  // Data-parallel (shard_ranks > 1): each batch above is a global batch; this loader decodes and delivers
+  // only rank shard_rank's rows of it (engine/dist/shard.h's split of the batch's samples, before bad ones
+  // are left out), so the ranks share the decoding. A sample keeps the augmentation draws of its place in
+  // the whole epoch, so a rank's rows are the same pixels the whole batch has there. A rank's share may
+  // be empty (a short last batch): delivered with n = 0 when keep_empty_batches.
+  int shard_rank = 0, shard_ranks = 1;
 };
 
 struct ImageBatch {
@@ -110,6 +117,8 @@ class ImageLoader {
   uint64_t epoch_ = 0;
   std::vector<std::vector<size_t>> batches_;  // data set indices per batch
   std::vector<size_t> first_item_;            // item number of each batch's first sample (+ the total)
+  std::vector<size_t> stream_base_;           // each batch's first sample's place in the whole epoch
+                                              // (its augmentation stream; != first_item_ when sharded)
   std::vector<int> sizes_;                    // each batch's output size (0: the transform's)
   SampleTransform transform_of(size_t b) const;
   size_t total_items_ = 0;

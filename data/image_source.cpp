@@ -57,6 +57,14 @@ class ImageSource : public DataSource {
     return (int64_t)loader_->batches_per_epoch();
   }
 
+  // Data-parallel: training epochs decode only this rank's rows of each global batch (ImageLoader's shard).
+  bool shard(int rank, int ranks) override {
+    rank_ = rank;
+    ranks_ = ranks;
+    loader_.reset();  // the next start_epoch makes a loader with the shard
+    return true;
+  }
+
   // Restarts the epoch's loader at the batch after the skipped ones (none of them is decoded).
   void skip_batches(int64_t n) override {
     if (n <= 0) return;
@@ -108,6 +116,8 @@ class ImageSource : public DataSource {
     // so a state saved after step k resumes at the loader's batch k (skip_batches).
     lo.keep_empty_batches = train_;
     if (train_) {
+      lo.shard_rank = rank_;
+      lo.shard_ranks = ranks_;
       lo.sampler.kind = o_.balance ? SamplerKind::weighted : SamplerKind::random;
       lo.sampler.balance = o_.balance;
       lo.sampler.seed = seed_;
@@ -153,6 +163,7 @@ class ImageSource : public DataSource {
   int64_t batch_ = 0;
   int64_t epoch_ = 0;
   bool train_ = false;
+  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
   std::set<std::string> reported_;
   std::vector<std::string> pending_;
 };

@@ -148,8 +148,8 @@ std::unique_ptr<DataSource> open_predict_data(const std::string& path, const Ima
   return make_array_source(load_inference_data(path, 0, idx_mean_std), 0, device);
 }
 
-void report_bad_samples(DataSource& d, std::ostream& log) {
-  for (const std::string& line : d.take_bad_reports()) log << "data: skipped bad sample " << line << "\n";
+void report_bad_samples(DataSource& d, std::ostream& log, const std::string& prefix) {
+  for (const std::string& line : d.take_bad_reports()) log << prefix << "data: skipped bad sample " << line << "\n";
 }
 
 }  // namespace kiln

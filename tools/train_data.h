@@ -40,6 +40,8 @@ std::unique_ptr<DataSource> open_predict_data(const std::string& path, const Ima
                                               const double* idx_mean_std = nullptr);
 
 // Prints bad-sample reports not yet printed ("data: skipped bad sample PATH: REASON").
-void report_bad_samples(DataSource& d, std::ostream& log);
+// "data: skipped bad sample PATH: REASON" for the bad samples met since the last call, each after `prefix`
+// (a data-parallel rank other than 0 writes "rank R: " to stderr: it decodes its own shard).
+void report_bad_samples(DataSource& d, std::ostream& log, const std::string& prefix = "");
 
 }  // namespace kiln

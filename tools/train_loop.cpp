@@ -438,13 +438,18 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   for (int k = 0; k < 2; ++k)
     if (const char* v = std::getenv(k == 0 ? "KILN_TEST_HANG_RANK" : "KILN_TEST_KILL_RANK"))
       if (std::sscanf(v, "%d:%lld", &signal_rank[k], (long long*)&signal_step[k]) != 2) signal_rank[k] = -1;
+  // Bad samples: rank 0 reports to the log; another rank (which decodes its own shard of an image source)
+  // to stderr, prefixed with its rank. train_bad: the training source's, over the ranks, at the last epoch end.
+  const std::string bad_prefix = group.rank() == 0 ? "" : str_cat("rank ", group.rank(), ": ");
+  auto report_bad = [&](DataSource& d) { report_bad_samples(d, group.rank() == 0 ? log : std::cerr, bad_prefix); };
+  int64_t train_bad = train.bad_count();
   fo.callbacks.before_step = [&](const train::FitStep& fs) {
     for (int k = 0; k < 2; ++k)
       if (signal_rank[k] == group.rank() && fs.global_step + 1 == signal_step[k]) std::raise(signal_of[k]);
     if (fail_rank == group.rank() && fs.global_step + 1 == fail_step)
       throw Error(str_cat("KILN_TEST_FAIL_RANK: rank ", fail_rank, " fails before step ", fail_step,
                           " (a test of the fault path)"));
-    report_bad_samples(train, log);
+    report_bad(train);
     memory.before_step();
     if (batch_memory) batch_memory->before_step();
   };
@@ -498,7 +503,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   };
   train::DataParallel::CommTimes comm_before;  // the totals at the last epoch's end
   fo.callbacks.on_epoch_end = [&](EpochStats& es) {
-    report_bad_samples(train, log);
+    report_bad(train);
+    // Data-parallel: an image source decodes each rank's shard, so each rank met its own bad samples.
+    train_bad = ranks > 1 ? group.sum(train.bad_count()) : train.bad_count();
     bar->finish();
     if (amp.enabled()) log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
     if (data.val) report_bad_samples(*data.val, log);
@@ -555,9 +562,9 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     if (es.undefined_batches > 0)
       log << "train: " << es.undefined_batches << " batches left out in epoch " << es.epoch
           << " (their loss is undefined: empty, or every target of class weight 0)\n";
-    if (train.bad_count() > 0 || (data.val && data.val->bad_count() > 0))
-      log << "data: " << train.bad_count() + (data.val ? data.val->bad_count() : 0)
-          << " bad samples skipped so far (listed above)\n";
+    if (train_bad > 0 || (data.val && data.val->bad_count() > 0))
+      log << "data: " << train_bad + (data.val ? data.val->bad_count() : 0) << " bad samples skipped so far ("
+          << (ranks > 1 ? "summed over the ranks' shards; " : "") << "listed above)\n";
     const bool last = es.epoch == c.epochs;
     if (!state_path.empty() && (last || (c.checkpoint_every > 0 && es.epoch % c.checkpoint_every == 0) ||
                                 (c.checkpoint_steps > 0 && step % c.checkpoint_steps == 0)))
@@ -611,7 +618,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["threads"] = cpu::num_threads();
   j["ranks"] = ranks;
   j["data"] = data.ledger;
-  j["data"]["bad_samples"] = train.bad_count() + (data.val ? data.val->bad_count() : 0);
+  j["data"]["bad_samples"] = train_bad + (data.val ? data.val->bad_count() : 0);
   j["model_parameters"] = model->num_parameters();
   j["schedule"] = schedule.str();
   j["start_epoch"] = start_epoch;

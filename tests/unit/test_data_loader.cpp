@@ -203,3 +203,57 @@ TEST_CASE("loader: an empty data set is one clear error") {
     CHECK(std::string(e.what()).find("/some/where") != std::string::npos);
   }
 }
+
+TEST_CASE("loader: a data-parallel rank's share: its rows of every global batch, the same pixels, decoded by it alone") {
+  // The whole batches (no shard) against 2 and 7 ranks' shares (7 > batch 5: two ranks get no row of a
+  // batch and still deliver it, empty). Every row a rank delivers is the row the whole batch has for that
+  // file (same augmentation: the draws follow the sample's place in the epoch, not the rank's), the ranks'
+  // shares in rank order are the whole batch, and a rank decodes (and meets the bad files of) its share only.
+  Folder f;
+  ImageDataset ds = image_folder(f.dir.path);
+  ImageLoaderOptions whole_o = train_options(2);
+  whole_o.keep_empty_batches = true;
+  ImageLoader whole(ds, whole_o);
+  const Collected all = run(whole, 3);
+  REQUIRE(whole.batches_per_epoch() == 5);
+  for (int ranks : {2, 7}) {
+    std::vector<std::vector<std::string>> joined(5);       // per batch: the ranks' paths in rank order
+    std::vector<std::vector<std::vector<float>>> rows(5);  // per batch: the ranks' rows in that order
+    size_t decoded = 0, bad = 0;
+    for (int r = 0; r < ranks; ++r) {
+      ImageLoaderOptions o = train_options(2);
+      o.keep_empty_batches = true;
+      o.shard_rank = r;
+      o.shard_ranks = ranks;
+      ImageLoader L(ds, o);
+      L.start_epoch(3);
+      ImageBatch b;
+      size_t batches = 0;
+      while (L.next(b)) {
+        REQUIRE(b.index < 5);
+        CHECK(b.index == batches);
+        ++batches;
+        CHECK(b.n <= (ranks == 2 ? 3 : 1));  // the largest share of a batch of 5
+        const size_t per = (size_t)(b.c * b.h * b.w);
+        for (int64_t k = 0; k < b.n; ++k) {
+          joined[b.index].push_back(b.paths[(size_t)k]);
+          rows[b.index].emplace_back(b.f32() + (size_t)k * per, b.f32() + (size_t)(k + 1) * per);
+        }
+      }
+      CHECK(batches == 5);  // every global batch, empty shares included
+      decoded += L.samples_done();
+      bad += L.bad_count();
+    }
+    CHECK(decoded == 25);  // each sample decoded by one rank only
+    CHECK(bad == 2);
+    for (size_t b = 0; b < 5; ++b) {
+      CHECK_MESSAGE(joined[b] == all.paths[b], ranks, " ranks, batch ", b);
+      REQUIRE(rows[b].size() == all.paths[b].size());
+      const size_t per = all.data[b].size() / std::max<size_t>(1, all.paths[b].size());
+      for (size_t k = 0; k < rows[b].size(); ++k)
+        CHECK_MESSAGE(std::vector<float>(all.data[b].begin() + (long)(k * per), all.data[b].begin() + (long)((k + 1) * per)) ==
+                          rows[b][k],
+                      ranks, " ranks, batch ", b, " row ", k);
+    }
+  }
+}
