@@ -154,6 +154,47 @@ TEST_CASE("max_pool2d propagates NaN and rejects too much padding") {
   CHECK_THROWS_AS(cpu::max_pool2d_forward<float>(d, x.data(), y.data(), nullptr), kiln::Error);
 }
 
+TEST_CASE("max_pool2d 2x2 stride 2: the vectorized rows keep PyTorch's rule on NaN, -inf and ties, rows past a chunk") {
+  // Rows of 300 outputs (past the fast path's 256-output chunks, odd width: the last column is left out),
+  // values drawn from {NaN, -inf, +inf, -1, 0, 1, 2}: many ties and NaNs per window. The reference is the
+  // rule itself, tap by tap in row order: a larger value or a NaN takes the place (the last NaN wins), the
+  // first tap starts (so a window of -inf, or of ties, reports its first tap).
+  std::mt19937 g(21);
+  const Pool2dDesc d = pdesc(2, 3, 5, 601, 2, 2, 2, 2, 0, 0, 1, 1, false);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float pool[] = {nan, -inf, inf, -1.f, 0.f, 1.f, 2.f};
+  std::vector<float> x((size_t)(d.N * d.C * d.H * d.W));
+  for (float& v : x) v = pool[g() % 7];
+  const int64_t OH = d.out_h(), OW = d.out_w();
+  REQUIRE(OW == 300);
+  std::vector<float> y((size_t)(d.N * d.C * OH * OW));
+  std::vector<int64_t> idx(y.size());
+  cpu::max_pool2d_forward<float>(d, x.data(), y.data(), idx.data());
+  std::vector<double> xd(x.begin(), x.end()), yd(y.size());
+  std::vector<int64_t> idxd(y.size());
+  cpu::max_pool2d_forward<double>(d, xd.data(), yd.data(), idxd.data());
+  int64_t nans = 0, wrong = 0;
+  for (int64_t pl = 0; pl < d.N * d.C; ++pl)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        float best = -inf;
+        int64_t bi = 2 * oh * d.W + 2 * ow;
+        for (int64_t i = 0; i < 2; ++i)
+          for (int64_t j = 0; j < 2; ++j) {
+            const int64_t t = (2 * oh + i) * d.W + 2 * ow + j;
+            const float v = x[(size_t)(pl * d.H * d.W + t)];
+            if (v > best || std::isnan(v)) best = v, bi = t;
+          }
+        const size_t o = (size_t)(pl * OH * OW + oh * OW + ow);
+        nans += std::isnan(best);
+        const bool same = (std::isnan(best) ? std::isnan(y[o]) && std::isnan(yd[o]) : y[o] == best && yd[o] == best) &&
+                          idx[o] == bi && idxd[o] == bi;
+        wrong += !same;
+      }
+  CHECK(wrong == 0);
+  CHECK(nans > 100);  // the draw has NaN windows to test
+}
+
 TEST_CASE("avg_pool2d fwd matches the reference, bwd is its exact adjoint (count_include_pad both ways)") {
   std::mt19937 g(12);
   const Pool2dDesc cases[] = {
