@@ -18,6 +18,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/core/usage_error.h"
 #include "models/registry.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
 #include "tools/cmd_model.h"
@@ -268,6 +269,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    kiln::cpu::cpu_isa();  // a bad KILN_CPU_ISA is an error before any work
     if (train->parsed()) {
       if (nproc > 1) kiln_cli::launch_ranks(nproc, argc, argv);  // exec: mpirun -n N kiln train ...
       try {

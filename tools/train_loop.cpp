@@ -34,6 +34,7 @@
 #include "engine/ops/ops.h"
 #include "engine/train/data_parallel.h"
 #include "engine/train/fit.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
 #include "tools/alloc_flags.h"
 #include "tools/batch_memory.h"
@@ -616,6 +617,7 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   j["config"]["num_classes"] = num_classes;
   j["device"] = device.str();
   j["threads"] = cpu::num_threads();
+  j["cpu_isa"] = cpu::cpu_isa_name(cpu::cpu_isa());  // the CPU kernels' instruction set (kernels/cpu/cpu_isa.h)
   j["ranks"] = ranks;
   j["data"] = data.ledger;
   j["data"]["bad_samples"] = train_bad + (data.val ? data.val->bad_count() : 0);

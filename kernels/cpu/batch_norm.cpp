@@ -4,13 +4,15 @@
 // with x - mean in double, never as x * scale + shift in T: with a channel mean large against its
 // std (mean 1e3, std 0.21) the f32 product x * scale carries an error of ulp(1e3 * 4.8) ~ 2e-4 that
 // the subtraction of shift cannot remove (tests/parity/test_parity_bn_precision.cpp). This is more
-// precise than PyTorch's CPU kernel (which uses the scale/shift form), deliberately.
+// precise than PyTorch's CPU kernel (which uses the scale/shift form), deliberately. The training loops
+// run in the machine's best instruction set (batch_norm_train.inc, cpu_isa.h), the same bits in each.
 #include "kernels/cpu/batch_norm.h"
 
 #include <cmath>
 
 #include "engine/core/error.h"
 #include "kernels/cpu/batch_norm_channel.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace kiln::cpu {
 
@@ -22,6 +24,25 @@ void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
 
 using bn_channel::grad_sums;
 
+// The training loops once per instruction set (cpu_isa.h): baseline, AVX2, AVX-512.
+#define KILN_ISA_TARGET
+#define KILN_ISA_NAME(f) f##_baseline
+#include "kernels/cpu/batch_norm_train.inc"
+#undef KILN_ISA_TARGET
+#undef KILN_ISA_NAME
+#if KILN_CPU_ISA_CLONES
+#define KILN_ISA_TARGET KILN_TARGET_AVX2
+#define KILN_ISA_NAME(f) f##_avx2
+#include "kernels/cpu/batch_norm_train.inc"
+#undef KILN_ISA_TARGET
+#undef KILN_ISA_NAME
+#define KILN_ISA_TARGET KILN_TARGET_AVX512
+#define KILN_ISA_NAME(f) f##_avx512
+#include "kernels/cpu/batch_norm_train.inc"
+#undef KILN_ISA_TARGET
+#undef KILN_ISA_NAME
+#endif
+
 }  // namespace
 
 template <typename T>
@@ -32,13 +53,18 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
   const int64_t M = N * HW;
   KILN_CHECK(M > 1, "batch_norm_forward_train: expected more than 1 value per channel when training, got input (",
              N, ", ", C, ", ", HW, ")");
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    const double mean = bn_channel::sum(N, C, HW, x, c) / (double)M;
-    const double var = bn_channel::centered_squares(N, C, HW, x, c, mean) / (double)M;
-    bn_channel::normalize(N, C, HW, x, gamma, beta, eps, c, mean, var, M, y, save_mean, save_invstd, running_mean,
-                          running_var, momentum);
+#if KILN_CPU_ISA_CLONES
+  switch (cpu_isa()) {
+    case CpuIsa::avx512:
+      return forward_train_avx512(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var,
+                                  momentum);
+    case CpuIsa::avx2:
+      return forward_train_avx2(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var,
+                                momentum);
+    default: break;
   }
+#endif
+  forward_train_baseline(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum);
 }
 
 template <typename T>
@@ -62,16 +88,16 @@ template <typename T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
                                const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
   check_sizes(N, C, HW, "batch_norm_backward_train");
-  const int64_t M = N * HW;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    const double mean = (double)save_mean[c], invstd = (double)save_invstd[c];
-    double sum_dy, sum_dy_xmu;
-    grad_sums(N, C, HW, dy, x, c, mean, &sum_dy, &sum_dy_xmu);
-    if (dbeta) dbeta[c] = (T)sum_dy;
-    if (dgamma) dgamma[c] = (T)(sum_dy_xmu * invstd);
-    if (dx) bn_channel::input_grad(N, C, HW, dy, x, gamma, c, mean, invstd, sum_dy, sum_dy_xmu, M, dx);
+#if KILN_CPU_ISA_CLONES
+  switch (cpu_isa()) {
+    case CpuIsa::avx512:
+      return backward_train_avx512(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    case CpuIsa::avx2:
+      return backward_train_avx2(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    default: break;
   }
+#endif
+  backward_train_baseline(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 template <typename T>

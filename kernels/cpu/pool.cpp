@@ -58,7 +58,9 @@ inline void max_pool2x2_s2_row(const T* __restrict a, const T* __restrict b, int
 
 // The 2x2 stride-2 window without padding or dilation (the small CNN's pools): every tap is inside
 // the plane, so no bounds tests. It was 12% of a batch-16 small-CNN step as the general loop and ~10%
-// of a batch-128 one as a scalar loop with a branch per tap (docs/cpu-profile.md).
+// of a batch-128 one as a scalar loop with a branch per tap (docs/cpu-profile.md). Baseline SSE2 only:
+// compiled for AVX2 / AVX-512 (cpu_isa.h) it took 1.2x / 2x the time on the small CNN's rows of 7 and
+// 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md).
 template <typename T>
 void max_pool2x2_s2(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
   const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W, planes = d.N * d.C;
