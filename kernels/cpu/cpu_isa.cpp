@@ -13,9 +13,16 @@ namespace {
 
 CpuIsa detect() {
 #if KILN_CPU_ISA_CLONES
+  // The levels' features one by one: clang 14 takes neither the "x86-64-v3" names nor "f16c" / "movbe"
+  // here (every CPU with AVX2, FMA and BMI2 has those two).
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return CpuIsa::avx512;
-  if (__builtin_cpu_supports("x86-64-v3")) return CpuIsa::avx2;
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vl");
+  if (v4) return CpuIsa::avx512;
+  if (v3) return CpuIsa::avx2;
 #endif
   return CpuIsa::baseline;
 }

@@ -69,7 +69,7 @@ void check_batch_norm_levels() {
     for (int64_t c = 0; c < C; ++c) gamma[(size_t)c] = (T)(0.5 + 0.1 * (double)c), beta[(size_t)c] = (T)(0.1 * (double)c - 0.2);
     const std::vector<T> base = batch_norm_outputs<T>(CpuIsa::baseline, N, C, HW, x, dy, gamma, beta);
     for (CpuIsa isa : levels())
-      CHECK_MESSAGE(same_bits(base, batch_norm_outputs<T>(isa, N, C, HW, x, dy, gamma, beta)), cpu::cpu_isa_name(isa),
+      CHECK_MESSAGE(same_bits(base, batch_norm_outputs<T>(isa, N, C, HW, x, dy, gamma, beta)), std::string(cpu::cpu_isa_name(isa)),
                     " N=", N, " C=", C, " HW=", HW);
   }
 }
@@ -77,7 +77,8 @@ void check_batch_norm_levels() {
 }  // namespace
 
 TEST_CASE("cpu isa: batch norm training forward and backward give the baseline's bits at every level this CPU has") {
-  MESSAGE("this CPU: up to ", cpu::cpu_isa_name(cpu::cpu_isa_supported()), "; in use: ", cpu::cpu_isa_name(cpu::cpu_isa()));
+  MESSAGE("this CPU: up to " << std::string(cpu::cpu_isa_name(cpu::cpu_isa_supported())) << ", in use: "
+                             << std::string(cpu::cpu_isa_name(cpu::cpu_isa())));
   check_batch_norm_levels<float>();
   check_batch_norm_levels<double>();
 }
