@@ -9,7 +9,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -59,7 +58,9 @@ template <typename T>
 void check_batch_norm_levels() {
   std::mt19937 g(5);
   std::normal_distribution<double> nd(0.0, 1.0);
-  for (const auto& [N, C, HW] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 49}, {2, 3, 1}, {5, 4, 67}, {1, 2, 1031}}) {
+  const int64_t shapes[][3] = {{3, 5, 49}, {2, 3, 1}, {5, 4, 67}, {1, 2, 1031}};  // N, C, HW
+  for (const auto& shape : shapes) {
+    const int64_t N = shape[0], C = shape[1], HW = shape[2];
     std::vector<T> x((size_t)(N * C * HW)), dy(x.size()), gamma((size_t)C), beta((size_t)C);
     for (size_t i = 0; i < x.size(); ++i) {
       const int64_t c = (int64_t)(i / (size_t)HW) % C;
