@@ -2,8 +2,8 @@
 // (broadcast, sum all-reduce, barrier), over host memory. Two implementations: MPI
 // (process_group_mpi.cpp, built with KILN_MPI, used when the process was started by mpirun / srun)
 // and one process alone (process_group_single.cpp: every collective is a no-op), so the same
-// binary runs with and without a launcher and a run of one process behaves exactly as before; a third,
-// imitated ranks (process_group_imitated.cpp), serves the memory predictor only.
+// binary runs with and without a launcher and a run of one process behaves exactly as before; imitated
+// ranks (process_group_single.cpp too: no peers, no-op collectives) serve the memory predictor only.
 // It must not know models, optimizers or data: engine/train builds gradient buckets on top of it.
 #pragma once
 #include <atomic>
@@ -94,7 +94,7 @@ bool world_is_distributed();
 
 std::unique_ptr<ProcessGroup> make_single_process_group();
 // Rank `rank` of `size` ranks that exist only in imitation: every collective leaves the data unchanged
-// (process_group_imitated.cpp). For the memory predictor's meta run of one data-parallel rank, not for training.
+// (process_group_single.cpp). For the memory predictor's meta run of one data-parallel rank, not for training.
 std::unique_ptr<ProcessGroup> make_imitated_process_group(int rank, int size);
 
 }  // namespace kiln::dist
