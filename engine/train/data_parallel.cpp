@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
@@ -55,6 +54,9 @@ int64_t gradient_bucket_bytes(const std::vector<Tensor>& params, const std::vect
   return n * 4;
 }
 
+namespace {
+// The bucket tensors of `plan` on `dev` (kiln's allocator, tagged grad):
+//   bucket k : (numel_k + P_k,) f32
 std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan,
                                         Device dev) {
   MemoryScope scope(MemoryTag::grad, "data-parallel buckets");
@@ -66,6 +68,7 @@ std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const
   }
   return out;
 }
+}  // namespace
 
 DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataParallelOptions o)
     : group_(group), model_(model), params_(model.parameters()) {

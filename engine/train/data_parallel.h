@@ -68,10 +68,6 @@ std::vector<std::vector<size_t>> plan_buckets(const std::vector<int64_t>& bytes,
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<Tensor>& params, const DataParallelOptions& o);
 // Bytes the buckets of `plan` hold on one rank: every gradient and one f32 defined-flag per parameter.
 int64_t gradient_bucket_bytes(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan);
-// The bucket tensors of `plan` on `dev` (kiln's allocator, tagged grad):
-//   bucket k : (numel_k + P_k,) f32
-std::vector<Tensor> make_bucket_buffers(const std::vector<Tensor>& params, const std::vector<std::vector<size_t>>& plan,
-                                        Device dev);
 
 class DataParallel {
  public:
