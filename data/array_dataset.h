@@ -69,6 +69,10 @@ void check_labels(const ArrayDataset& d, int64_t num_classes);
 // x: (B, C, H, W) f32 and y: (B) i64 on `device`, samples data.images[indices[begin..end)].
 struct Batch {
   Tensor x, y;
+  // Data-parallel with accumulation (engine/dist/shard.h's shard_pieces): the rows of each of this rank's
+  // micro-batches, consecutive in x (a micro-batch may have no row); empty: the step cuts x by the
+  // micro-batch rule itself.
+  std::vector<int64_t> micro_rows;
 };
 Batch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices, int64_t begin, int64_t end,
                    Device device = Device::cpu());

@@ -18,6 +18,7 @@ namespace kiln {
 struct SourceBatch {
   Tensor x, y;                   // (B, C, H, W) f32 and (B) i64 on the device
   std::vector<int64_t> indices;  // data set index of each row
+  std::vector<int64_t> micro_rows;  // sharded with accum > 1: rows of each micro-batch's share (Batch::micro_rows)
 };
 
 class DataSource {
@@ -42,11 +43,13 @@ class DataSource {
   // The next batch (bad samples left out, so it may be smaller); false at the end of the epoch.
   virtual bool next(SourceBatch* out) = 0;
   // Data-parallel: from now on, deliver only rank `rank`'s rows of each training batch (the global batch
-  // that start_epoch's `batch` names, split by engine/dist/shard.h), so a rank reads only its shard.
-  // Returns false when the source cannot (the default): the trainer then cuts each global batch itself.
-  virtual bool shard(int rank, int ranks) {
+  // that start_epoch's `batch` names, split by engine/dist/shard.h's shard_pieces for `accum` micro-batches,
+  // with SourceBatch::micro_rows when accum > 1), so a rank reads only its shard. Returns false when the
+  // source cannot (the default): the trainer then cuts each global batch itself.
+  virtual bool shard(int rank, int ranks, int64_t accum) {
     (void)rank;
     (void)ranks;
+    (void)accum;
     return false;
   }
   // Passes over the next n batches of the epoch (a run resumed mid-epoch): the batches after them

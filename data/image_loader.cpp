@@ -68,18 +68,29 @@ void ImageLoader::start_epoch(uint64_t epoch, size_t first_batch) {
     batches_ = make_batches(order, opt_.batch_size, opt_.drop_last);
     sizes_.assign(batches_.size(), 0);
   }
-  // Each batch's first sample's place in the whole epoch; a sharded loader then keeps its rows only.
-  stream_base_.clear();
+  // Each batch's samples' places in the whole epoch; a sharded loader then keeps its rows only.
+  streams_.clear();
+  pieces_.clear();
   size_t place = 0;
   for (std::vector<size_t>& b : batches_) {
     const size_t global = b.size();
+    std::vector<size_t> streams, rows;
+    std::vector<int64_t> pieces;
     if (opt_.shard_ranks > 1) {
-      const dist::ShardRange r = dist::shard_range((int64_t)global, opt_.shard_rank, opt_.shard_ranks);
-      stream_base_.push_back(place + (size_t)r.offset);
-      b = std::vector<size_t>(b.begin() + r.offset, b.begin() + r.offset + r.rows);
+      for (const dist::ShardRange& r :
+           dist::shard_pieces((int64_t)global, opt_.shard_rank, opt_.shard_ranks, opt_.shard_accum)) {
+        for (int64_t k = r.offset; k < r.offset + r.rows; ++k) {
+          streams.push_back(place + (size_t)k);
+          rows.push_back(b[(size_t)k]);
+        }
+        pieces.push_back(r.rows);
+      }
+      b = std::move(rows);
     } else {
-      stream_base_.push_back(place);
+      for (size_t k = 0; k < global; ++k) streams.push_back(place + k);
     }
+    streams_.push_back(std::move(streams));
+    pieces_.push_back(opt_.shard_accum > 1 ? std::move(pieces) : std::vector<int64_t>());
     place += global;
   }
   total_items_ = 0;
@@ -124,10 +135,14 @@ void ImageLoader::worker_loop() {
       const size_t sbytes = t.sample_bytes();
       if (!s.buffer) {
         // A fixed batch size: every buffer holds batch_size samples (one size for the allocator to reuse);
-        // a sharded loader's, the largest share of a batch_size batch.
-        const size_t fixed = opt_.shard_ranks > 1
-                                 ? (size_t)dist::shard_range((int64_t)opt_.batch_size, 0, opt_.shard_ranks).rows
-                                 : opt_.batch_size;
+        // a sharded loader's, the largest share of a batch_size batch (rank 0's).
+        size_t fixed = opt_.batch_size;
+        if (opt_.shard_ranks > 1) {
+          fixed = 0;
+          for (const dist::ShardRange& r :
+               dist::shard_pieces((int64_t)opt_.batch_size, 0, opt_.shard_ranks, opt_.shard_accum))
+            fixed += (size_t)r.rows;
+        }
         size_t bytes = sbytes * (opt_.plan ? batches_[b].size() : fixed);
         void* p = nullptr;
         try {
@@ -151,7 +166,7 @@ void ImageLoader::worker_loop() {
     bool ok = true;
     std::string reason;
     try {
-      load_sample_file(path, t, opt_.seed, sample_stream(epoch_, stream_base_[b] + k), dst);
+      load_sample_file(path, t, opt_.seed, sample_stream(epoch_, streams_[b][k]), dst);
     } catch (const std::exception& e) {
       ok = false;
       const auto* de = dynamic_cast<const DecodeError*>(&e);
@@ -208,6 +223,13 @@ bool ImageLoader::next(ImageBatch& out) {
       r.paths.push_back(ds_.samples[idx].path);
     }
     r.n = (int64_t)r.indices.size();
+    size_t k0 = 0;
+    for (int64_t rows : pieces_[b]) {  // the good rows of each micro-batch share
+      int64_t good = 0;
+      for (size_t k = k0; k < k0 + (size_t)rows; ++k) good += s.ok[k] ? 1 : 0;
+      r.micro_rows.push_back(good);
+      k0 += (size_t)rows;
+    }
     r.buffer = std::move(s.buffer);
     ++delivered_;
     lk.unlock();

@@ -63,8 +63,11 @@ struct ImageLoaderOptions {
   // only rank shard_rank's rows of it (engine/dist/shard.h's split of the batch's samples, before bad ones
   // are left out), so the ranks share the decoding. A sample keeps the augmentation draws of its place in
   // the whole epoch, so a rank's rows are the same pixels the whole batch has there. A rank's share may
-  // be empty (a short last batch): delivered with n = 0 when keep_empty_batches.
+  // be empty (a short last batch): delivered with n = 0 when keep_empty_batches. shard_accum > 1: the
+  // rank's rows are its shares of the batch's shard_accum micro-batches (engine/dist/shard.h's
+  // shard_pieces), and ImageBatch::micro_rows counts the delivered rows of each share.
   int shard_rank = 0, shard_ranks = 1;
+  int64_t shard_accum = 1;
 };
 
 struct ImageBatch {
@@ -75,6 +78,7 @@ struct ImageBatch {
   std::vector<int64_t> labels;
   std::vector<std::string> paths;
   std::vector<size_t> indices;   // data set indices
+  std::vector<int64_t> micro_rows;  // shard_accum > 1: good rows of each micro-batch's share, in order
   float* f32() const { return dtype == PixelDType::f32 ? static_cast<float*>(buffer.get()) : nullptr; }
   uint16_t* f16() const { return dtype == PixelDType::f16 ? static_cast<uint16_t*>(buffer.get()) : nullptr; }
 };
@@ -117,8 +121,9 @@ class ImageLoader {
   uint64_t epoch_ = 0;
   std::vector<std::vector<size_t>> batches_;  // data set indices per batch
   std::vector<size_t> first_item_;            // item number of each batch's first sample (+ the total)
-  std::vector<size_t> stream_base_;           // each batch's first sample's place in the whole epoch
-                                              // (its augmentation stream; != first_item_ when sharded)
+  std::vector<std::vector<size_t>> streams_;  // each batch's samples' places in the whole epoch
+                                              // (their augmentation streams; not first_item_ + k when sharded)
+  std::vector<std::vector<int64_t>> pieces_;  // shard_accum > 1: each batch's rows per micro-batch share
   std::vector<int> sizes_;                    // each batch's output size (0: the transform's)
   SampleTransform transform_of(size_t b) const;
   size_t total_items_ = 0;

@@ -58,9 +58,10 @@ class ImageSource : public DataSource {
   }
 
   // Data-parallel: training epochs decode only this rank's rows of each global batch (ImageLoader's shard).
-  bool shard(int rank, int ranks) override {
+  bool shard(int rank, int ranks, int64_t accum) override {
     rank_ = rank;
     ranks_ = ranks;
+    accum_ = accum;
     loader_.reset();  // the next start_epoch makes a loader with the shard
     return true;
   }
@@ -78,6 +79,7 @@ class ImageSource : public DataSource {
       return false;
     }
     collect_bad();
+    out->micro_rows = ib.micro_rows;
     if (ib.n == 0) {  // training: every sample of this batch was bad; fit counts it as a step, left out
       MemoryScope scope(MemoryTag::data);
       out->x = empty({0, ib.c, ib.h, ib.w}, ib.dtype == PixelDType::f16 ? DType::f16 : DType::f32, device_);
@@ -118,6 +120,7 @@ class ImageSource : public DataSource {
     if (train_) {
       lo.shard_rank = rank_;
       lo.shard_ranks = ranks_;
+      lo.shard_accum = accum_;
       lo.sampler.kind = o_.balance ? SamplerKind::weighted : SamplerKind::random;
       lo.sampler.balance = o_.balance;
       lo.sampler.seed = seed_;
@@ -164,6 +167,7 @@ class ImageSource : public DataSource {
   int64_t epoch_ = 0;
   bool train_ = false;
   int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
+  int64_t accum_ = 1;         // in this many micro-batches' shares
   std::set<std::string> reported_;
   std::vector<std::string> pending_;
 };

@@ -159,8 +159,8 @@ void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_wei
       ->capture_default_str();
   t->add_flag("--sync-bn", c.sync_bn,
               "data-parallel runs: BatchNorm statistics of the global batch (SyncBatchNorm: sums over the ranks "
-              "in forward and backward), so N ranks at --batch B train like 1 process at N x B; needs --accum 1; "
-              "one process: plain BatchNorm");
+              "in forward and backward), so N ranks at --batch B train like 1 process at N x B (with --accum, "
+              "each micro-batch too); one process: plain BatchNorm");
   t->add_flag("--detect-anomaly", c.detect_anomaly,
               "check every op's output and gradient for inf/NaN as it runs (slow; without it only a step whose "
               "loss or gradient is non-finite is re-run with the check, to name the op)");

@@ -348,8 +348,6 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
         << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
         << " buckets of up to " << c.bucket_mb << " MiB"
         << (data_parallel->overlaps() ? ", during backward" : ", after backward") << "\n";
-    KILN_USAGE_CHECK(!c.sync_bn || c.accum == 1, "train: --sync-bn needs --accum 1 (got --accum ", c.accum,
-                     "): the ranks' micro-batches would differ in number and rows");
     if (c.sync_bn) {
       data_parallel->sync_batch_norm();
       log << "data-parallel: --sync-bn: BatchNorm statistics summed over the " << ranks << " ranks\n";

@@ -17,6 +17,25 @@ ShardRange shard_range(int64_t rows, int rank, int ranks) {
   return r;
 }
 
+std::vector<ShardRange> micro_batch_ranges(int64_t rows, int64_t accum) {
+  KILN_CHECK(rows >= 0 && accum >= 1, "dist::micro_batch_ranges: ", rows, " rows in ", accum,
+             " micro-batches (needs rows >= 0, accum >= 1)");
+  std::vector<ShardRange> out;
+  const int64_t micro = (rows + accum - 1) / accum;
+  for (int64_t first = 0; first < rows; first += micro) out.push_back({first, std::min(rows, first + micro) - first});
+  return out;
+}
+
+std::vector<ShardRange> shard_pieces(int64_t rows, int rank, int ranks, int64_t accum) {
+  std::vector<ShardRange> out;
+  for (const ShardRange& m : micro_batch_ranges(rows, accum)) {
+    ShardRange r = shard_range(m.rows, rank, ranks);
+    r.offset += m.offset;
+    out.push_back(r);
+  }
+  return out;
+}
+
 int64_t global_batch(int64_t per_rank_batch, int ranks) {
   KILN_CHECK(per_rank_batch >= 1 && ranks >= 1, "dist::global_batch: batch ", per_rank_batch, " and ranks ", ranks,
              " must be >= 1");

@@ -41,14 +41,29 @@ std::string located(const NonFiniteError& e, const SourceBatch& batch, const std
   return s;
 }
 
-// Data-parallel: this rank's rows of the global batch (engine/dist/shard.h).
-SourceBatch take_shard(const SourceBatch& global, int rank, int ranks) {
-  const dist::ShardRange r = dist::shard_range(global.x.size(0), rank, ranks);
+// Data-parallel: this rank's rows of the global batch, its shares of `accum` micro-batches
+// (engine/dist/shard.h), with their row counts when accum > 1.
+SourceBatch take_shard(const SourceBatch& global, int rank, int ranks, int64_t accum) {
   SourceBatch b;
-  b.x = narrow(global.x, 0, r.offset, r.rows);
-  b.y = narrow(global.y, 0, r.offset, r.rows);
-  if ((int64_t)global.indices.size() == global.x.size(0))
-    b.indices.assign(global.indices.begin() + r.offset, global.indices.begin() + r.offset + r.rows);
+  std::vector<Tensor> xs, ys;
+  const bool has_indices = (int64_t)global.indices.size() == global.x.size(0);
+  for (const dist::ShardRange& r : dist::shard_pieces(global.x.size(0), rank, ranks, accum)) {
+    xs.push_back(narrow(global.x, 0, r.offset, r.rows));
+    ys.push_back(narrow(global.y, 0, r.offset, r.rows));
+    if (has_indices) b.indices.insert(b.indices.end(), global.indices.begin() + r.offset,
+                                      global.indices.begin() + r.offset + r.rows);
+    if (accum > 1) b.micro_rows.push_back(r.rows);
+  }
+  if (xs.size() == 1) {
+    b.x = xs[0];
+    b.y = ys[0];
+  } else if (xs.empty()) {  // no row in the global batch
+    b.x = narrow(global.x, 0, 0, 0);
+    b.y = narrow(global.y, 0, 0, 0);
+  } else {
+    b.x = cat(xs);
+    b.y = cat(ys);
+  }
   return b;
 }
 
@@ -83,7 +98,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
              ") steps of an epoch (or the run is already over)");
   const int64_t total_steps = per_epoch * o.epochs;
   // Data-parallel: a source that shards reads only this rank's rows; else each global batch is cut here.
-  const bool source_shards = ranks > 1 && train.shard(rank, ranks);
+  const bool source_shards = ranks > 1 && train.shard(rank, ranks, o.step.accum);
   FitResult result;
   int64_t step = o.start_step;
   int64_t skipped_in_a_row = 0;  // loss scaler skips
@@ -126,7 +141,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
     };
     for (; train.next(&batch); ++s) {
       if (s >= per_epoch) continue;  // drop_last: the short last batch is read and left out
-      if (ranks > 1 && !source_shards) batch = take_shard(batch, rank, ranks);
+      if (ranks > 1 && !source_shards) batch = take_shard(batch, rank, ranks, o.step.accum);
       FitStep fs;
       fs.epoch = epoch;
       fs.step_in_epoch = s;
@@ -138,7 +153,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       fs.lr = es.lr = so.lr >= 0 ? so.lr : optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups()[0].lr;
       if (o.callbacks.before_step) o.callbacks.before_step(fs);
       const RngState rng_before = global_rng();  // a re-run of the step draws the same numbers
-      const Batch b{batch.x, batch.y};
+      const Batch b{batch.x, batch.y, batch.micro_rows};
       StepResult r;
       if (batch.x.size(0) == 0 && !dp) {  // every sample of the batch was bad: nothing to learn from
         // (data-parallel: train_step runs anyway, this rank's part of the step's collectives)

@@ -9,6 +9,7 @@
 
 #include "engine/core/generator.h"
 #include "engine/core/meta_target.h"
+#include "engine/dist/shard.h"
 #include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #include "engine/ops/ops.h"
@@ -173,7 +174,18 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     optim::LossScalerOptions so = o.scaler;
     so.enabled = o.amp;
     optim::LossScaler scaler(so, Device::meta());
-    const int64_t n_step = o.batch;
+    // A rank's batch: o.batch rows, or with accumulation its shares of the global micro-batches
+    // (engine/dist/shard.h), rank 0's (the first ranks take the extra rows: the largest share).
+    int64_t n_step = o.batch;
+    std::vector<int64_t> micro_rows;
+    if (o.ranks > 1 && o.step.accum > 1) {
+      n_step = 0;
+      for (const dist::ShardRange& piece : dist::shard_pieces(dist::global_batch(o.batch, o.ranks), 0, o.ranks,
+                                                              o.step.accum)) {
+        micro_rows.push_back(piece.rows);
+        n_step += piece.rows;
+      }
+    }
     std::vector<int64_t> x_shape = {n_step}, y_shape = {n_step};
     x_shape.insert(x_shape.end(), o.input_shape.begin(), o.input_shape.end());
     y_shape.insert(y_shape.end(), o.target_shape.begin(), o.target_shape.end());
@@ -200,7 +212,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
           r.activations = 0;
           for (auto& [n, bytes] : r.layer_activations) r.activations += bytes;
         };
-      train_step(*model, *opt, scaler, Batch{x_step, y_step}, st);
+      train_step(*model, *opt, scaler, Batch{x_step, y_step, micro_rows}, st);
     };
 
     session.begin_step();

@@ -1,6 +1,7 @@
 // One optimizer step (see train_step.h).
 #include "engine/train/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -39,17 +40,32 @@ namespace {
 struct MicroRange {
   int64_t offset = 0, size = 0;
   bool left_out = false;  // loss undefined by construction
+  bool runs() const { return size > 0 && !left_out; }
 };
 
-// The step's micro-batches: consecutive rows, ceil(n / accum) each, the last one shorter.
+// The step's micro-batches: consecutive rows, batch.micro_rows's counts when given (a data-parallel
+// rank's shares of the global micro-batches; some may be empty), else dist::micro_batch_ranges (with
+// options.accum entries, some empty, on a data-parallel rank).
 std::vector<MicroRange> micro_ranges(const Batch& batch, const StepOptions& o, bool meta) {
-  const int64_t n = batch.x.size(0), micro = (n + o.accum - 1) / o.accum;
+  const int64_t n = batch.x.size(0);
   std::vector<MicroRange> out;
-  for (int64_t mb = 0; mb < n; mb += micro) {
-    MicroRange m{mb, std::min(n, mb + micro) - mb, false};
-    if (!meta && o.loss_undefined) m.left_out = o.loss_undefined(narrow(batch.y, 0, m.offset, m.size));
-    out.push_back(m);
+  if (!batch.micro_rows.empty()) {
+    int64_t offset = 0;
+    for (int64_t rows : batch.micro_rows) {
+      KILN_CHECK(rows >= 0, "train_step: batch.micro_rows holds ", rows, " rows");
+      out.push_back({offset, rows, false});
+      offset += rows;
+    }
+    KILN_CHECK(offset == n, "train_step: batch.micro_rows sums to ", offset, " rows, the batch has ", n);
+  } else {
+    for (const dist::ShardRange& r : dist::micro_batch_ranges(n, o.accum)) out.push_back({r.offset, r.rows, false});
+    // Data-parallel: every rank has options.accum micro-batches (the last ones empty on a rank of few rows),
+    // so the ranks' per-micro-batch counts line up.
+    if (o.data_parallel)
+      while ((int64_t)out.size() < o.accum) out.push_back({n, 0, false});
   }
+  for (MicroRange& m : out)
+    if (!meta && o.loss_undefined && m.size > 0) m.left_out = o.loss_undefined(narrow(batch.y, 0, m.offset, m.size));
   return out;
 }
 
@@ -81,8 +97,10 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
              batch.y.defined() ? shape_str(batch.y.sizes()) : "(undefined)", " must have the same number of rows");
   const int64_t n = batch.x.size(0);
   DataParallel* const dp = o.data_parallel;  // a rank's shard may have no row (a short last global batch)
-  KILN_CHECK(o.accum >= 1 && (n == 0 ? dp != nullptr : o.accum <= n), "train_step: accum ", o.accum,
-             " must be in [1, ", n, "] for a batch of ", n, " rows (each micro-batch needs at least one row)");
+  // (batch.micro_rows, a data-parallel rank's shares of the global micro-batches, may hold empty ones)
+  KILN_CHECK(o.accum >= 1 && (n == 0 ? dp != nullptr : o.accum <= n || !batch.micro_rows.empty()), "train_step: accum ",
+             o.accum, " must be in [1, ", n, "] for a batch of ", n,
+             " rows (each micro-batch needs at least one row)");
   const bool meta = batch.x.device().is_meta();
   // meta && dp: the memory predictor's imitated rank (its group's collectives leave the data as it is).
   const LossFn& loss_fn = o.loss ? o.loss : cross_entropy_loss();
@@ -91,17 +109,40 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
   StepResult r;
   r.samples = n;
   const std::vector<MicroRange> ranges = micro_ranges(batch, o, meta);
+  const int64_t micro = (int64_t)ranges.size();
   int64_t used = 0;  // rows of the micro-batches that are not left out: the loss is their mean
   for (const MicroRange& m : ranges) {
     if (m.left_out) ++r.undefined_micro_batches;
     else used += m.size;
   }
-  if (dp) {  // the global batch's numbers: every rank weights its losses by the same denominator
-    int64_t counts[3] = {used, n, r.undefined_micro_batches};
-    dp->group().all_reduce_sum(counts, 3);
+  // Per micro-batch k, over the ranks: rows (k, rank) and the ranks that run it (rows, not left out).
+  // One process: this rank's own.
+  const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
+  std::vector<int64_t> rows_of((size_t)(micro * ranks), 0), live((size_t)micro, 0);
+  for (int64_t k = 0; k < micro; ++k) {
+    rows_of[(size_t)(k * ranks + rank)] = ranges[(size_t)k].size;
+    live[(size_t)k] = ranges[(size_t)k].runs() ? 1 : 0;
+  }
+  bool same_forwards = true;  // every rank runs the same micro-batches (so its generator advances alike)
+  if (dp) {
+    // The global batch's numbers in one small all-reduce: every rank weights its losses by the same
+    // denominator and keys its random rows by their place in the global micro-batch. Every rank has the
+    // same number of micro-batches (shard_pieces of the same global batch, or accum of its own rows).
+    std::vector<int64_t> counts = {used, n};
+    counts.insert(counts.end(), rows_of.begin(), rows_of.end());
+    counts.insert(counts.end(), live.begin(), live.end());
+    dp->group().all_reduce_sum(counts.data(), (int64_t)counts.size());
     used = counts[0];
     r.samples = counts[1];
-    r.undefined_micro_batches = counts[2];
+    std::copy(counts.begin() + 2, counts.begin() + 2 + micro * ranks, rows_of.begin());
+    std::copy(counts.begin() + 2 + micro * ranks, counts.end(), live.begin());
+    r.undefined_micro_batches = 0;  // the global micro-batches with rows and no rank to run them
+    for (int64_t k = 0; k < micro; ++k) {
+      int64_t rows = 0;
+      for (int q = 0; q < ranks; ++q) rows += rows_of[(size_t)(k * ranks + q)];
+      if (rows > 0 && live[(size_t)k] == 0) ++r.undefined_micro_batches;
+      if (live[(size_t)k] != 0 && live[(size_t)k] != ranks) same_forwards = false;
+    }
   }
   model.zero_grad();
   if (dp) dp->begin_step();
@@ -114,40 +155,70 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
     return r;
   }
   r.used_samples = used;
-  // Data-parallel: this rank's rows are rows [first_row, first_row + n) of the global batch (the shard
-  // rule); random per-row draws (dropout) are keyed by those global rows (engine/core/rng_rows.h).
-  const int64_t first_row = dp ? dist::shard_range(r.samples, dp->rank(), dp->size()).offset : 0;
+  // With --sync-bn every rank runs every micro-batch that some rank runs (its rows, maybe none or left
+  // out, with a backward of weight 0), so the ranks make the same batch-norm reductions in the same
+  // order; without it, a rank runs its own live micro-batches only.
   const bool sync_bn = dp && dp->syncs_batch_norm();
-  KILN_CHECK(!sync_bn || o.accum == 1, "train_step: --sync-bn needs --accum 1 (got ", o.accum,
-             "): the ranks' micro-batches would differ in number and rows");
+  KILN_CHECK(!sync_bn || micro == 1 || !batch.micro_rows.empty(), "train_step: --sync-bn with accum ", o.accum,
+             " needs the batch's micro_rows (engine/dist/shard.h's shard_pieces, as train::fit gives them): else "
+             "the ranks' micro-batches would meet other rows than one process's");
+  auto runs_here = [&](int64_t k) { return sync_bn ? live[(size_t)k] > 0 : ranges[(size_t)k].runs(); };
   // The step's running sums on the device, f64: [sum of loss * rows (, metric) (, metric_total)]. Read once
   // after the last micro-batch: on a GPU each read waits for the device.
   Tensor sums;
   std::vector<MicroBatch> kept;  // the micro-batches' rows and losses, for the non-finite report
-  int64_t last_kept = -1;        // the last micro-batch that is not left out: its backward completes the gradients
-  for (int64_t index = 0; index < (int64_t)ranges.size(); ++index)
-    if (!ranges[index].left_out) last_kept = index;
-  for (int64_t index = 0; index < (int64_t)ranges.size(); ++index) {
-    const MicroRange& m = ranges[index];
-    if (m.left_out) continue;
+  int64_t last_run = -1;         // the last micro-batch this rank runs: its backward completes the gradients
+  for (int64_t k = 0; k < micro; ++k)
+    if (runs_here(k)) last_run = k;
+  for (int64_t index = 0; index < micro; ++index) {
+    if (!runs_here(index)) continue;
+    const MicroRange& m = ranges[(size_t)index];
+    // Data-parallel: this rank's rows are rows [first, first + m.size) of the global micro-batch (the
+    // shard rule); random per-row draws (dropout) are keyed by those rows (engine/core/rng_rows.h).
+    std::optional<RngRowsGuard> keyed;
+    if (dp) {
+      int64_t first = 0, total = 0;
+      for (int q = 0; q < ranks; ++q) {
+        if (q < rank) first += rows_of[(size_t)(index * ranks + q)];
+        total += rows_of[(size_t)(index * ranks + q)];
+      }
+      keyed.emplace(RngRows{first, m.size, total});
+    }
+    // Data-parallel: the last micro-batch's backward starts each gradient bucket's all-reduce as soon as
+    // the bucket's gradients are complete (overlap; engine/train/data_parallel.h).
+    auto watch_buckets = [&](std::optional<GradAccumulatedHookGuard>& watch) {
+      if (dp && index == last_run)
+        if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
+    };
+    if (!m.runs()) {
+      // --sync-bn, a micro-batch that another rank runs: one forward over this rank's rows (maybe none)
+      // and a backward of weight 0, to join the batch-norm reductions and generator reservations.
+      Tensor output;
+      {
+        MemoryScope scope(MemoryTag::temporary);
+        AutocastGuard autocast(o.autocast, o.autocast_dtype);
+        Tensor x = narrow(batch.x, 0, m.offset, m.size);
+        output = model(o.channels_last && x.dim() == 4 ? contiguous(x, MemoryFormat::channels_last) : x);
+      }
+      keyed.reset();
+      // The hook too: the buckets must start between the same batch-norm reductions as on the other ranks.
+      std::optional<GradAccumulatedHookGuard> watch;
+      watch_buckets(watch);
+      mul(sum(output), 0.0).backward();
+      continue;
+    }
     MicroBatch b;
     b.index = index;
     b.offset = m.offset;
     b.size = m.size;
     b.x = narrow(batch.x, 0, m.offset, m.size);
     b.y = narrow(batch.y, 0, m.offset, m.size);
-    {
-      std::optional<RngRowsGuard> keyed;
-      if (dp) keyed.emplace(RngRows{first_row + m.offset, m.size, r.samples});
-      forward(model, b, loss_fn, o);
-    }
+    forward(model, b, loss_fn, o);
+    keyed.reset();
     if (o.hooks.after_forward) o.hooks.after_forward(b);
     {
-      // Data-parallel: the last micro-batch's backward starts each gradient bucket's all-reduce as soon
-      // as the bucket's gradients are complete (overlap; engine/train/data_parallel.h).
       std::optional<GradAccumulatedHookGuard> watch;
-      if (dp && index == last_kept)
-        if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
+      watch_buckets(watch);
       scaler.scale(mul(b.loss, (double)b.size / (double)used)).backward();
     }
     {
@@ -157,34 +228,18 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
       if (o.metric_total) part = cat({part, reshape(to_dtype(o.metric_total(b).detach(), DType::f64), {1})});
       sums = sums.defined() ? add(sums, part) : part;
     }
-    MicroBatch k;
-    k.index = b.index, k.offset = b.offset, k.size = b.size, k.loss = b.loss.detach();
-    kept.push_back(std::move(k));
+    MicroBatch kb;
+    kb.index = b.index, kb.offset = b.offset, kb.size = b.size, kb.loss = b.loss.detach();
+    kept.push_back(std::move(kb));
     ++r.micro_batches;
     if (o.hooks.after_backward) o.hooks.after_backward(b);
   }
-  if (sync_bn && last_kept < 0) {
-    // --sync-bn, no micro-batch here (no row of a short last global batch, or its loss left out): one
-    // forward over this rank's rows (maybe none) and a backward of weight 0, so this rank makes the same
-    // batch-norm reductions and generator reservations (dropout) as the others.
-    Tensor output;
-    {
-      RngRowsGuard keyed(RngRows{first_row, n, r.samples});
-      MemoryScope scope(MemoryTag::temporary);
-      AutocastGuard autocast(o.autocast, o.autocast_dtype);
-      output = model(o.channels_last && batch.x.dim() == 4 ? contiguous(batch.x, MemoryFormat::channels_last) : batch.x);
-    }
-    // The hook too: the buckets must start between the same batch-norm reductions as on the other ranks.
-    std::optional<GradAccumulatedHookGuard> watch;
-    if (GradAccumulatedHook hook = dp->backward_hook()) watch.emplace(std::move(hook));
-    mul(sum(output), 0.0).backward();
-  }
   if (dp) {
     dp->all_reduce_gradients();  // gradients of the global batch from here on, the same on every rank
-    // Without --sync-bn the ranks may have run different numbers of forwards (a rank without rows or
-    // with its loss left out, uneven micro-batches), so dropout may have reserved differently: every rank
+    // Without --sync-bn the ranks may have run different forwards (a rank without rows in a micro-batch
+    // or with its loss left out), so dropout may have reserved differently: every rank
     // takes rank 0's generator offset (after the buckets landed: the communication thread is idle).
-    if (!sync_bn && (o.accum > 1 || r.samples % dp->size() != 0 || r.undefined_micro_batches > 0)) {
+    if (!sync_bn && !same_forwards) {
       int64_t offset = dp->rank() == 0 ? (int64_t)global_rng().offset : 0;
       dp->group().all_reduce_sum(&offset, 1);
       global_rng().offset = (uint64_t)offset;
@@ -298,7 +353,7 @@ NonFiniteError locate_non_finite(nn::Module& model, optim::LossScaler& scaler, c
       if (!m.left_out) used += m.size;
     for (int64_t index = 0; index < (int64_t)ranges.size(); ++index) {
       const MicroRange& m = ranges[index];
-      if (m.left_out) continue;
+      if (!m.runs()) continue;
       MicroBatch b;
       b.x = narrow(batch.x, 0, m.offset, m.size);
       b.y = narrow(batch.y, 0, m.offset, m.size);

@@ -2,7 +2,7 @@
 // memory predictor runs on meta tensors (shapes only), so the prediction cannot drift from the
 // trainer. Order of one step (the allocation order the predictor measures):
 //   zero grads;
-//   per micro-batch (options.accum of them, views of the step's batch):
+//   per micro-batch (options.accum of them, or batch.micro_rows's; views of the step's batch):
 //     [channels_last copy of the input]; under MemoryScope(temporary) and autocast (when
 //     options.autocast): output = model(x), loss = options.loss(output, y);  -> hooks.after_forward
 //     (a micro-batch whose loss is undefined by construction, options.loss_undefined(y), is left
@@ -19,16 +19,18 @@
 //   lr (options.lr >= 0) into every parameter group; scaler.step(optimizer step), scaler.update();
 //   hooks.on_step_end (per-step metrics; the place to save training state mid-epoch).
 // Data-parallel (options.data_parallel set, engine/train/data_parallel.h): `batch` is this rank's shard
-// of the global batch (engine/dist/shard.h; it may have no row); the rows, used rows and left-out
-// micro-batches are summed over the ranks first (one small all-reduce), each micro-batch's loss is
+// of the global batch (engine/dist/shard.h; it may have no row), with accum > 1 its shares of one
+// process's micro-batches (batch.micro_rows, some maybe empty); the rows, used rows and each micro-batch's
+// rows per rank are summed over the ranks first (one small all-reduce), each micro-batch's loss is
 // weighted m / (the global used rows), the gradients are summed over the ranks after the last
 // backward (before on_grad_ready, the finite check, clipping and the loss scaler), and the step's
 // read-back sums (loss, metric) are summed too: StepResult then describes the global batch, the same
 // on every rank. Every rank must call train_step for every step, rows or not. Each data-parallel forward
-// keys its random rows (dropout) by the rows' place in the global batch (engine/core/rng_rows.h). With
-// DataParallel::sync_batch_norm() (--sync-bn; accum must be 1) a rank without a micro-batch runs a forward
-// over its rows (maybe none) and a backward of weight 0, to join the batch-norm reductions; without it, a
-// step whose ranks may have run different forwards ends with every rank on rank 0's generator offset.
+// keys its random rows (dropout) by the rows' place in the global micro-batch (engine/core/rng_rows.h).
+// With DataParallel::sync_batch_norm() (--sync-bn; accum > 1 needs batch.micro_rows) every rank runs
+// every micro-batch that some rank runs, over its rows there (maybe none, maybe left out) with a backward
+// of weight 0 where it has no loss, to join the batch-norm reductions; without it, a step whose ranks
+// ran different forwards ends with every rank on rank 0's generator offset.
 // It must not read data on the meta device, own any state between steps, or know the CLI.
 #pragma once
 #include <cstdint>

@@ -119,7 +119,7 @@ TEST_CASE("mpi: a rank that hangs (SIGSTOP) ends the job within --dist-timeout, 
   CHECK(r.run.status != 0);
   CHECK(r.run.status != 124);  // not the test's own timeout
   CHECK(r.seconds < 4 + 40);
-  CHECK_MESSAGE(contains(r.run.output, "kiln: error: rank 0 of 2: dist: MPI_Iallreduce of 3 elements (step 7) did not "
+  CHECK_MESSAGE(contains(r.run.output, "kiln: error: rank 0 of 2: dist: MPI_Iallreduce of 5 elements (step 7) did not "
                                        "complete within 4 s: rank 1 died or hangs (--dist-timeout 4)"),
                 r.run.output);
   CHECK(leftover_ranks(out) == 0);

@@ -206,9 +206,11 @@ TEST_CASE("loader: an empty data set is one clear error") {
 
 TEST_CASE("loader: a data-parallel rank's share: its rows of every global batch, the same pixels, decoded by it alone") {
   // The whole batches (no shard) against 2 and 7 ranks' shares (7 > batch 5: two ranks get no row of a
-  // batch and still deliver it, empty). Every row a rank delivers is the row the whole batch has for that
-  // file (same augmentation: the draws follow the sample's place in the epoch, not the rank's), the ranks'
-  // shares in rank order are the whole batch, and a rank decodes (and meets the bad files of) its share only.
+  // batch and still deliver it, empty), without and with --accum 2 (a rank's rows are then its shares of
+  // the batch's 2 micro-batches of 3 and 2 rows, micro_rows counting each). Every row a rank delivers is
+  // the row the whole batch has for that file (same augmentation: the draws follow the sample's place in
+  // the epoch, not the rank's), the ranks' shares of each micro-batch in rank order are the whole batch,
+  // and a rank decodes (and meets the bad files of) its share only.
   Folder f;
   ImageDataset ds = image_folder(f.dir.path);
   ImageLoaderOptions whole_o = train_options(2);
@@ -216,44 +218,68 @@ TEST_CASE("loader: a data-parallel rank's share: its rows of every global batch,
   ImageLoader whole(ds, whole_o);
   const Collected all = run(whole, 3);
   REQUIRE(whole.batches_per_epoch() == 5);
-  for (int ranks : {2, 7}) {
-    std::vector<std::vector<std::string>> joined(5);       // per batch: the ranks' paths in rank order
-    std::vector<std::vector<std::vector<float>>> rows(5);  // per batch: the ranks' rows in that order
-    size_t decoded = 0, bad = 0;
-    for (int r = 0; r < ranks; ++r) {
-      ImageLoaderOptions o = train_options(2);
-      o.keep_empty_batches = true;
-      o.shard_rank = r;
-      o.shard_ranks = ranks;
-      ImageLoader L(ds, o);
-      L.start_epoch(3);
-      ImageBatch b;
-      size_t batches = 0;
-      while (L.next(b)) {
-        REQUIRE(b.index < 5);
-        CHECK(b.index == batches);
-        ++batches;
-        CHECK(b.n <= (ranks == 2 ? 3 : 1));  // the largest share of a batch of 5
-        const size_t per = (size_t)(b.c * b.h * b.w);
-        for (int64_t k = 0; k < b.n; ++k) {
-          joined[b.index].push_back(b.paths[(size_t)k]);
-          rows[b.index].emplace_back(b.f32() + (size_t)k * per, b.f32() + (size_t)(k + 1) * per);
+  for (int64_t accum : {1, 2})
+    for (int ranks : {2, 7}) {
+      const size_t pieces = accum == 1 ? 1 : 2;
+      // per batch, micro-batch and rank: the paths and rows delivered
+      std::vector<std::vector<std::vector<std::vector<std::string>>>> paths(
+          5, std::vector<std::vector<std::vector<std::string>>>(pieces,
+                                                                std::vector<std::vector<std::string>>((size_t)ranks)));
+      std::vector<std::vector<std::vector<std::vector<std::vector<float>>>>> rows(
+          5, std::vector<std::vector<std::vector<std::vector<float>>>>(
+                 pieces, std::vector<std::vector<std::vector<float>>>((size_t)ranks)));
+      size_t decoded = 0, bad = 0;
+      for (int r = 0; r < ranks; ++r) {
+        ImageLoaderOptions o = train_options(2);
+        o.keep_empty_batches = true;
+        o.shard_rank = r;
+        o.shard_ranks = ranks;
+        o.shard_accum = accum;
+        ImageLoader L(ds, o);
+        L.start_epoch(3);
+        ImageBatch b;
+        size_t batches = 0;
+        while (L.next(b)) {
+          REQUIRE(b.index < 5);
+          CHECK(b.index == batches);
+          ++batches;
+          CHECK(b.n <= (ranks == 2 ? 3 : accum == 1 ? 1 : 2));  // the largest share of a batch of 5
+          std::vector<int64_t> micro = b.micro_rows;
+          if (accum == 1) {
+            CHECK(micro.empty());
+            micro = {b.n};
+          }
+          REQUIRE(micro.size() == pieces);  // a share of every micro-batch, maybe empty
+          const size_t per = (size_t)(b.c * b.h * b.w);
+          int64_t k = 0;
+          for (size_t m = 0; m < pieces; ++m)
+            for (int64_t i = 0; i < micro[m]; ++i, ++k) {
+              paths[b.index][m][(size_t)r].push_back(b.paths[(size_t)k]);
+              rows[b.index][m][(size_t)r].emplace_back(b.f32() + (size_t)k * per, b.f32() + (size_t)(k + 1) * per);
+            }
+          CHECK(k == b.n);
         }
+        CHECK(batches == 5);  // every global batch, empty shares included
+        decoded += L.samples_done();
+        bad += L.bad_count();
       }
-      CHECK(batches == 5);  // every global batch, empty shares included
-      decoded += L.samples_done();
-      bad += L.bad_count();
+      CHECK(decoded == 25);  // each sample decoded by one rank only
+      CHECK(bad == 2);
+      for (size_t b = 0; b < 5; ++b) {
+        std::vector<std::string> joined;
+        std::vector<std::vector<float>> joined_rows;
+        for (size_t m = 0; m < pieces; ++m)
+          for (int r = 0; r < ranks; ++r) {
+            joined.insert(joined.end(), paths[b][m][(size_t)r].begin(), paths[b][m][(size_t)r].end());
+            joined_rows.insert(joined_rows.end(), rows[b][m][(size_t)r].begin(), rows[b][m][(size_t)r].end());
+          }
+        CHECK_MESSAGE(joined == all.paths[b], ranks, " ranks, accum ", accum, ", batch ", b);
+        REQUIRE(joined_rows.size() == all.paths[b].size());
+        const size_t per = all.data[b].size() / std::max<size_t>(1, all.paths[b].size());
+        for (size_t k = 0; k < joined_rows.size(); ++k)
+          CHECK_MESSAGE(std::vector<float>(all.data[b].begin() + (long)(k * per),
+                                           all.data[b].begin() + (long)((k + 1) * per)) == joined_rows[k],
+                        ranks, " ranks, accum ", accum, ", batch ", b, " row ", k);
+      }
     }
-    CHECK(decoded == 25);  // each sample decoded by one rank only
-    CHECK(bad == 2);
-    for (size_t b = 0; b < 5; ++b) {
-      CHECK_MESSAGE(joined[b] == all.paths[b], ranks, " ranks, batch ", b);
-      REQUIRE(rows[b].size() == all.paths[b].size());
-      const size_t per = all.data[b].size() / std::max<size_t>(1, all.paths[b].size());
-      for (size_t k = 0; k < rows[b].size(); ++k)
-        CHECK_MESSAGE(std::vector<float>(all.data[b].begin() + (long)(k * per), all.data[b].begin() + (long)((k + 1) * per)) ==
-                          rows[b][k],
-                      ranks, " ranks, batch ", b, " row ", k);
-    }
-  }
 }

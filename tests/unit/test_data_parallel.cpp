@@ -95,6 +95,45 @@ TEST_CASE("data-parallel: shard_range splits a global batch into disjoint, cover
   CHECK_THROWS_AS(shard_range(4, 0, 0), kiln::Error);
 }
 
+TEST_CASE("data-parallel: with accumulation a rank's pieces are its shares of one process's micro-batches") {
+  using kiln::dist::micro_batch_ranges;
+  using kiln::dist::shard_pieces;
+  // one process's micro-batches: ceil(rows / accum) rows each, the last shorter, fewer than accum when
+  // they run out (9 rows in 4: 3, 3, 3)
+  auto rows_of = [](const std::vector<ShardRange>& v) {
+    std::vector<int64_t> out;
+    for (const ShardRange& r : v) out.push_back(r.rows);
+    return out;
+  };
+  CHECK(rows_of(micro_batch_ranges(10, 4)) == std::vector<int64_t>{3, 3, 3, 1});
+  CHECK(rows_of(micro_batch_ranges(9, 4)) == std::vector<int64_t>{3, 3, 3});
+  CHECK(rows_of(micro_batch_ranges(2, 4)) == std::vector<int64_t>{1, 1});
+  CHECK(micro_batch_ranges(0, 3).empty());
+  CHECK_THROWS_AS(micro_batch_ranges(4, 0), kiln::Error);
+  // 16 rows, 2 ranks, accum 2: rank 0 takes rows 0-3 and 8-11, rank 1 rows 4-7 and 12-15
+  CHECK(shard_pieces(16, 0, 2, 2)[1].offset == 8);
+  CHECK(shard_pieces(16, 1, 2, 2)[0].offset == 4);
+  for (int ranks = 1; ranks <= 4; ++ranks)
+    for (int64_t accum = 1; accum <= 5; ++accum)
+      for (int64_t rows = 0; rows <= 19; ++rows) {
+        const std::vector<ShardRange> micro = micro_batch_ranges(rows, accum);
+        std::vector<int> seen((size_t)rows, 0);
+        for (int r = 0; r < ranks; ++r) {
+          const std::vector<ShardRange> pieces = shard_pieces(rows, r, ranks, accum);
+          REQUIRE(pieces.size() == micro.size());  // every rank has every micro-batch, maybe empty
+          for (size_t k = 0; k < pieces.size(); ++k) {
+            CHECK(pieces[k].offset >= micro[k].offset);  // inside micro-batch k
+            CHECK(pieces[k].offset + pieces[k].rows <= micro[k].offset + micro[k].rows);
+            CHECK(pieces[k].rows == shard_range(micro[k].rows, r, ranks).rows);
+            for (int64_t i = pieces[k].offset; i < pieces[k].offset + pieces[k].rows; ++i) ++seen[(size_t)i];
+          }
+          // accum 1: the one shard of shard_range
+          if (accum == 1 && rows > 0) CHECK(pieces[0].offset == shard_range(rows, r, ranks).offset);
+        }
+        for (int64_t i = 0; i < rows; ++i) CHECK(seen[(size_t)i] == 1);  // every row once, on one rank
+      }
+}
+
 TEST_CASE("data-parallel: the loss weights of the shards add up to one process's mean over the global batch") {
   // Per-sample losses l_i of a global batch; rank r's loss is the mean of its rows weighted rows_r / rows,
   // so the sum over ranks is the global mean (what train_step does with m / global used rows).
