@@ -109,6 +109,11 @@ int64_t BucketedImageSource::start_epoch(int64_t epoch, int64_t, bool train) {
     }
     lo.on_bad_sample = [](const std::string&, const std::string&) {};  // reported from the main thread
     lo.keep_empty_batches = train;  // a step of the plan even when all of its samples were bad
+    if (train) {
+      lo.shard_rank = rank_;
+      lo.shard_ranks = ranks_;
+      lo.shard_accum = accum_;
+    }
     lo.plan = [this](uint64_t) {
       std::vector<PlannedBatch> v;
       v.reserve(plan_.size());
@@ -136,6 +141,14 @@ int64_t BucketedImageSource::start_epoch(int64_t epoch, int64_t, bool train) {
   epoch_ = epoch;
   loader_->start_epoch((uint64_t)epoch);
   return (int64_t)plan_.size();
+}
+
+bool BucketedImageSource::shard(int rank, int ranks, int64_t accum) {
+  rank_ = rank;
+  ranks_ = ranks;
+  accum_ = accum;
+  loader_.reset();  // the next start_epoch makes a loader with the shard
+  return true;
 }
 
 void BucketedImageSource::skip_batches(int64_t n) {
@@ -169,6 +182,7 @@ bool BucketedImageSource::next(SourceBatch* out) {
     out->y = device_.is_cpu() ? y : to_device(y, device_);
   }
   out->indices.assign(ib.indices.begin(), ib.indices.end());
+  out->micro_rows = ib.micro_rows;
   return true;
 }
 

@@ -56,6 +56,9 @@ class BucketedImageSource : public DataSource {
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override;
   bool next(SourceBatch* out) override;
   void skip_batches(int64_t n) override;
+  // Data-parallel: each planned batch is a global batch; this rank decodes and delivers its share
+  // (ImageLoader's shard; --batch-memory refuses --accum, so accum is 1).
+  bool shard(int rank, int ranks, int64_t accum) override;
   std::vector<std::string> take_bad_reports() override;
   int64_t bad_count() const override { return (int64_t)reported_.size(); }
 
@@ -72,6 +75,8 @@ class BucketedImageSource : public DataSource {
   std::unique_ptr<ImageLoader> loader_;
   bool train_ = false, pinned_ = false;
   int64_t epoch_ = 0;
+  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each planned batch
+  int64_t accum_ = 1;
   size_t current_bucket_ = 0;
   std::set<std::string> reported_;
   std::vector<std::string> pending_;

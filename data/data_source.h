@@ -43,7 +43,7 @@ class DataSource {
   // The next batch (bad samples left out, so it may be smaller); false at the end of the epoch.
   virtual bool next(SourceBatch* out) = 0;
   // Data-parallel: from now on, deliver only rank `rank`'s rows of each training batch (the global batch
-  // that start_epoch's `batch` names, split by engine/dist/shard.h's shard_pieces for `accum` micro-batches,
+  // that start_epoch's `batch` names, or a planned one, split by engine/dist/shard.h's shard_pieces for `accum` micro-batches,
   // with SourceBatch::micro_rows when accum > 1), so a rank reads only its shard. Returns false when the
   // source cannot (the default): the trainer then cuts each global batch itself.
   virtual bool shard(int rank, int ranks, int64_t accum) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "engine/autograd/grad_mode.h"
+#include "engine/dist/shard.h"
 #include "engine/memory/alloc_config.h"
 #include "engine/memory/caching_allocator.h"
 #include "engine/nn/init.h"
@@ -123,6 +124,10 @@ BatchMemoryRun::BatchMemoryRun(const TrainConfig& c, int64_t num_classes, Bucket
   mc.in_channels = train.channels();
   mc.num_classes = num_classes;
   mc.recompute = segments;
+  // Data-parallel: the budget is each rank's; a rank's batch is searched (its prediction counts the
+  // gradient buckets) and the planned global batch is that times the ranks.
+  ranks_ = (int)std::max<int64_t>(1, c.ranks);
+  mc.ranks = ranks_;
   // Predictions cached per (size, batch): the search's probes, the buckets' short last batches.
   std::map<std::pair<int, int64_t>, MemPrediction> cache;
   auto predict = [&](int size, int64_t batch) -> const MemPrediction& {
@@ -154,6 +159,7 @@ BatchMemoryRun::BatchMemoryRun(const TrainConfig& c, int64_t num_classes, Bucket
     if (val)
       for (const SizeBucket& b : val->buckets())
         if (b.size == s) cap = std::max<int64_t>(cap, (int64_t)b.members.size());
+    cap = std::max<int64_t>(1, (cap + ranks_ - 1) / ranks_);  // per rank
     // First guess: peak allocated is close to affine in the batch (bytes per sample from batch 1
     // and 2); the search then settles the exact answer on the meta device.
     int64_t guess = 1;
@@ -168,10 +174,11 @@ BatchMemoryRun::BatchMemoryRun(const TrainConfig& c, int64_t num_classes, Bucket
     batch_of[s] = batch;
   }
   std::vector<int64_t> batches;
-  for (const SizeBucket& b : train.buckets()) batches.push_back(batch_of[b.size]);
+  for (const SizeBucket& b : train.buckets()) batches.push_back(batch_of[b.size] * ranks_);
   train.set_batches(batches);
   if (val) {
-    // Evaluation needs less than a training step (no gradients, no saved activations): the same batches fit.
+    // Evaluation needs less than a training step (no gradients, no saved activations): the same batches fit
+    // (a rank's: validation runs on rank 0 alone).
     std::vector<int64_t> vb;
     for (const SizeBucket& b : val->buckets()) vb.push_back(batch_of[b.size]);
     val->set_batches(vb);
@@ -179,23 +186,28 @@ BatchMemoryRun::BatchMemoryRun(const TrainConfig& c, int64_t num_classes, Bucket
 
   log << "batch-memory: budget " << human(budget_) << " for each step's predicted peak allocated bytes (meta-device "
       << "runs of the training step; reserved shown beside); lr rule: the loss is the mean over each batch's samples "
-      << "and --lr " << c.lr << " is used for every batch size (not scaled with the batch)\n";
+      << "and --lr " << c.lr << " is used for every batch size (not scaled with the batch)"
+      << (ranks_ > 1 ? str_cat("; the budget and batches are each rank's, ", ranks_, " ranks per step") : "") << "\n";
   const int64_t capacity = device_budget(device);
   for (const SizeBucket& b : train.buckets()) {
     BucketMemory m;
     m.size = b.size;
     m.images = (int64_t)b.members.size();
-    m.batch = b.batch;
-    const MemPrediction& p = predict(b.size, b.batch);
+    m.batch = b.batch / ranks_;
+    const MemPrediction& p = predict(b.size, m.batch);
     m.predicted_first = p.first.allocated;
     m.predicted_steady = p.steady.allocated;
     m.predicted_reserved = p.peak_reserved;
     // The bucket's short last batch, predicted now (before the real model exists: on a simulated
     // device the meta run's throwaway model shares its memory).
-    if (m.images % m.batch) predict(b.size, m.images % m.batch);
+    // Data-parallel: rank 0's share of it (the first ranks take the extra rows), the rank that reports.
+    if (b.members.size() % (size_t)b.batch)
+      predict(b.size, dist::shard_range((int64_t)(b.members.size() % (size_t)b.batch), 0, ranks_).rows);
     log << "batch-memory: " << b.size << "x" << b.size << " px: " << m.images << " images, batch " << m.batch
-        << " (" << (m.images + m.batch - 1) / m.batch << " steps/epoch), predicted peak allocated "
-        << human(p.peak_allocated) << ", reserved " << human(p.peak_reserved) << "\n";
+        << (ranks_ > 1 ? str_cat(" per rank (", b.batch, " per step)") : "") << " ("
+        << (m.images + b.batch - 1) / b.batch << " steps/epoch), predicted peak allocated "
+        << (ranks_ > 1 ? "per rank " : "") << human(p.peak_allocated) << ", reserved " << human(p.peak_reserved)
+        << "\n";
     if (p.peak_reserved > capacity)
       log << "warning: --batch-memory: the " << b.size << " px batches' predicted peak reserved "
           << human(p.peak_reserved) << " exceeds the device's " << human(capacity)
@@ -212,10 +224,11 @@ void BatchMemoryRun::after_step(const train::FitStep& fs) {
   const size_t k = train_.current_bucket();
   if (k >= buckets_.size() || !fs.result) return;
   BucketMemory& m = buckets_[k];
-  const int64_t n = fs.result->used_samples;
-  last_samples_ = n;
+  last_samples_ = fs.result->used_samples;  // the step's (global) batch
   last_size_ = m.size;
-  ++samples_per_step_[n];
+  ++samples_per_step_[last_samples_];
+  // This rank's rows (what its prediction is for); none when the step's loss was left out (no forward).
+  const int64_t n = fs.result->undefined ? 0 : fs.rows;
   const int64_t peak = peak_memory_bytes(device_);
   int64_t reserved = -1;
   if (CachingAllocator* a = caching_allocator_for(device_)) reserved = a->stats().total.reserved.peak;
@@ -266,6 +279,7 @@ nlohmann::json BatchMemoryRun::to_json() const {
   j["rule"] = str_cat("size buckets: shorter side rounded down to a multiple of ", kBucketMultiple,
                       " px; per bucket the largest batch whose predicted peak allocated fits the budget");
   j["lr_rule"] = "loss = mean over each batch's samples; lr not scaled with the batch";
+  j["ranks"] = ranks_;  // > 1: the budget, batches and peaks are each rank's (rank 0's measured)
   j["buckets"] = nlohmann::json::array();
   for (const BucketMemory& m : buckets_)
     j["buckets"].push_back({{"size", m.size},

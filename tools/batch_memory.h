@@ -8,7 +8,9 @@
 // Refused before training, with one error each: a model that does not take every bucket size
 // (fixed-size classifiers: small_cnn, a model file whose linear layer is sized for one input), one
 // image of a bucket that alone does not fit the budget (naming the size and the budget), --accum,
-// --drop-last, --checkpoint auto, and non-image data.
+// --drop-last, --checkpoint auto, and non-image data. Data-parallel (TrainConfig::ranks > 1): the budget
+// is each rank's, the search finds a rank's batch (its prediction counts the gradient buckets), the
+// planned batch of a step is that times the ranks, and each rank decodes its share.
 // Learning-rate rule: the loss is the mean over each batch's samples (as with --batch), and --lr is
 // used as given for every batch size (not scaled with the batch); printed at the start.
 // During training it measures each step's peak allocated bytes (the peak counters are reset before
@@ -36,7 +38,7 @@ namespace kiln {
 struct BucketMemory {
   int size = 0;
   int64_t images = 0;           // training images in the bucket
-  int64_t batch = 0;            // samples per step (the epoch's last batch of the bucket may be shorter)
+  int64_t batch = 0;            // samples per step and rank (the epoch's last batch of the bucket may be shorter)
   int64_t predicted_first = 0;  // peak allocated of the run's first step (no optimizer state yet)
   int64_t predicted_steady = 0; // peak allocated of a later step
   int64_t predicted_reserved = 0;
@@ -73,6 +75,7 @@ class BatchMemoryRun {
   BucketedImageSource& train_;
   Device device_;
   int64_t budget_ = 0;
+  int ranks_ = 1;  // data-parallel ranks: the budget and BucketMemory::batch are each rank's
   std::vector<BucketMemory> buckets_;
   std::map<int64_t, int64_t> samples_per_step_;  // samples -> steps
   int64_t steps_ = 0, epoch_peak_ = -1, taken_peak_ = -1, first_step_peak_ = -1, last_samples_ = 0;

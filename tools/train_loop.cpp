@@ -167,6 +167,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& log, std::ostream& 
   TrainConfig with_ranks = c;
   with_ranks.ranks = group.size();
   check_rank_launch(with_ranks, group);  // tools/train_ranks.h
+  with_ranks.device = rank_device(c.device, group);  // one GPU per rank
   if (group.rank() != 0) {
     std::ostream& nothing = null_stream();
     return run_training_started(silent_rank_config(with_ranks), nothing, nothing, false, {}, &ledger_started);
@@ -335,8 +336,12 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
   }
   std::unique_ptr<train::DataParallel> data_parallel;
   if (ranks > 1) {
-    KILN_USAGE_CHECK(c.batch_memory.empty(), "train: --batch-memory is not supported with ", ranks,
-                     " ranks yet (data-parallel training needs batches of --batch rows per rank)");
+    if (batch_memory) {  // every rank planned its batches from its own meta runs: they must agree
+      int64_t mine = 0, place = 0;
+      for (const BucketMemory& b : batch_memory->buckets()) mine += ++place * b.batch;
+      KILN_CHECK(group.sum(mine) == mine * ranks, "train: --batch-memory: the ranks planned different batches "
+                 "(rank ", group.rank(), "'s: a different device budget or build?)");
+    }
     train::DataParallelOptions dpo;
     dpo.bucket_bytes = std::max<int64_t>(1, std::llround(c.bucket_mb * (1 << 20)));
     dpo.first_bucket_bytes = std::min<int64_t>(dpo.bucket_bytes, 1 << 20);
@@ -344,8 +349,10 @@ TrainResult run_training_started(const TrainConfig& c, std::ostream& log, std::o
     data_parallel = std::make_unique<train::DataParallel>(group, *model, dpo);
     data_parallel->set_steps_done(step);
     data_parallel->broadcast_state(0);  // rank 0's weights and buffers (fresh, --init or --resume) everywhere
-    log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), batch " << c.batch << " per rank, "
-        << global_batch << " per step; gradients all-reduced in " << data_parallel->buckets().size()
+    log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), "
+        << (batch_memory ? std::string("batches of each size bucket per rank by --batch-memory (above)")
+                         : str_cat("batch ", c.batch, " per rank, ", global_batch, " per step"))
+        << "; gradients all-reduced in " << data_parallel->buckets().size()
         << " buckets of up to " << c.bucket_mb << " MiB"
         << (data_parallel->overlaps() ? ", during backward" : ", after backward") << "\n";
     if (c.sync_bn) {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/devices.h"
 #include "engine/core/error.h"
 
 namespace kiln {
@@ -66,6 +67,19 @@ void check_rank_launch(const TrainConfig& c, dist::ProcessGroup& group) {
                         "(KILN_MPI=OFF or no MPI library at build time): each rank would train alone and write the ",
                         "same files; rebuild with libopenmpi-dev installed, or run without mpirun"));
   if (group.size() > 1) check_same_flags(c, group);
+}
+
+std::string rank_device(const std::string& spec, dist::ProcessGroup& group) {
+  if (group.size() == 1 || (spec != "cuda" && spec != "auto")) return spec;
+  const DeviceReport r = query_devices();
+  if (r.gpus.empty()) return spec;  // auto: the CPU; cuda: resolve_device names why there is no GPU
+  int64_t local = group.rank();
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) {
+      local = std::atoll(v);
+      break;
+    }
+  return str_cat("cuda:", local % (int64_t)r.gpus.size());
 }
 
 TrainConfig silent_rank_config(const TrainConfig& c) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "engine/dist/process_group.h"
 #include "tools/train_config.h"
@@ -17,6 +18,12 @@ int64_t launcher_ranks();
 // no MPI (each rank would train alone on the same files), or when the training flags differ from rank 0's
 // (output paths, --threads and --device may differ; the error names the flags).
 void check_rank_launch(const TrainConfig& c, dist::ProcessGroup& group);
+
+// The device a rank trains on: one GPU per process, so `--device cuda` (or auto, finding GPUs) without an
+// index becomes cuda:(the rank's local rank on its node, modulo the GPUs visible) when the group has more
+// than one rank (local rank: OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID, else the rank);
+// an explicit cuda:N, cpu, or one process: `spec` unchanged.
+std::string rank_device(const std::string& spec, dist::ProcessGroup& group);
 
 // `c` for a rank other than 0: no ledger, state files, --save, reports, memory snapshots or traces.
 TrainConfig silent_rank_config(const TrainConfig& c);

@@ -108,10 +108,12 @@ DataParallel::DataParallel(dist::ProcessGroup& group, nn::Module& model, DataPar
     }
     meta_ = dev.is_meta();
     if (dev.is_cuda()) device_ = std::make_unique<DeviceBuckets>(group_, dev);
-    // Overlap needs host buckets (MPI) and a group that takes calls from the communication thread.
-    overlap_ = o.overlap && dev.is_cpu() && group_.allows_other_threads();
+    // Overlap: host buckets (MPI) on a communication thread, which the group must allow; CUDA buckets
+    // (NCCL) are queued from backward's hook on the communicator's stream, no thread needed.
+    comm_thread_ = o.overlap && dev.is_cpu() && group_.allows_other_threads();
+    overlap_ = comm_thread_ || (o.overlap && dev.is_cuda());
   }
-  if (overlap_) comm_ = std::thread([this] { comm_loop(); });
+  if (comm_thread_) comm_ = std::thread([this] { comm_loop(); });
   begin_step();
 }
 
@@ -202,7 +204,7 @@ double DataParallel::reduce(size_t b) {
 
 void DataParallel::begin_step() {
   // A step that ended early (an exception in backward) may have left buckets in flight: let them land.
-  if (overlap_) {
+  if (comm_thread_) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == next_start_; });
     done_ = 0;
@@ -264,7 +266,7 @@ void DataParallel::pack(size_t bi) {
 void DataParallel::start(size_t bi) {
   pack(bi);
   next_start_ = bi + 1;
-  if (!overlap_) {
+  if (!comm_thread_) {  // in place, or (CUDA) queued on the communicator's stream
     step_all_reduce_s_ += reduce(bi);
     return;
   }
@@ -302,10 +304,12 @@ void DataParallel::all_reduce_gradients() {
   const auto t_wait = std::chrono::steady_clock::now();
   double all_reduce_s = 0;
   // What backward did not start (a rank without rows, unused parameters, no overlap): in bucket order.
-  // CUDA buckets: NCCL in compute-stream order (no overlap with backward yet); their host time is the
-  // queueing only, the device's share is not measured here.
+  // CUDA buckets: NCCL on its stream, those started in backward beside backward's kernels; the compute
+  // stream waits for them all from here on (device_->finish). Their host time is the queueing only, the
+  // device's share is not measured here.
   while (next_start_ < buckets_.size()) start(next_start_);
-  if (overlap_) {
+  if (device_) device_->finish();
+  if (comm_thread_) {
     UrgentGuard urgent(group_);  // backward is over: the communication thread polls without sleeping
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == buckets_.size(); });
@@ -332,7 +336,7 @@ void DataParallel::all_reduce_gradients() {
 void DataParallel::all_reduce_in_order(double* data, int64_t n) {
   if (group_.size() == 1) return;
   UrgentGuard urgent(group_);  // the training thread waits: no sleeping polls
-  if (overlap_) {  // let the buckets already queued land first: one thread in MPI at a time, same order everywhere
+  if (comm_thread_) {  // let the buckets already queued land first: one thread in MPI at a time, same order everywhere
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == next_start_; });
   }

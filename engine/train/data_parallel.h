@@ -17,12 +17,13 @@
 // - Devices: CPU buckets go through the group's (MPI) all-reduce; CUDA buckets through NCCL
 //   (device_buckets.h, never run on a GPU); meta buckets (the memory predictor, over an imitated group)
 //   hold no values and are only allocated, so a prediction makes the allocations of a real rank.
-// - Overlap (options.overlap, a CPU model and a group that allows calls from another thread): during
+// - Overlap (options.overlap; a CPU model needs a group that allows calls from another thread): during
 //   the step's last backward, backward_hook() sees each parameter's gradient completed
 //   (engine/autograd/grad_hook.h); when a bucket is complete (and every bucket before it started) it is
-//   flagged on the backward's thread and its all-reduce runs on a communication thread while backward
-//   goes on. all_reduce_gradients() then starts what is left (in order), waits, and defines the gradients
-//   that only other ranks had. Without overlap it does all of it after backward.
+//   flagged on the backward's thread and its all-reduce runs on a communication thread (CPU) or is queued
+//   on NCCL's stream after the compute stream's work so far (CUDA, never run) while backward goes on.
+//   all_reduce_gradients() then starts what is left (in order), waits (CUDA: the compute stream waits),
+//   and defines the gradients that only other ranks had. Without overlap it does all of it after backward.
 // - Times (comm_times()): per step, how long the training thread waited after backward for the
 //   all-reduces (the communication backward did not hide) and how long the all-reduce calls took in all.
 // - Timeout: the group's (ProcessGroup::set_timeout); a bucket's all-reduce past it is an Error naming the
@@ -56,7 +57,7 @@ namespace kiln::train {
 struct DataParallelOptions {
   int64_t bucket_bytes = 25ll << 20;       // PyTorch DDP's default bucket_cap_mb = 25
   int64_t first_bucket_bytes = 1ll << 20;  // a small first bucket, so the first all-reduce starts early
-  bool overlap = true;                     // all-reduce during backward on a communication thread (CPU models)
+  bool overlap = true;                     // all-reduce during backward (CPU: a communication thread; CUDA: NCCL's stream)
 };
 
 // Bucket plan over gradient sizes in bytes, given in bucket order (reverse registration order):
@@ -133,7 +134,8 @@ class DataParallel {
 
   dist::ProcessGroup& group_;
   nn::Module& model_;
-  bool overlap_ = false;
+  bool overlap_ = false;      // buckets start during backward (CPU: on comm_; CUDA: NCCL's stream)
+  bool comm_thread_ = false;  // host buckets: MPI on the communication thread comm_
   std::vector<Tensor> params_;        // model.parameters(), registration order
   std::vector<Bucket> buckets_;
   std::vector<Tensor> buffers_;            // bucket k: (numel_k + P_k,) f32 (none with one rank)

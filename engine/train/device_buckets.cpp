@@ -25,9 +25,11 @@ void DeviceBuckets::all_reduce(Tensor& bucket, size_t index) {
   KILN_CHECK(bucket.device().is_cuda() && bucket.dtype() == DType::f32 && bucket.is_contiguous(),
              "data-parallel: NCCL all-reduce of bucket ", index + 1, " needs a contiguous f32 CUDA tensor, got ",
              bucket.str());
-  comm_->all_reduce_sum(bucket.data<float>(), bucket.numel(), str_cat("data-parallel bucket ", index + 1));
+  comm_->all_reduce_sum(bucket.data<float>(), bucket.numel(), str_cat("data-parallel bucket ", index + 1), false);
   bucket.bump_version();
 }
+
+void DeviceBuckets::finish() { comm_->compute_waits("data-parallel gradient buckets"); }
 
 #else  // no CUDA backend: no device has parameters, so nothing constructs this
 
@@ -42,6 +44,7 @@ DeviceBuckets::DeviceBuckets(dist::ProcessGroup&, Device) {
 }
 DeviceBuckets::~DeviceBuckets() = default;
 void DeviceBuckets::all_reduce(Tensor&, size_t) {}
+void DeviceBuckets::finish() {}
 
 #endif
 

@@ -86,8 +86,6 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
   const int64_t planned = train.planned_steps_per_epoch();  // a source that sizes its own batches
   DataParallel* const dp = o.step.data_parallel;
   const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
-  KILN_CHECK(ranks == 1 || planned == 0, "fit: data-parallel training of ", train.source(),
-             ", a source that plans its own batches (--batch-memory), is not supported yet");
   const int64_t global_batch = dist::global_batch(o.batch, ranks);  // o.batch with one process
   const int64_t per_epoch = planned > 0 ? planned : steps_per_epoch(train.size(), global_batch, o.drop_last);
   KILN_CHECK(per_epoch >= 1, "fit: ", train.source(), " has ", train.size(), " samples, fewer than one batch of ",
@@ -147,6 +145,7 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       fs.step_in_epoch = s;
       fs.global_step = step;
       fs.steps_per_epoch = per_epoch;
+      fs.rows = batch.x.size(0);
       if (o.lr_at) so.lr = o.lr_at(step, per_epoch, total_steps);
       // A short last batch of fewer rows than micro-batches: one row per micro-batch.
       so.accum = std::max<int64_t>(1, std::min<int64_t>(o.step.accum, batch.x.size(0)));

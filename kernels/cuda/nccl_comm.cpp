@@ -68,7 +68,7 @@ NcclComm::~NcclComm() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void NcclComm::all_reduce_sum(float* data, int64_t n, const std::string& what) {
+void NcclComm::all_reduce_sum(float* data, int64_t n, const std::string& what, bool compute_waits) {
   if (n == 0) return;
   DeviceGuard guard(dev_);
   const std::string w = str_cat(what, ": NCCL all-reduce of ", n, " f32 on cuda:", dev_, " (rank ", rank_, " of ",
@@ -77,8 +77,15 @@ void NcclComm::all_reduce_sum(float* data, int64_t n, const std::string& what) {
   KILN_CUDA_CHECK(cudaEventRecord(compute_done_, compute), w);
   KILN_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0), w);
   nccl_check(ncclAllReduce(data, data, (size_t)n, ncclFloat32, ncclSum, as_comm(comm_), stream_), "ncclAllReduce", w);
+  if (!compute_waits) return;
   KILN_CUDA_CHECK(cudaEventRecord(comm_done_, stream_), w);
   KILN_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_done_, 0), w);
+}
+
+void NcclComm::compute_waits(const std::string& what) {
+  DeviceGuard guard(dev_);
+  KILN_CUDA_CHECK(cudaEventRecord(comm_done_, stream_), what);
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(dev_), comm_done_, 0), what);
 }
 
 void NcclComm::wait(const std::string& what) {
@@ -102,7 +109,8 @@ std::string nccl_version() { return "no NCCL in this build"; }
 NcclId make_nccl_id() { no_nccl("make_nccl_id"); }
 NcclComm::NcclComm(int, int, const NcclId&, int) { no_nccl("NcclComm"); }
 NcclComm::~NcclComm() = default;
-void NcclComm::all_reduce_sum(float*, int64_t, const std::string&) { no_nccl("NcclComm::all_reduce_sum"); }
+void NcclComm::all_reduce_sum(float*, int64_t, const std::string&, bool) { no_nccl("NcclComm::all_reduce_sum"); }
+void NcclComm::compute_waits(const std::string&) { no_nccl("NcclComm::compute_waits"); }
 void NcclComm::wait(const std::string&) { no_nccl("NcclComm::wait"); }
 
 #endif

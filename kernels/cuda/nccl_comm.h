@@ -36,9 +36,13 @@ class NcclComm {
   int device() const { return dev_; }
   cudaStream_t stream() const { return stream_; }
   // In place: data (n f32 elements on this device) summed over the ranks. Ordered after everything
-  // queued on the device's compute stream so far; the compute stream's later work waits for it.
+  // queued on the device's compute stream so far; the compute stream's later work waits for it, or,
+  // with compute_waits false, only from the next compute_waits() on (so backward's remaining kernels run
+  // beside the collective; the caller must not touch `data` on the compute stream before that).
   // `what` names the caller in errors (e.g. "data-parallel bucket 3").
-  void all_reduce_sum(float* data, int64_t n, const std::string& what);
+  void all_reduce_sum(float* data, int64_t n, const std::string& what, bool compute_waits = true);
+  // The compute stream's later work waits for every collective queued so far (host never blocks).
+  void compute_waits(const std::string& what);
   // Blocks the host until the communicator's queued work is done; throws on an asynchronous NCCL
   // error (a peer that died) with `what` in the message.
   void wait(const std::string& what);

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/core/devices.h"
 #include "engine/dist/process_group.h"
 #include "engine/io/safetensors.h"
 #include "support/cli/image_folder.h"
@@ -441,4 +442,80 @@ TEST_CASE("mpi: --sync-bn and dropout keyed by global rows: small_cnn, 2 ranks a
             rel, " (", worst, ")");
     CHECK(rel <= 1e-5);
   }
+}
+
+TEST_CASE("mpi: --batch-memory on 2 ranks: each rank's batch sized to the budget, the step's batch the ranks' shares, measured = predicted per rank") {
+  // Images of 64, 96 and 128 px (resnet18): each rank searches its own batch per size bucket on the
+  // meta device (its prediction counts the gradient buckets), a step plans that times 2 and each rank
+  // decodes its share; every step's peak (rank 0's) stays within the budget and equals its prediction.
+  if (!kiln_test::mpi_can_run()) return;
+  const Setup& s = setup();
+  const std::string root = s.dir + "/mixed", out = s.dir + "/mixed_out";
+  uint32_t state = 5;
+  int64_t images = 0;
+  for (int k = 0; k < 2; ++k) {
+    const fs::path dir = fs::path(root) / ("class" + std::to_string(k));
+    fs::create_directories(dir);
+    int i = 0;
+    for (int size : {64, 96, 128})
+      for (int n = 0; n < (size == 64 ? 15 : size == 96 ? 6 : 3); ++n, ++images)
+        kiln::write_jpeg((dir / (std::to_string(i++) + ".jpg")).string(), kiln_test::class_image(k, 2, size, 3, &state),
+                         90);
+  }
+  auto r = run_mpi(2, "train --model resnet18 --data " + root + " --batch-memory 150M --epochs 1 --optimizer sgd "
+                      "--lr 0.05 --momentum 0.9 --seed 3 --threads 1 --workers 1 --device cpu --out " + out);
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  CHECK(contains(r.output, "the budget and batches are each rank's, 2 ranks per step"));
+  CHECK(contains(r.output, "batches of each size bucket per rank by --batch-memory"));
+  const nlohmann::json j = kiln_test::last_ledger_line(out + "/runs.jsonl");
+  REQUIRE_MESSAGE(j.contains("batch_memory"), j.dump());
+  const nlohmann::json& bm = j["batch_memory"];
+  CHECK(bm["ranks"].get<int>() == 2);
+  CHECK(bm["max_measured_minus_budget"].get<int64_t>() <= 0);
+  CHECK(bm["steps_compared"].get<int64_t>() > 0);
+  CHECK(std::abs(bm["measured_vs_predicted_max"].get<double>()) <= 0.02);
+  CHECK(std::abs(bm["measured_vs_predicted_min"].get<double>()) <= 0.02);
+  // The steps of the epoch: per bucket ceil(images / (2 x a rank's batch)); the samples per step are
+  // global batches (2 x a rank's batch, or a bucket's short last one): they add up to the epoch.
+  int64_t steps = 0, per_step_total = 0, steps_listed = 0;
+  for (const nlohmann::json& b : bm["buckets"]) {
+    const int64_t batch = b["batch"].get<int64_t>(), n = b["images"].get<int64_t>();
+    CHECK(batch >= 1);
+    steps += (n + 2 * batch - 1) / (2 * batch);
+  }
+  for (const auto& [samples, count] : bm["samples_per_step"].items()) {
+    per_step_total += std::stoll(samples) * count.get<int64_t>();
+    steps_listed += count.get<int64_t>();
+  }
+  CHECK(bm["steps"].get<int64_t>() == steps);
+  CHECK(steps_listed == steps);
+  CHECK(per_step_total == images);
+}
+
+TEST_CASE("mpi: 2 ranks on 2 GPUs (NCCL buckets during backward) train the weights of 1 process at batch 16 on one GPU") {
+  // One process per GPU: `--device cuda` on rank r is cuda:r (tools/train_ranks.h's rank_device); the
+  // gradient buckets are CUDA tensors summed by NCCL on its own stream, started during backward. Runs only
+  // where two GPUs are visible (tools/gpu-check's "nccl 2 GPUs" row); NEVER RUN: no such machine yet.
+  if (!kiln_test::mpi_can_run()) return;
+  const size_t gpus = kiln::query_devices().gpus.size();
+  if (gpus < 2) {
+    MESSAGE("skipped: needs two GPUs (", gpus, " visible): multi-GPU data-parallel stays unverified");
+    return;
+  }
+  const Setup& s = setup();
+  auto args = [&](const std::string& out, int batch, const std::string& device) {
+    return "train --model " + s.net + " --data " + s.data + " --epochs 8 --batch " + std::to_string(batch) +
+           " --optimizer sgd --lr 0.05 --momentum 0.9 --seed 11 --threads 1 --device " + device + " --out " + out +
+           " --save " + out + "/w.safetensors";
+  };
+  auto one = run_kiln(args(s.dir + "/gpu_one", 16, "cuda:0"));
+  REQUIRE_MESSAGE(one.status == 0, one.output);
+  auto two = run_mpi(2, args(s.dir + "/gpu_two", 8, "cuda"));
+  REQUIRE_MESSAGE(two.status == 0, two.output);
+  CHECK(contains(two.output, "during backward"));
+  std::string worst;
+  const double rel = max_relative_difference(s.dir + "/gpu_one/w.safetensors", s.dir + "/gpu_two/w.safetensors", &worst);
+  MESSAGE("2 GPUs: 2 ranks x batch 8 vs 1 process x batch 16 on cuda:0 after 32 steps: max relative difference ", rel,
+          " (", worst, ")");
+  CHECK(rel <= 1e-5);
 }
