@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "data/array_dataset.h"
+#include "engine/dist/shard.h"
 #include "engine/io/npy.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
@@ -117,24 +118,43 @@ class MaskArraySource : public DataSource {
     }
     batch_ = batch;
     pos_ = 0;
+    train_ = train;
     return (d_.n + batch - 1) / batch;
   }
   bool next(SourceBatch* out) override {
     if (pos_ >= d_.n) return false;
-    const int64_t end = std::min(d_.n, pos_ + batch_), b = end - pos_;
+    const int64_t end = std::min(d_.n, pos_ + batch_);
+    // The batch's rows in the permutation; data-parallel training: this rank's shares only.
+    std::vector<int64_t> rows;
+    out->micro_rows.clear();
+    if (train_ && ranks_ > 1) {
+      for (const dist::ShardRange& r : dist::shard_pieces(end - pos_, rank_, ranks_, accum_)) {
+        rows.insert(rows.end(), order_.begin() + pos_ + r.offset, order_.begin() + pos_ + r.offset + r.rows);
+        if (accum_ > 1) out->micro_rows.push_back(r.rows);
+      }
+    } else {
+      rows.assign(order_.begin() + pos_, order_.begin() + end);
+    }
+    const int64_t b = (int64_t)rows.size();
     const int64_t chw = d_.channels * d_.height * d_.width, hw = d_.height * d_.width;
     MemoryScope scope(MemoryTag::data);  // as gather_batch: the batch is the step's data
     Tensor x = empty({b, d_.channels, d_.height, d_.width}, DType::f32, Device::cpu());
     Tensor y = empty({b, d_.height, d_.width}, DType::i64, Device::cpu());
     for (int64_t r = 0; r < b; ++r) {
-      const int64_t i = order_[(size_t)(pos_ + r)];
+      const int64_t i = rows[(size_t)r];
       std::memcpy(x.data<float>() + r * chw, d_.images.data() + i * chw, sizeof(float) * (size_t)chw);
       std::memcpy(y.data<int64_t>() + r * hw, d_.masks.data() + i * hw, sizeof(int64_t) * (size_t)hw);
     }
     out->x = device_.is_cpu() ? x : to_device(x, device_);
     out->y = device_.is_cpu() ? y : to_device(y, device_);
-    out->indices.assign(order_.begin() + pos_, order_.begin() + end);
+    out->indices = std::move(rows);
     pos_ = end;
+    return true;
+  }
+  bool shard(int rank, int ranks, int64_t accum) override {
+    rank_ = rank;
+    ranks_ = ranks;
+    accum_ = accum;
     return true;
   }
   void skip_batches(int64_t n) override { pos_ = std::min(d_.n, pos_ + n * batch_); }
@@ -145,6 +165,9 @@ class MaskArraySource : public DataSource {
   Device device_;
   std::vector<int64_t> labels_, order_;
   int64_t batch_ = 1, pos_ = 0;
+  bool train_ = false;
+  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
+  int64_t accum_ = 1;         // in this many micro-batches' shares
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "data/sampler.h"
 #include "data/segmentation_sample.h"
 #include "data/segmentation_scan.h"
+#include "engine/dist/shard.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
 
@@ -59,6 +60,16 @@ class SegmentationSource : public DataSource {
     cursor_ = 0;
     t_ = transform(sizes_.at_epoch(epoch));
     return (int64_t)batches_.size();
+  }
+
+  // Data-parallel: training batches decode only this rank's rows of each global batch (its shares of
+  // `accum` micro-batches, engine/dist/shard.h), each with the augmentation draws of its place in the epoch.
+  bool shard(int rank, int ranks, int64_t accum) override {
+    drop_ahead();
+    rank_ = rank;
+    ranks_ = ranks;
+    accum_ = accum;
+    return true;
   }
 
   // Batches are made from (seed, epoch, position): skipping decodes nothing (a batch decoded
@@ -126,6 +137,7 @@ class SegmentationSource : public DataSource {
   // One batch's samples decoded into host buffers (bad ones marked), not yet tensors.
   struct Decoded {
     std::vector<size_t> idx;
+    std::vector<int64_t> pieces;  // sharded with accum > 1: rows of each micro-batch share, in order
     std::vector<float> xs;
     std::vector<int64_t> ys;
     std::vector<std::string> bad_path, why;
@@ -141,7 +153,19 @@ class SegmentationSource : public DataSource {
   // set, so it may run on the background thread; never throws for a bad sample.
   Decoded decode(size_t b) const {
     Decoded d;
-    d.idx = batches_[b];
+    std::vector<size_t> place;  // each row's place in the global batch (its augmentation stream)
+    if (train_ && ranks_ > 1) {
+      for (const dist::ShardRange& r : dist::shard_pieces((int64_t)batches_[b].size(), rank_, ranks_, accum_)) {
+        for (int64_t k = r.offset; k < r.offset + r.rows; ++k) {
+          d.idx.push_back(batches_[b][(size_t)k]);
+          place.push_back((size_t)k);
+        }
+        if (accum_ > 1) d.pieces.push_back(r.rows);
+      }
+    } else {
+      d.idx = batches_[b];
+      for (size_t k = 0; k < d.idx.size(); ++k) place.push_back(k);
+    }
     const std::vector<size_t>& idx = d.idx;
     const size_t n = idx.size(), S = (size_t)t_.image.out_h * t_.image.out_w, C = (size_t)o_.channels;
     d.xs.resize(n * C * S);
@@ -156,7 +180,7 @@ class SegmentationSource : public DataSource {
     auto work = [&] {
       for (size_t k; (k = next_k++) < n;) {
         const SegmentationSample& s = ds_.samples[idx[k]];
-        const uint64_t stream = sample_stream((uint64_t)epoch_, (uint64_t)(b * (size_t)batch_ + k));
+        const uint64_t stream = sample_stream((uint64_t)epoch_, (uint64_t)(b * (size_t)batch_ + place[k]));
         try {
           if (has_masks_)
             load_segmentation_sample(s.image, s.mask, t_, aug_seed, stream, xs.data() + k * C * S, ys.data() + k * S);
@@ -190,8 +214,11 @@ class SegmentationSource : public DataSource {
     std::vector<int64_t>& ys = d.ys;
     const std::vector<std::string>&bad_path = d.bad_path, &why = d.why;
     std::vector<int64_t> kept;
-    for (size_t k = 0; k < n; ++k) {
+    out->micro_rows = d.pieces;  // then less the bad rows of each share
+    for (size_t k = 0, piece = 0, end = d.pieces.empty() ? n : (size_t)d.pieces[0]; k < n; ++k) {
+      while (!d.pieces.empty() && k >= end) end += (size_t)d.pieces[++piece];
       if (!bad_path[k].empty() || !why[k].empty()) {
+        if (!d.pieces.empty()) --out->micro_rows[piece];
         if (reported_.insert(bad_path[k]).second) pending_.push_back(bad_path[k] + ": " + why[k]);
         continue;
       }
@@ -230,6 +257,8 @@ class SegmentationSource : public DataSource {
   size_t ahead_batch_ = 0;
   int64_t epoch_ = 0, batch_ = 1;
   bool train_ = false;
+  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
+  int64_t accum_ = 1;         // in this many micro-batches' shares
   std::set<std::string> reported_;
   std::vector<std::string> pending_;
 };

@@ -27,6 +27,7 @@
 #include "engine/io/safetensors.h"
 #include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
+#include "support/cli/segment_data.h"
 #include "support/mpi_run.h"
 
 using kiln_test::contains;
@@ -300,6 +301,36 @@ TEST_CASE("mpi: an image folder: each rank decodes its shard, bit for bit 1 proc
         max_relative_difference(s.dir + "/bad_one/w.safetensors", s.dir + "/bad_two/w.safetensors", &worst);
     MESSAGE("image folder with a bad JPEG: 2 ranks x 8 vs 1 process x 16 --accum 2: max relative difference ", rel,
             " (", worst, ")");
+    CHECK(rel <= 1e-5);
+  }
+}
+
+TEST_CASE("mpi: segmentation masks shard: 2 ranks at batch 8 give 1 process at batch 16 --accum 2, and with --accum 2 each micro-batch's share") {
+  // --task segment on a mask-array folder (per-pixel loss, the top row ignored): each rank gathers only
+  // its rows (DataSource::shard), rank r's rows are one process's micro-batch r, so the sums are added
+  // in the same order; with --accum 2 on the ranks too, each rank's micro-batch k is its share of one
+  // process's micro-batch k.
+  if (!kiln_test::mpi_can_run()) return;
+  const Setup& s = setup();
+  const std::string data = s.dir + "/seg_data";
+  fs::create_directories(data);
+  kiln_test::make_segment_npy_folder(data, 40, 16, 7);
+  const std::string model = kiln_test::write_segment_model_file(s.dir, 16);
+  auto args = [&](const std::string& out, int batch, const std::string& extra) {
+    return "train --task segment --model " + model + " --data " + data + " --epochs 3 --batch " +
+           std::to_string(batch) + " --optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --threads 1 --device cpu --out " +
+           out + " --save " + out + "/w.safetensors " + extra;
+  };
+  for (const std::string& accum : {std::string("1"), std::string("2")}) {
+    const std::string one = s.dir + "/seg_one" + accum, two = s.dir + "/seg_two" + accum;
+    auto r1 = run_kiln(args(one, 16, "--accum " + std::to_string(2 * std::stoi(accum))));
+    REQUIRE_MESSAGE(r1.status == 0, r1.output);
+    auto r2 = run_mpi(2, args(two, 8, "--accum " + accum));
+    REQUIRE_MESSAGE(r2.status == 0, r2.output);
+    std::string worst;
+    const double rel = max_relative_difference(one + "/w.safetensors", two + "/w.safetensors", &worst);
+    MESSAGE("segmentation, 2 ranks x 8 --accum ", accum, " vs 1 process x 16 --accum ", 2 * std::stoi(accum),
+            ": max relative difference ", rel, " (", worst, ")");
     CHECK(rel <= 1e-5);
   }
 }

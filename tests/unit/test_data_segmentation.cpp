@@ -6,13 +6,16 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <set>
 
+#include "data/mask_array_source.h"
 #include "data/png_io.h"
 #include "data/segmentation_dataset.h"
 #include "data/segmentation_sample.h"
 #include "data/segmentation_source.h"
+#include "engine/ops/ops.h"
 #include "test_data_support.h"
 
 using namespace kiln;
@@ -287,6 +290,86 @@ TEST_CASE("segmentation source: same seed same batches, any worker count, skip_b
   CHECK(v0[0].indices == std::vector<int64_t>{0, 1, 2, 3});
   CHECK(same(v0[1].x, v1[1].x));
   CHECK(same(v0[2].y, v1[2].y));
+}
+
+namespace {
+
+// The whole training batches of `whole` against those that `ranks` sharded copies deliver (DataSource::shard
+// with `accum`): each rank's batch split by its micro_rows (one piece when accum is 1), the pieces joined
+// micro-batch by micro-batch in rank order, must be the whole batch's rows: the same samples, pixels and masks.
+void check_shards(const std::function<std::unique_ptr<DataSource>()>& make, int64_t epoch, int64_t batch) {
+  const std::vector<SourceBatch> whole = all_batches(*make(), epoch, batch, true);
+  for (int64_t accum : {1, 2})
+    for (int ranks : {2, 3}) {
+      CAPTURE(accum);
+      CAPTURE(ranks);
+      std::vector<std::vector<SourceBatch>> of_rank;
+      for (int r = 0; r < ranks; ++r) {
+        std::unique_ptr<DataSource> src = make();
+        REQUIRE(src->shard(r, ranks, accum));
+        of_rank.push_back(all_batches(*src, epoch, batch, true));
+        REQUIRE(of_rank.back().size() == whole.size());  // every global batch, empty shares included
+      }
+      for (size_t b = 0; b < whole.size(); ++b) {
+        std::vector<int64_t> indices;
+        std::vector<Tensor> xs, ys;
+        std::vector<std::vector<int64_t>> micro((size_t)ranks);
+        size_t pieces = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const SourceBatch& sb = of_rank[(size_t)r][b];
+          micro[(size_t)r] = accum == 1 ? std::vector<int64_t>{sb.x.size(0)} : sb.micro_rows;
+          if (accum == 1) CHECK(sb.micro_rows.empty());
+          pieces = std::max(pieces, micro[(size_t)r].size());
+        }
+        std::vector<int64_t> at((size_t)ranks, 0);
+        for (size_t m = 0; m < pieces; ++m)
+          for (int r = 0; r < ranks; ++r) {
+            REQUIRE(micro[(size_t)r].size() == pieces);  // a share of every micro-batch, maybe empty
+            const SourceBatch& sb = of_rank[(size_t)r][b];
+            const int64_t n = micro[(size_t)r][m];
+            for (int64_t k = 0; k < n; ++k) {
+              indices.push_back(sb.indices[(size_t)(at[(size_t)r] + k)]);
+              xs.push_back(narrow(sb.x, 0, at[(size_t)r] + k, 1));
+              ys.push_back(narrow(sb.y, 0, at[(size_t)r] + k, 1));
+            }
+            at[(size_t)r] += n;
+          }
+        CHECK_MESSAGE(indices == whole[b].indices, "batch ", b);
+        REQUIRE((int64_t)xs.size() == whole[b].x.size(0));
+        for (size_t k = 0; k < xs.size(); ++k) {
+          CHECK_MESSAGE(same(contiguous(xs[k]), contiguous(narrow(whole[b].x, 0, (int64_t)k, 1))), "batch ", b, " row ", k);
+          CHECK_MESSAGE(same(contiguous(ys[k]), contiguous(narrow(whole[b].y, 0, (int64_t)k, 1))), "batch ", b, " row ", k);
+        }
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("segmentation sources shard: a data-parallel rank's rows of every global batch, the same pixels and masks") {
+  // A folder of image/mask pairs with --augment rrc (the draws follow each sample's place in the epoch, not
+  // the rank's) and one bad pair (left out of its rank's share), and a mask-array folder; 11 and 13 samples
+  // in batches of 5: short last batches, with 3 ranks some shares empty. Fails when a sharded sample's
+  // augmentation stream is its place in the rank's batch (checked).
+  TempDir t;
+  for (int i = 0; i < 10; ++i) write_pair(t, "s" + std::to_string(i), 40, 32, i, {0, 1, 2, 3});
+  write_bytes(t / "images/s_nomask.png", encode_png(synth_photo(40, 32, 2)));
+  check_shards(
+      [&] {
+        return make_segmentation_source(segmentation_folder(t.path), opts("24", "rrc", 2), ImageSizeSchedule::parse("24"),
+                                        kZero, kOne, 4, 42, Device::cpu());
+      },
+      2, 5);
+  MaskArrayDataset d;
+  d.source = "npy-masks:test";
+  d.n = 13;
+  d.channels = 1;
+  d.height = d.width = 4;
+  for (int64_t i = 0; i < d.n * 16; ++i) {
+    d.images.push_back((float)i * 0.5f);
+    d.masks.push_back(i % 3);
+  }
+  check_shards([&] { return make_mask_array_source(d, 7, Device::cpu()); }, 1, 5);
 }
 
 TEST_CASE("segmentation train data: class count from the masks, classes.txt or --num-classes") {
