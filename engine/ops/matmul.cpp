@@ -67,7 +67,15 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
     Tensor a = nd.saved(0), b = nd.saved(1);
     std::vector<Tensor> r(2);
     if (nd.needs_input_grad(0)) r[0] = sum_to(matmul_forward(g[0], transpose(b, -1, -2)), a.sizes());
-    if (nd.needs_input_grad(1)) r[1] = sum_to(matmul_forward(transpose(a, -1, -2), g[0]), b.sizes());
+    if (nd.needs_input_grad(1)) {
+      // 2-D b stored transposed (linear's transpose(w)): its gradient is computed transposed as well,
+      // g^T a (m, k), and handed back as a view (k, m), so the transpose's backward gives the weight's own
+      // contiguous layout and the leaf takes the buffer instead of copying it (no strided copy per step).
+      const bool b_transposed = a.dim() == 2 && b.dim() == 2 && !b.is_contiguous() && b.strides()[0] == 1 &&
+                                b.strides()[1] >= b.sizes()[0];
+      r[1] = b_transposed ? transpose(matmul_forward(transpose(g[0], 0, 1), a), 0, 1)
+                          : sum_to(matmul_forward(transpose(a, -1, -2), g[0]), b.sizes());
+    }
     return r;
   });
   if (node) {

@@ -7,6 +7,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/ops.h"
+#include "engine/train/memory_peak.h"
 
 using namespace kiln;
 
@@ -125,4 +126,37 @@ TEST_CASE("casts: f32 <-> f16 <-> bf16 round to nearest even") {
   CHECK(to_dtype(h, DType::f32).to_vector<float>() == std::vector<float>{1.0f, 1.0009765625f, INFINITY, -2.5f});
   Tensor i = to_dtype(a, DType::i64);
   CHECK(i.to_vector<int64_t>()[3] == -2);
+}
+
+TEST_CASE("autograd: linear's weight gradient is made in the weight's layout and the leaf keeps that buffer (no copy)") {
+  // linear is matmul(x, transpose(w)): the gradient of the transposed operand is computed as g^T x, in w's
+  // own (out, in) layout, so AccumulateGrad takes it instead of copying a transposed (in, out) buffer
+  // (a strided copy of every linear weight each step). Backward's extra peak is then one weight's bytes,
+  // not two.
+  const int64_t out = 256, in = 512, batch = 8;
+  std::vector<float> xv((size_t)(batch * in));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = (float)((i * 37) % 11) - 5.0f;
+  Tensor x = tensor_from<float>(xv, {batch, in});
+  Tensor w = zeros({out, in}, DType::f32).set_requires_grad(true);
+  Tensor loss = sum(linear(x, w));
+  const Device cpu = Device::cpu();
+  reset_peak_memory(cpu);
+  REQUIRE(peak_memory_bytes(cpu) >= 0);
+  int64_t live = 0;
+  for (int64_t b : live_tag_bytes(cpu)) live += b;
+  loss.backward();
+  const int64_t extra = peak_memory_bytes(cpu) - live, wbytes = out * in * 4;
+  MESSAGE("backward's peak above the live bytes: ", extra, " for a weight of ", wbytes);
+  CHECK(extra < wbytes + wbytes / 2);
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().is_contiguous());
+  CHECK(w.grad().sizes() == Shape{out, in});
+  // d sum / d w[o][i] = sum over the batch of x[b][i], the same in every row
+  const std::vector<float> g = w.grad().to_vector<float>();
+  for (int64_t i = 0; i < in; ++i) {
+    float s = 0;
+    for (int64_t b = 0; b < batch; ++b) s += xv[(size_t)(b * in + i)];
+    CHECK(g[(size_t)i] == s);
+    CHECK(g[(size_t)((out - 1) * in + i)] == s);
+  }
 }
