@@ -35,31 +35,19 @@ class ArraySource : public DataSource {
   bool next(SourceBatch* out) override {
     if (pos_ >= d_.n) return false;
     const int64_t end = std::min(d_.n, pos_ + batch_);
-    if (train_ && ranks_ > 1) {  // data-parallel training: this rank's rows of the global batch only
-      std::vector<int64_t> rows;
-      out->micro_rows.clear();
-      for (const dist::ShardRange& r : dist::shard_pieces(end - pos_, rank_, ranks_, accum_)) {
-        rows.insert(rows.end(), order_.begin() + pos_ + r.offset, order_.begin() + pos_ + r.offset + r.rows);
-        if (accum_ > 1) out->micro_rows.push_back(r.rows);
-      }
-      Batch b = gather_batch(d_, rows, 0, (int64_t)rows.size(), device_);
-      out->x = b.x;
-      out->y = b.y;
-      out->indices = std::move(rows);
-    } else {
-      Batch b = gather_batch(d_, order_, pos_, end, device_);
-      out->x = b.x;
-      out->y = b.y;
-      out->indices.assign(order_.begin() + pos_, order_.begin() + end);
-      out->micro_rows.clear();
-    }
+    // Data-parallel training: this rank's rows of the global batch only.
+    std::vector<int64_t> rows;
+    for (int64_t k : (train_ ? shard_ : dist::RankShard{}).places(end - pos_, &out->micro_rows))
+      rows.push_back(order_[(size_t)(pos_ + k)]);
+    Batch b = gather_batch(d_, rows, 0, (int64_t)rows.size(), device_);
+    out->x = b.x;
+    out->y = b.y;
+    out->indices = std::move(rows);
     pos_ = end;
     return true;
   }
   bool shard(int rank, int ranks, int64_t accum) override {
-    rank_ = rank;
-    ranks_ = ranks;
-    accum_ = accum;
+    shard_ = {rank, ranks, accum};
     return true;
   }
   void skip_batches(int64_t n) override { pos_ = std::min(d_.n, pos_ + n * batch_); }
@@ -71,8 +59,7 @@ class ArraySource : public DataSource {
   std::vector<int64_t> order_;
   int64_t batch_ = 1, pos_ = 0;
   bool train_ = false;
-  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
-  int64_t accum_ = 1;         // in this many micro-batches' shares
+  dist::RankShard shard_;  // shard(): training batches are this rank's rows of each global batch
 };
 
 }  // namespace

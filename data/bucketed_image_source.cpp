@@ -110,9 +110,9 @@ int64_t BucketedImageSource::start_epoch(int64_t epoch, int64_t, bool train) {
     lo.on_bad_sample = [](const std::string&, const std::string&) {};  // reported from the main thread
     lo.keep_empty_batches = train;  // a step of the plan even when all of its samples were bad
     if (train) {
-      lo.shard_rank = rank_;
-      lo.shard_ranks = ranks_;
-      lo.shard_accum = accum_;
+      lo.shard_rank = shard_.rank;
+      lo.shard_ranks = shard_.ranks;
+      lo.shard_accum = shard_.accum;
     }
     lo.plan = [this](uint64_t) {
       std::vector<PlannedBatch> v;
@@ -144,9 +144,7 @@ int64_t BucketedImageSource::start_epoch(int64_t epoch, int64_t, bool train) {
 }
 
 bool BucketedImageSource::shard(int rank, int ranks, int64_t accum) {
-  rank_ = rank;
-  ranks_ = ranks;
-  accum_ = accum;
+  shard_ = {rank, ranks, accum};
   loader_.reset();  // the next start_epoch makes a loader with the shard
   return true;
 }

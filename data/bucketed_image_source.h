@@ -16,6 +16,7 @@
 #include "data/batch_plan.h"
 #include "data/data_source.h"
 #include "data/image_source.h"
+#include "engine/dist/shard.h"
 
 namespace kiln {
 
@@ -75,8 +76,7 @@ class BucketedImageSource : public DataSource {
   std::unique_ptr<ImageLoader> loader_;
   bool train_ = false, pinned_ = false;
   int64_t epoch_ = 0;
-  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each planned batch
-  int64_t accum_ = 1;
+  dist::RankShard shard_;  // shard(): training batches are this rank's rows of each planned batch
   size_t current_bucket_ = 0;
   std::set<std::string> reported_;
   std::vector<std::string> pending_;

@@ -71,26 +71,19 @@ void ImageLoader::start_epoch(uint64_t epoch, size_t first_batch) {
   // Each batch's samples' places in the whole epoch; a sharded loader then keeps its rows only.
   streams_.clear();
   pieces_.clear();
+  const dist::RankShard shard{opt_.shard_rank, opt_.shard_ranks, opt_.shard_accum};
   size_t place = 0;
   for (std::vector<size_t>& b : batches_) {
     const size_t global = b.size();
     std::vector<size_t> streams, rows;
     std::vector<int64_t> pieces;
-    if (opt_.shard_ranks > 1) {
-      for (const dist::ShardRange& r :
-           dist::shard_pieces((int64_t)global, opt_.shard_rank, opt_.shard_ranks, opt_.shard_accum)) {
-        for (int64_t k = r.offset; k < r.offset + r.rows; ++k) {
-          streams.push_back(place + (size_t)k);
-          rows.push_back(b[(size_t)k]);
-        }
-        pieces.push_back(r.rows);
-      }
-      b = std::move(rows);
-    } else {
-      for (size_t k = 0; k < global; ++k) streams.push_back(place + k);
+    for (int64_t k : shard.places((int64_t)global, &pieces)) {
+      streams.push_back(place + (size_t)k);
+      rows.push_back(b[(size_t)k]);
     }
+    b = std::move(rows);
     streams_.push_back(std::move(streams));
-    pieces_.push_back(opt_.shard_accum > 1 ? std::move(pieces) : std::vector<int64_t>());
+    pieces_.push_back(std::move(pieces));
     place += global;
   }
   total_items_ = 0;
@@ -136,13 +129,8 @@ void ImageLoader::worker_loop() {
       if (!s.buffer) {
         // A fixed batch size: every buffer holds batch_size samples (one size for the allocator to reuse);
         // a sharded loader's, the largest share of a batch_size batch (rank 0's).
-        size_t fixed = opt_.batch_size;
-        if (opt_.shard_ranks > 1) {
-          fixed = 0;
-          for (const dist::ShardRange& r :
-               dist::shard_pieces((int64_t)opt_.batch_size, 0, opt_.shard_ranks, opt_.shard_accum))
-            fixed += (size_t)r.rows;
-        }
+        const size_t fixed =
+            dist::RankShard{0, opt_.shard_ranks, opt_.shard_accum}.places((int64_t)opt_.batch_size).size();
         size_t bytes = sbytes * (opt_.plan ? batches_[b].size() : fixed);
         void* p = nullptr;
         try {

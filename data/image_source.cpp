@@ -11,6 +11,7 @@
 #include "data/channel_stats.h"
 #include "data/decode.h"
 #include "data/image_loader.h"
+#include "engine/dist/shard.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
 #include "data/batch_transfer.h"
@@ -59,9 +60,7 @@ class ImageSource : public DataSource {
 
   // Data-parallel: training epochs decode only this rank's rows of each global batch (ImageLoader's shard).
   bool shard(int rank, int ranks, int64_t accum) override {
-    rank_ = rank;
-    ranks_ = ranks;
-    accum_ = accum;
+    shard_ = {rank, ranks, accum};
     loader_.reset();  // the next start_epoch makes a loader with the shard
     return true;
   }
@@ -118,9 +117,9 @@ class ImageSource : public DataSource {
     // so a state saved after step k resumes at the loader's batch k (skip_batches).
     lo.keep_empty_batches = train_;
     if (train_) {
-      lo.shard_rank = rank_;
-      lo.shard_ranks = ranks_;
-      lo.shard_accum = accum_;
+      lo.shard_rank = shard_.rank;
+      lo.shard_ranks = shard_.ranks;
+      lo.shard_accum = shard_.accum;
       lo.sampler.kind = o_.balance ? SamplerKind::weighted : SamplerKind::random;
       lo.sampler.balance = o_.balance;
       lo.sampler.seed = seed_;
@@ -166,8 +165,7 @@ class ImageSource : public DataSource {
   int64_t batch_ = 0;
   int64_t epoch_ = 0;
   bool train_ = false;
-  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
-  int64_t accum_ = 1;         // in this many micro-batches' shares
+  dist::RankShard shard_;  // shard(): training batches are this rank's rows of each global batch
   std::set<std::string> reported_;
   std::vector<std::string> pending_;
 };

@@ -126,15 +126,8 @@ class MaskArraySource : public DataSource {
     const int64_t end = std::min(d_.n, pos_ + batch_);
     // The batch's rows in the permutation; data-parallel training: this rank's shares only.
     std::vector<int64_t> rows;
-    out->micro_rows.clear();
-    if (train_ && ranks_ > 1) {
-      for (const dist::ShardRange& r : dist::shard_pieces(end - pos_, rank_, ranks_, accum_)) {
-        rows.insert(rows.end(), order_.begin() + pos_ + r.offset, order_.begin() + pos_ + r.offset + r.rows);
-        if (accum_ > 1) out->micro_rows.push_back(r.rows);
-      }
-    } else {
-      rows.assign(order_.begin() + pos_, order_.begin() + end);
-    }
+    for (int64_t k : (train_ ? shard_ : dist::RankShard{}).places(end - pos_, &out->micro_rows))
+      rows.push_back(order_[(size_t)(pos_ + k)]);
     const int64_t b = (int64_t)rows.size();
     const int64_t chw = d_.channels * d_.height * d_.width, hw = d_.height * d_.width;
     MemoryScope scope(MemoryTag::data);  // as gather_batch: the batch is the step's data
@@ -152,9 +145,7 @@ class MaskArraySource : public DataSource {
     return true;
   }
   bool shard(int rank, int ranks, int64_t accum) override {
-    rank_ = rank;
-    ranks_ = ranks;
-    accum_ = accum;
+    shard_ = {rank, ranks, accum};
     return true;
   }
   void skip_batches(int64_t n) override { pos_ = std::min(d_.n, pos_ + n * batch_); }
@@ -166,8 +157,7 @@ class MaskArraySource : public DataSource {
   std::vector<int64_t> labels_, order_;
   int64_t batch_ = 1, pos_ = 0;
   bool train_ = false;
-  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
-  int64_t accum_ = 1;         // in this many micro-batches' shares
+  dist::RankShard shard_;  // shard(): training batches are this rank's rows of each global batch
 };
 
 }  // namespace

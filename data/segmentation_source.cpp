@@ -66,9 +66,7 @@ class SegmentationSource : public DataSource {
   // `accum` micro-batches, engine/dist/shard.h), each with the augmentation draws of its place in the epoch.
   bool shard(int rank, int ranks, int64_t accum) override {
     drop_ahead();
-    rank_ = rank;
-    ranks_ = ranks;
-    accum_ = accum;
+    shard_ = {rank, ranks, accum};
     return true;
   }
 
@@ -153,19 +151,10 @@ class SegmentationSource : public DataSource {
   // set, so it may run on the background thread; never throws for a bad sample.
   Decoded decode(size_t b) const {
     Decoded d;
-    std::vector<size_t> place;  // each row's place in the global batch (its augmentation stream)
-    if (train_ && ranks_ > 1) {
-      for (const dist::ShardRange& r : dist::shard_pieces((int64_t)batches_[b].size(), rank_, ranks_, accum_)) {
-        for (int64_t k = r.offset; k < r.offset + r.rows; ++k) {
-          d.idx.push_back(batches_[b][(size_t)k]);
-          place.push_back((size_t)k);
-        }
-        if (accum_ > 1) d.pieces.push_back(r.rows);
-      }
-    } else {
-      d.idx = batches_[b];
-      for (size_t k = 0; k < d.idx.size(); ++k) place.push_back(k);
-    }
+    // Each row's place in the global batch (its augmentation stream); data-parallel training: this rank's.
+    const std::vector<int64_t> place =
+        (train_ ? shard_ : dist::RankShard{}).places((int64_t)batches_[b].size(), &d.pieces);
+    for (int64_t k : place) d.idx.push_back(batches_[b][(size_t)k]);
     const std::vector<size_t>& idx = d.idx;
     const size_t n = idx.size(), S = (size_t)t_.image.out_h * t_.image.out_w, C = (size_t)o_.channels;
     d.xs.resize(n * C * S);
@@ -180,7 +169,7 @@ class SegmentationSource : public DataSource {
     auto work = [&] {
       for (size_t k; (k = next_k++) < n;) {
         const SegmentationSample& s = ds_.samples[idx[k]];
-        const uint64_t stream = sample_stream((uint64_t)epoch_, (uint64_t)(b * (size_t)batch_ + place[k]));
+        const uint64_t stream = sample_stream((uint64_t)epoch_, (uint64_t)(b * (size_t)batch_ + (size_t)place[k]));
         try {
           if (has_masks_)
             load_segmentation_sample(s.image, s.mask, t_, aug_seed, stream, xs.data() + k * C * S, ys.data() + k * S);
@@ -257,8 +246,7 @@ class SegmentationSource : public DataSource {
   size_t ahead_batch_ = 0;
   int64_t epoch_ = 0, batch_ = 1;
   bool train_ = false;
-  int rank_ = 0, ranks_ = 1;  // shard(): training batches are this rank's rows of each global batch
-  int64_t accum_ = 1;         // in this many micro-batches' shares
+  dist::RankShard shard_;  // shard(): training batches are this rank's rows of each global batch
   std::set<std::string> reported_;
   std::vector<std::string> pending_;
 };

@@ -36,6 +36,20 @@ std::vector<ShardRange> shard_pieces(int64_t rows, int rank, int ranks, int64_t 
   return out;
 }
 
+std::vector<int64_t> RankShard::places(int64_t rows, std::vector<int64_t>* micro_rows) const {
+  if (micro_rows) micro_rows->clear();
+  std::vector<int64_t> out;
+  if (ranks <= 1) {
+    for (int64_t k = 0; k < rows; ++k) out.push_back(k);
+    return out;
+  }
+  for (const ShardRange& r : shard_pieces(rows, rank, ranks, accum)) {
+    for (int64_t k = r.offset; k < r.offset + r.rows; ++k) out.push_back(k);
+    if (micro_rows && accum > 1) micro_rows->push_back(r.rows);
+  }
+  return out;
+}
+
 int64_t global_batch(int64_t per_rank_batch, int ranks) {
   KILN_CHECK(per_rank_batch >= 1 && ranks >= 1, "dist::global_batch: batch ", per_rank_batch, " and ranks ", ranks,
              " must be >= 1");

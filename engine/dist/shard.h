@@ -32,6 +32,17 @@ std::vector<ShardRange> micro_batch_ranges(int64_t rows, int64_t accum);
 // the shares are the rows the rank's data source delivers.
 std::vector<ShardRange> shard_pieces(int64_t rows, int rank, int ranks, int64_t accum);
 
+// One rank's part of every global batch, as a data source keeps it (DataSource::shard). ranks == 1: the
+// whole batch.
+struct RankShard {
+  int rank = 0, ranks = 1;
+  int64_t accum = 1;
+  // The rows (places in a global batch of `rows`) this rank takes, in delivery order: its shares of the
+  // micro-batches one after another. micro_rows (if not null) gets each share's row count when accum > 1
+  // and ranks > 1 (Batch::micro_rows), else is cleared.
+  std::vector<int64_t> places(int64_t rows, std::vector<int64_t>* micro_rows = nullptr) const;
+};
+
 // The global batch of a data-parallel step: `per_rank_batch` (the --batch flag) times the ranks.
 int64_t global_batch(int64_t per_rank_batch, int ranks);
 

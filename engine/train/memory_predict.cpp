@@ -176,16 +176,12 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     optim::LossScaler scaler(so, Device::meta());
     // A rank's batch: o.batch rows, or with accumulation its shares of the global micro-batches
     // (engine/dist/shard.h), rank 0's (the first ranks take the extra rows: the largest share).
-    int64_t n_step = o.batch;
     std::vector<int64_t> micro_rows;
-    if (o.ranks > 1 && o.step.accum > 1) {
-      n_step = 0;
-      for (const dist::ShardRange& piece : dist::shard_pieces(dist::global_batch(o.batch, o.ranks), 0, o.ranks,
-                                                              o.step.accum)) {
-        micro_rows.push_back(piece.rows);
-        n_step += piece.rows;
-      }
-    }
+    const int64_t n_step =
+        o.ranks > 1 ? (int64_t)dist::RankShard{0, o.ranks, o.step.accum}
+                          .places(dist::global_batch(o.batch, o.ranks), &micro_rows)
+                          .size()
+                    : o.batch;
     std::vector<int64_t> x_shape = {n_step}, y_shape = {n_step};
     x_shape.insert(x_shape.end(), o.input_shape.begin(), o.input_shape.end());
     y_shape.insert(y_shape.end(), o.target_shape.begin(), o.target_shape.end());
