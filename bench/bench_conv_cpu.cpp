@@ -9,9 +9,9 @@
 //
 // The algorithm of the forward pass and input gradient follows KILN_CPU_CONV=auto|im2col|winograd
 // (conv2d.h; auto when unset: Winograd F(2x2,3x3) on the 3x3 stride-1 layers). --algos instead
-// times only the shapes Winograd applies to, im2col against Winograd for fwd and bwd_in,
+// times only the shapes Winograd applies to, im2col against Winograd for fwd, bwd_in and bwd_w,
 // alternating the two call by call (im2col, winograd, winograd, im2col, ...) so both see the same
-// machine load, and prints the medians of --reps calls each and their ratio (no peer, no bwd_w).
+// machine load, and prints the medians of --reps calls each and their ratio (no peer).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,22 +69,22 @@ std::string peer_path() {
   return f.substr(0, f.find_last_of('/') + 1) + "peers/conv_torch.py";
 }
 
-// --algos: im2col against Winograd, fwd and bwd_in, alternating call by call (ABBA).
+// --algos: im2col against Winograd, fwd, bwd_in and bwd_w, alternating call by call (ABBA).
 int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
                   int reps) {
   using cpu::Conv2dAlgo;
   std::printf("conv2d CPU im2col vs Winograd F(2x2,3x3), %d threads, alternating calls, median of %d (ms)\n",
               threads, reps);
-  std::printf("%-16s %-16s %9s %9s %7s | %9s %9s %7s\n", "shape", "N,C,H,K", "fwd i2c", "fwd wino", "ratio",
-              "bwdi i2c", "bwdi wino", "ratio");
+  std::printf("%-16s %-16s %9s %9s %7s | %9s %9s %7s | %9s %9s %7s\n", "shape", "N,C,H,K", "fwd i2c", "fwd wino",
+              "ratio", "bwdi i2c", "bwdi wino", "ratio", "bwdw i2c", "bwdw wino", "ratio");
   std::mt19937 g(0);
   std::uniform_real_distribution<float> u(-1, 1);
-  double tot[4] = {0, 0, 0, 0};
+  double tot[6] = {0, 0, 0, 0, 0, 0};
   for (size_t si = 0; si < descs.size(); ++si) {
     const Conv2dDesc& d = descs[si];
     if (!cpu::winograd_applies(d)) continue;
     std::vector<float> x(d.N * d.C * d.H * d.W), w(d.K * d.C * d.R * d.S), y(d.N * d.K * d.out_h() * d.out_w());
-    std::vector<float> dx(x.size()), dy(y.size());
+    std::vector<float> dx(x.size()), dy(y.size()), dw(w.size());
     for (auto& v : x) v = u(g);
     for (auto& v : w) v = u(g);
     for (auto& v : dy) v = u(g);
@@ -93,16 +93,17 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
     cpu::conv2d_set_algo(Conv2dAlgo::im2col);
     bytes = std::max(bytes, cpu::conv2d_workspace_bytes(d, sizeof(float)));
     std::vector<unsigned char> ws(bytes + 64);
-    // t[pass][algo]: pass 0 fwd, 1 bwd_in; algo 0 im2col, 1 winograd.
-    std::vector<double> t[2][2];
+    // t[pass][algo]: pass 0 fwd, 1 bwd_in, 2 bwd_w; algo 0 im2col, 1 winograd.
+    std::vector<double> t[3][2];
     auto call = [&](int pass, int algo) {
       cpu::conv2d_set_algo(algo ? Conv2dAlgo::winograd : Conv2dAlgo::im2col);
       const double t0 = now_ms();
       if (pass == 0) cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data());
-      else cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data());
+      else if (pass == 1) cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data());
+      else cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
       return now_ms() - t0;
     };
-    for (int pass = 0; pass < 2; ++pass) {
+    for (int pass = 0; pass < 3; ++pass) {
       call(pass, 0), call(pass, 1);  // warm-up
       for (int r = 0; r < reps; ++r) {
         const int first = r % 2;
@@ -111,8 +112,8 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
         t[pass][1 - first].push_back(b);
       }
     }
-    double m[2][2];
-    for (int pass = 0; pass < 2; ++pass)
+    double m[3][2];
+    for (int pass = 0; pass < 3; ++pass)
       for (int algo = 0; algo < 2; ++algo) {
         std::sort(t[pass][algo].begin(), t[pass][algo].end());
         m[pass][algo] = t[pass][algo][t[pass][algo].size() / 2];
@@ -121,13 +122,16 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
     char dims[64];
     std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
                   (long long)d.K);
-    std::printf("%-16s %-16s %9.2f %9.2f %6.2fx | %9.2f %9.2f %6.2fx\n", shapes[si]->name, dims, m[0][0], m[0][1],
-                m[0][1] / m[0][0], m[1][0], m[1][1], m[1][1] / m[1][0]);
+    std::printf("%-16s %-16s %9.2f %9.2f %6.2fx | %9.2f %9.2f %6.2fx | %9.2f %9.2f %6.2fx\n", shapes[si]->name,
+                dims, m[0][0], m[0][1], m[0][1] / m[0][0], m[1][0], m[1][1], m[1][1] / m[1][0], m[2][0], m[2][1],
+                m[2][1] / m[2][0]);
     std::fflush(stdout);
   }
   cpu::conv2d_set_algo(Conv2dAlgo::automatic);
-  std::printf("weighted by ResNet18 count: fwd %.1f -> %.1f ms (%.2fx), bwd_in %.1f -> %.1f ms (%.2fx)\n", tot[0],
-              tot[1], tot[0] > 0 ? tot[1] / tot[0] : 0.0, tot[2], tot[3], tot[2] > 0 ? tot[3] / tot[2] : 0.0);
+  auto ratio = [&](int pass) { return tot[2 * pass] > 0 ? tot[2 * pass + 1] / tot[2 * pass] : 0.0; };
+  std::printf("weighted by ResNet18 count: fwd %.1f -> %.1f ms (%.2fx), bwd_in %.1f -> %.1f ms (%.2fx), "
+              "bwd_w %.1f -> %.1f ms (%.2fx)\n",
+              tot[0], tot[1], ratio(0), tot[2], tot[3], ratio(1), tot[4], tot[5], ratio(2));
   return 0;
 }
 

@@ -13,7 +13,7 @@
 // --cudnn-benchmark times cuDNN's algorithms per convolution shape on first use (kiln's
 // cuda::set_cudnn_benchmark, PyTorch's torch.backends.cudnn.benchmark = True; a PyTorch GPU row
 // compared with it must set that too).
-// --conv-algos times the CPU step with conv2d's forward and input gradient on im2col against the
+// --conv-algos times the CPU step with conv2d's three passes on im2col against the
 // automatic choice (Winograd F(2x2,3x3) on the 3x3 stride-1 layers, kernels/cpu/conv2d.h), one model,
 // steps alternating (im2col, auto, auto, im2col, ...); prints both medians and their ratio. No peer
 // then. Without it, the environment variable KILN_CPU_CONV=auto|im2col|winograd picks the algorithm.

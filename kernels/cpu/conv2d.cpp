@@ -9,9 +9,9 @@
 //   backward_weight dw_g   += dy_g @ col_g^T                   summed over blocks
 // Data movement (im2col, col2im, scatter, gather) runs in OpenMP loops; the GEMMs use OpenBLAS's
 // own threads, never from inside an OpenMP region.
-// Winograd (conv2d_winograd.cpp) replaces the forward pass and the input gradient where
-// conv2d_uses_winograd(d); the workspace is then the larger of its buffer and im2col's, since the
-// weight gradient (and the per-call fallback for out-of-range values) still runs im2col.
+// Winograd (conv2d_winograd.cpp) replaces all three passes where conv2d_uses_winograd(d); the
+// workspace is then the larger of its buffer and im2col's, since the per-call fallback for
+// out-of-range values (NaN, inf, huge) still runs im2col.
 #include "kernels/cpu/conv2d.h"
 
 #include <algorithm>
@@ -231,8 +231,9 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
   conv2d_check(d, "conv2d_backward_weight");
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
-  if (d.N == 0) std::fill(dw, dw + d.K * p.CRSg, T(0));
-  for (int64_t n0 = 0; n0 < d.N; n0 += p.nb) {
+  const bool wino = conv2d_uses_winograd(d) && winograd_backward_weight(d, x, dy, dw, workspace);
+  if (!wino && d.N == 0) std::fill(dw, dw + d.K * p.CRSg, T(0));
+  for (int64_t n0 = 0; !wino && n0 < d.N; n0 += p.nb) {
     const int64_t nb = std::min(p.nb, d.N - n0), ld = nb * p.P;
     if (!p.direct) im2col_block(d, p, x, n0, nb, s.col);
     const T* dyb = dy + n0 * d.K * p.P;

@@ -11,6 +11,11 @@
 // then Y = A^T M A per tile. Forward: in = x (Cin = C, Hin x Win = H x W), out = y (Cout = K).
 // Input grad: in = dy (Cin = K, OH x OW), out = dx (Cout = C, H x W), padding 2 - p, w flipped:
 //   dx[c, i, j] = sum_{k,r,s} dy[k, i + p - r, j + p - s] w[k, c, r, s].
+// Weight grad, the adjoint of the forward in U (forward geometry, same tiles, same V):
+//   Md : (16, K, tb)      A dy_t A^T per tile (dy's 2x2 block, zeros past OH / OW)
+//   dU : (16, K, C)       dU[xi] += Md[xi] @ V[xi]^T, summed over the blocks of images
+// then dw[k, c] = G^T dU[., k, c] G, and the taps the direct sum makes exactly 0 set to 0
+// (zero_unmet_taps).
 //
 // Blocking: nb whole images per block (enough tiles for the GEMM's columns, kTargetTiles), so
 //   workspace elements = 16*K*C + 16*(C + K) * nb*TPI     (TPI = ceil(Hout/2) * ceil(Wout/2))
@@ -218,6 +223,151 @@ void transform_output(const Geom& g, const T* M, const T* bias, int64_t n0, int6
       }
 }
 
+// Md[xi][k][t] = (A dy A^T)[xi] for the tiles of images [n0, n0+nb) of the output plane (Cout = K
+// channels of g): the 2x2 block of dy a tile produced (zeros past Hout / Wout) spread back to the
+// 4x4 transformed tile, with A = [1 0; 1 1; 1 -1; 0 -1] (the transpose of the output transform).
+// Per row of tiles and chunk: A over the 2 dy rows (contiguous over columns), then over the columns
+// (stride 2) into the 16 planes.
+template <typename T>
+void transform_grad_output(const Geom& g, const T* dy, int64_t n0, int64_t nb, T* Md) {
+  const int64_t tb = nb * g.TPI, plane = g.Hout * g.Wout, ms = g.Cout * tb;
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t k = 0; k < g.Cout; ++k)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t th = 0; th < g.TH; ++th) {
+        const T* src = dy + ((n0 + b) * g.Cout + k) * plane;
+        T* m = Md + k * tb + b * g.TPI + th * g.TW;
+        const int64_t oh = 2 * th, nrows = std::min<int64_t>(2, g.Hout - oh);
+        for (int64_t tw0 = 0; tw0 < g.TW; tw0 += kChunk) {
+          const int64_t nt = std::min(kChunk, g.TW - tw0), ow0 = 2 * tw0, ncols = std::min(2 * nt, g.Wout - ow0);
+          T rows[2][2 * kChunk];
+          for (int64_t i = 0; i < 2; ++i) {
+            if (i < nrows) std::copy(src + (oh + i) * g.Wout + ow0, src + (oh + i) * g.Wout + ow0 + ncols, rows[i]);
+            std::fill(rows[i] + (i < nrows ? ncols : 0), rows[i] + 2 * nt, T(0));
+          }
+          T q[4][2 * kChunk];  // A dy, column by column
+          for (int64_t j = 0; j < 2 * nt; ++j) {
+            q[0][j] = rows[0][j];
+            q[1][j] = rows[0][j] + rows[1][j];
+            q[2][j] = rows[0][j] - rows[1][j];
+            q[3][j] = -rows[1][j];
+          }
+          for (int i = 0; i < 4; ++i) {  // (A dy) A^T, tile by tile
+            const T* r = q[i];
+            T* m0 = m + (i * 4 + 0) * ms + tw0;
+            T* m1 = m + (i * 4 + 1) * ms + tw0;
+            T* m2 = m + (i * 4 + 2) * ms + tw0;
+            T* m3 = m + (i * 4 + 3) * ms + tw0;
+            for (int64_t t = 0; t < nt; ++t) {
+              const T e0 = r[2 * t], e1 = r[2 * t + 1];
+              m0[t] = e0;
+              m1[t] = e0 + e1;
+              m2[t] = e0 - e1;
+              m3[t] = -e1;
+            }
+          }
+        }
+      }
+}
+
+// dw[k][c] = G^T dU[.][k][c] G (3x3 from the 4x4 transformed sums), G = [1 0 0; .5 .5 .5; .5 -.5 .5;
+// 0 0 1]: the adjoint of the weight transform. Channels in chunks of 64 through stack buffers, so
+// the loops run contiguously over c; the 9 taps are then interleaved into dw (K, C, 3, 3).
+// Returns max |dw|.
+template <typename T>
+T transform_weight_grad(const Conv2dDesc& d, const T* dU, T* dw) {
+  constexpr int64_t kC = 64;
+  const int64_t KC = d.K * d.C;
+  T big = 0;
+#pragma omp parallel for schedule(static) reduction(max : big)
+  for (int64_t k = 0; k < d.K; ++k)
+    for (int64_t c0 = 0; c0 < d.C; c0 += kC) {
+      const int64_t nc = std::min(kC, d.C - c0);
+      const T* src = dU + k * d.C + c0;
+      T t[3][4][kC];  // G^T dU: t[r][b][c]
+      for (int b = 0; b < 4; ++b) {
+        const T* u0 = src + (0 * 4 + b) * KC;
+        const T* u1 = src + (1 * 4 + b) * KC;
+        const T* u2 = src + (2 * 4 + b) * KC;
+        const T* u3 = src + (3 * 4 + b) * KC;
+        for (int64_t c = 0; c < nc; ++c) {
+          const T h1 = T(0.5) * u1[c], h2 = T(0.5) * u2[c];
+          t[0][b][c] = u0[c] + h1 + h2;
+          t[1][b][c] = h1 - h2;
+          t[2][b][c] = h1 + h2 + u3[c];
+        }
+      }
+      T out[9][kC];  // (G^T dU) G: out[r*3 + s][c]
+      for (int r = 0; r < 3; ++r)
+        for (int64_t c = 0; c < nc; ++c) {
+          const T h1 = T(0.5) * t[r][1][c], h2 = T(0.5) * t[r][2][c];
+          out[r * 3 + 0][c] = t[r][0][c] + h1 + h2;
+          out[r * 3 + 1][c] = h1 - h2;
+          out[r * 3 + 2][c] = h1 + h2 + t[r][3][c];
+        }
+      T m = 0;
+      for (int j = 0; j < 9; ++j)
+        for (int64_t c = 0; c < nc; ++c) m = std::max(m, std::abs(out[j][c]));
+      big = std::max(big, m);
+      T* dst = dw + (k * d.C + c0) * 9;
+      for (int64_t c = 0; c < nc; ++c)
+        for (int j = 0; j < 9; ++j) dst[c * 9 + j] = out[j][c];
+    }
+  return big;
+}
+
+// Exact zeros of the weight gradient. dw[k, c, r, s] = sum_{n,i,j} dy[n, k, i, j] x[n, c, i+r-ph, j+s-pw]
+// is exactly 0 when no nonzero dy meets a nonzero x under tap (r, s): sparse ReLU activations and
+// small planes make that common (a ResNet50 at 32 px: ~2% of layer1's 3x3 weights). Winograd leaves
+// roundoff there (the other taps' terms cancelling in G^T dU G), and an optimizer that divides by
+// the gradient's size (AdamW's first step is ~lr * sign(g)) turns it into a full step where the
+// direct sum gives none. Such roundoff is ~1e-6 of the tensor's largest |dw| (measured up to 8e-7
+// on ResNet18's layers), so every tap at most kSuspect = 2^-10 of it is checked: it keeps its value
+// if some nonzero dy meets a nonzero x under it (the scan stops at the first meeting: a few pixels
+// for dense channels), and becomes 0 otherwise. A tap is never zeroed unless the direct sum is
+// exactly 0. Cost: the scan of a tap that truly is 0 reads N * OH * OW pixels of dy and x, so a
+// gradient with many exact zeros pays up to a direct convolution's reads for them.
+constexpr double kSuspect = 1.0 / 1024;
+
+// big: max |dw|. Each row of dw (one k, C * 9 taps) is read 16 taps at a time by a branch-free
+// test (vectorized), and only groups holding a suspect tap are looked at one by one.
+template <typename T>
+void zero_unmet_taps(const Conv2dDesc& d, const Geom& g, const T* x, const T* dy, T big, T* dw) {
+  constexpr int64_t kGroup = 16;
+  const int64_t row = d.C * 9, plane_x = d.H * d.W, plane_y = g.Hout * g.Wout;
+  const T lim = T(kSuspect) * big;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < d.K; ++k)
+    for (int64_t e0 = 0; e0 < row; e0 += kGroup) {
+      const int64_t ne = std::min(kGroup, row - e0);
+      T* w = dw + k * row + e0;
+      int suspects = 0;
+      for (int64_t e = 0; e < ne; ++e) suspects += (w[e] != T(0)) & (std::abs(w[e]) <= lim);
+      if (suspects == 0) continue;
+      for (int64_t e = 0; e < ne; ++e) {
+        T& v = w[e];
+        if (v == T(0) || std::abs(v) > lim) continue;
+        const int64_t c = (e0 + e) / 9, tap = (e0 + e) % 9;
+        // Outputs (i, j) whose input (i + r - ph, j + s - pw) is inside the plane.
+        const int64_t dr = tap / 3 - g.ph, ds = tap % 3 - g.pw;
+        const int64_t i0 = std::max<int64_t>(0, -dr), i1 = std::min(g.Hout, d.H - dr);
+        const int64_t j0 = std::max<int64_t>(0, -ds), j1 = std::min(g.Wout, d.W - ds);
+        bool met = false;
+        for (int64_t n = 0; n < d.N && !met; ++n) {
+          const T* yk = dy + (n * d.K + k) * plane_y;
+          const T* xc = x + (n * d.C + c) * plane_x;
+          for (int64_t i = i0; i < i1 && !met; ++i)
+            for (int64_t j = j0; j < j1; ++j)
+              if (yk[i * g.Wout + j] != T(0) && xc[(i + dr) * d.W + j + ds] != T(0)) {
+                met = true;
+                break;
+              }
+        }
+        if (!met) v = T(0);
+      }
+    }
+}
+
 // The whole convolution of geometry g with weights U already transformed.
 template <typename T>
 void run(const Geom& g, const T* in, const T* U, bool trans_u, const T* bias, T* out, T* V) {
@@ -272,10 +422,34 @@ bool winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx
   return true;
 }
 
+template <typename T>
+bool winograd_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, void* workspace) {
+  if (!winograd_values_in_range(x, d.N * d.C * d.H * d.W) ||
+      !winograd_values_in_range(dy, d.N * d.K * d.out_h() * d.out_w()))
+    return false;
+  const Geom g = forward_geom(d);
+  T* dU = static_cast<T*>(workspace);  // (16, K, C): sum over tiles of Md[xi] @ V[xi]^T
+  T* V = dU + u_elems(d);
+  if (d.N == 0) std::fill(dU, dU + u_elems(d), T(0));
+  for (int64_t n0 = 0; n0 < g.N; n0 += g.nb) {
+    const int64_t nb = std::min(g.nb, g.N - n0), tb = nb * g.TPI;
+    T* Md = V + g.Cin * tb * 16;
+    transform_input(g, x, n0, nb, V);
+    transform_grad_output(g, dy, n0, nb, Md);
+    // dU[xi] (K, C) (+)= Md[xi] (K, tb) @ V[xi]^T (tb, C)
+    gemm_batched<T>(false, true, g.Cout, g.Cin, tb, T(1), Md, tb, g.Cout * tb, V, tb, g.Cin * tb,
+                    n0 == 0 ? T(0) : T(1), dU, g.Cin, g.Cout * g.Cin, 16);
+  }
+  const T big = transform_weight_grad(d, dU, dw);
+  zero_unmet_taps(d, g, x, dy, big, dw);
+  return true;
+}
+
 #define KILN_INSTANTIATE_WINOGRAD(T)                                                              \
   template bool winograd_values_in_range<T>(const T*, int64_t);                                   \
   template bool winograd_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*); \
-  template bool winograd_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);
+  template bool winograd_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
+  template bool winograd_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, void*);
 KILN_INSTANTIATE_WINOGRAD(float)
 KILN_INSTANTIATE_WINOGRAD(double)
 #undef KILN_INSTANTIATE_WINOGRAD

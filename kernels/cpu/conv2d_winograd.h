@@ -1,7 +1,9 @@
 // Winograd F(2x2, 3x3) convolution on the CPU (NCHW, contiguous) for 3x3 / stride 1 / dilation 1 /
-// groups 1 layers with padding 0..2: the forward pass and the input gradient (itself a 3x3 stride-1
-// convolution of dy with the flipped weights, channels swapped, padding 2 - p). Each 2x2 output tile
-// costs 16 multiplies per (input, output) channel pair instead of 36: 2.25x fewer GEMM flops.
+// groups 1 layers with padding 0..2: the forward pass, the input gradient (itself a 3x3 stride-1
+// convolution of dy with the flipped weights, channels swapped, padding 2 - p) and the weight
+// gradient (the adjoint of the forward transforms: dw = G^T [sum over tiles (A dy A^T) .* (B^T d B)] G).
+// Each 2x2 output tile costs 16 multiplies per (input, output) channel pair instead of 36: 2.25x
+// fewer GEMM flops.
 // Used only through conv2d.cpp, which decides per desc which algorithm runs (conv2d_uses_winograd)
 // and runs im2col when these refuse the values (winograd_values_in_range): this file does not choose, does not
 // allocate (the caller's workspace of winograd_workspace_bytes), and never runs OpenBLAS threads
@@ -18,8 +20,8 @@ namespace kiln::cpu {
 // 0 <= pad_h, pad_w <= 2.
 bool winograd_applies(const Conv2dDesc& d);
 
-// Scratch bytes of winograd_forward and winograd_backward_input for this desc (the larger of the
-// two; see conv2d_winograd.cpp for the formula).
+// Scratch bytes of winograd_forward, winograd_backward_input and winograd_backward_weight for this
+// desc (the largest of the three: the weight gradient needs the forward's; see conv2d_winograd.cpp).
 size_t winograd_workspace_bytes(const Conv2dDesc& d, size_t elem_size);
 
 // Images transformed together (one block of tiles, one batch of 16 GEMMs) in the forward pass.
@@ -42,5 +44,9 @@ bool winograd_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias
 // dy: (N, K, OH, OW), w: (K, C, 3, 3) -> dx: (N, C, H, W) (overwritten).
 template <typename T>
 bool winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace);
+// x: (N, C, H, W), dy: (N, K, OH, OW) -> dw: (K, C, 3, 3) (overwritten; false when x or dy fails
+// winograd_values_in_range). The bias gradient stays with conv2d_backward_weight.
+template <typename T>
+bool winograd_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, void* workspace);
 
 }  // namespace kiln::cpu

@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) conv2d (forward and input gradient) against the im2col path of the same
+// Winograd F(2x2, 3x3) conv2d (forward, input gradient and weight gradient) against the im2col path of the same
 // kernels (itself checked against a direct f64 reference in test_kernels_conv.cpp), both forced
 // with conv2d_set_algo: edge tiles (odd sizes, H or W of 1 and 2), padding 0..2, 1 to 64 channels,
 // batches of 1 and 5, f32 and f64, adversarial values (mixed 1e4 / 1e-4 magnitudes, all-equal
@@ -36,10 +36,11 @@ Conv2dDesc conv3x3(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_
 
 template <typename T>
 struct Outs {
-  std::vector<T> y, dx;
+  std::vector<T> y, dx, dw, db;
 };
 
-// y = conv(x, w) + b and dx = conv2d_backward_input(dy, w) with algorithm a.
+// y = conv(x, w) + b, dx = conv2d_backward_input(dy, w), dw and db = conv2d_backward_weight(x, dy)
+// with algorithm a.
 template <typename T>
 Outs<T> run(cpu::Conv2dAlgo a, const Conv2dDesc& d, const std::vector<T>& x, const std::vector<T>& w,
             const std::vector<T>& b, const std::vector<T>& dy) {
@@ -50,14 +51,19 @@ Outs<T> run(cpu::Conv2dAlgo a, const Conv2dDesc& d, const std::vector<T>& x, con
   Outs<T> o;
   o.y.assign(d.N * d.K * d.out_h() * d.out_w(), T(7));
   o.dx.assign(x.size(), T(7));
+  o.dw.assign(w.size(), T(7));
+  o.db.assign(b.size(), T(7));
   cpu::conv2d_forward<T>(d, x.data(), w.data(), b.data(), o.y.data(), ws.data());
   cpu::conv2d_backward_input<T>(d, dy.data(), w.data(), o.dx.data(), ws.data());
+  cpu::conv2d_backward_weight<T>(d, x.data(), dy.data(), o.dw.data(), o.db.data(), ws.data());
   return o;
 }
 
-// NaN where want is NaN, the same inf where want is inf, else within tol * max |finite want|.
+// NaN where want is NaN, the same inf where want is inf, else within tol * max |finite want|; with
+// exact_zeros, 0 wherever want is exactly 0 (the weight gradient: see find_meetings).
 template <typename T>
-double require_match(const std::vector<T>& got, const std::vector<T>& want, double tol, const char* what) {
+double require_match(const std::vector<T>& got, const std::vector<T>& want, double tol, const char* what,
+                     bool exact_zeros = false) {
   REQUIRE(got.size() == want.size());
   double scale = 0, err = 0;
   for (T v : want)
@@ -70,6 +76,7 @@ double require_match(const std::vector<T>& got, const std::vector<T>& want, doub
       continue;
     }
     const double e = std::abs((double)got[i] - (double)want[i]);
+    if (exact_zeros && want[i] == T(0)) REQUIRE(got[i] == T(0));
     REQUIRE(e <= tol * std::max(scale, 1e-30));
     err = std::max(err, e / std::max(scale, 1e-30));
   }
@@ -81,7 +88,9 @@ double compare(const Conv2dDesc& d, const std::vector<T>& x, const std::vector<T
                const std::vector<T>& dy, double tol) {
   Outs<T> ref = run(cpu::Conv2dAlgo::im2col, d, x, w, b, dy);
   Outs<T> got = run(cpu::Conv2dAlgo::winograd, d, x, w, b, dy);
-  return std::max(require_match(got.y, ref.y, tol, "y"), require_match(got.dx, ref.dx, tol, "dx"));
+  require_match(got.db, ref.db, 0.0, "db");  // the bias gradient is the same code either way: same bits
+  return std::max({require_match(got.y, ref.y, tol, "y"), require_match(got.dx, ref.dx, tol, "dx"),
+                   require_match(got.dw, ref.dw, tol, "dw", true)});
 }
 
 template <typename T>
@@ -97,6 +106,32 @@ double compare_random(const Conv2dDesc& d, std::mt19937& g, double tol) {
   auto x = uniform<T>(d.N * d.C * d.H * d.W, g), w = uniform<T>(d.K * d.C * 9, g), b = uniform<T>(d.K, g);
   auto dy = uniform<T>(d.N * d.K * d.out_h() * d.out_w(), g);
   return compare(d, x, w, b, dy, tol);
+}
+
+// dy nonzero only at (even, even) outputs, x zero at (odd, odd) inputs of images [0, dense_from)
+// (dense after): in those images the corner taps (r, s in {0, 2}, reading x at (i +- 1, j +- 1))
+// never meet, the others do. Each 2x2 tile holds nonzero x and dy, so the corner taps come out of
+// G^T dU G as sums of rounded dU that cancel only approximately, unless they are written as 0.
+// Compares Winograd with im2col (exact zeros required in dw) and returns how many dw are exactly 0.
+int64_t sparse_meetings(const Conv2dDesc& d, std::mt19937& g, int64_t dense_from) {
+  const size_t nx = d.N * d.C * d.H * d.W, nw = d.K * d.C * 9, ny = d.N * d.K * d.out_h() * d.out_w();
+  auto w = uniform<float>(nw, g), b = uniform<float>(d.K, g);
+  std::vector<float> x(nx, 0.0f), dy(ny, 0.0f);
+  std::uniform_real_distribution<double> v(-2, 2);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t c = 0; c < d.C; ++c)
+      for (int64_t i = 0; i < d.H; ++i)
+        for (int64_t j = 0; j < d.W; ++j)
+          if (i % 2 == 0 || j % 2 == 0 || n >= dense_from) x[((n * d.C + c) * d.H + i) * d.W + j] = (float)v(g);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t i = 0; i < d.out_h(); i += 2)
+        for (int64_t j = 0; j < d.out_w(); j += 2) dy[((n * d.K + k) * d.out_h() + i) * d.out_w() + j] = (float)v(g);
+  compare(d, x, w, b, dy, 1e-5);
+  Outs<float> ref = run(cpu::Conv2dAlgo::im2col, d, x, w, b, dy);
+  int64_t zeros = 0;
+  for (float e : ref.dw) zeros += e == 0.0f;
+  return zeros;
 }
 
 #define DESC_INFO(d)                                                                                      \
@@ -176,6 +211,9 @@ TEST_CASE("conv2d winograd matches im2col: adversarial values") {
       for (auto& e : *v) e = (float)((coin(g) ? big(g) : tiny(g)) * (coin(g) ? 1 : -1));
     compare(d, x, w, b, dy2, 1e-5);
   }
+  SUBCASE("sparse x and dy: the weight gradient is exactly 0 where no nonzero dy meets a nonzero x") {
+    CHECK(sparse_meetings(d, g, d.N) == (int64_t)nw * 4 / 9);  // exactly the 4 corner taps are 0
+  }
   SUBCASE("all-equal inputs and weights") {
     std::vector<float> x(nx, 0.37f), wc(nw, -1.25f), dyc(ny, 3.5f);
     compare(d, x, wc, b, dyc, 1e-5);
@@ -197,10 +235,20 @@ TEST_CASE("conv2d winograd matches im2col: adversarial values") {
   }
 }
 
+TEST_CASE("conv2d winograd: exact zeros of the weight gradient over several blocks of images") {
+  // 150 images of 32x32, one image per Winograd block. The corner taps meet only in the last 5
+  // images (dense x there): the check for exact zeros must look at every image, not one block.
+  std::mt19937 g(9);
+  Conv2dDesc d = conv3x3(150, 2, 32, 32, 2, 1, 1);
+  CHECK(sparse_meetings(d, g, 150) == 2 * 2 * 4);  // no dense image: the corner taps are 0
+  CHECK(sparse_meetings(d, g, 145) == 0);          // dense images at the end: none is 0
+}
+
 TEST_CASE("conv2d winograd: the kernels refuse NaN, inf and huge values and leave the output alone") {
   // inf - inf inside B^T d B would give NaN where the direct sum gives inf: conv2d then runs im2col.
   Conv2dDesc d = conv3x3(1, 2, 6, 6, 3, 1, 1);
   std::vector<float> w(3 * 2 * 9, 0.5f), x(2 * 36, 1.0f), y(3 * 36, 7.0f), dx(x.size(), 7.0f), dy(y.size(), 1.0f);
+  std::vector<float> dw(w.size(), 7.0f);
   std::vector<unsigned char> ws(cpu::winograd_workspace_bytes(d, sizeof(float)));
   auto untouched = [](const std::vector<float>& v) {
     return std::all_of(v.begin(), v.end(), [](float e) { return e == 7.0f; });
@@ -210,18 +258,23 @@ TEST_CASE("conv2d winograd: the kernels refuse NaN, inf and huge values and leav
     auto xb = x, wb = w, dyb = dy;
     xb[40] = bad;
     CHECK_FALSE(cpu::winograd_forward<float>(d, xb.data(), w.data(), nullptr, y.data(), ws.data()));
+    CHECK_FALSE(cpu::winograd_backward_weight<float>(d, xb.data(), dy.data(), dw.data(), ws.data()));
     wb[20] = bad;
     CHECK_FALSE(cpu::winograd_forward<float>(d, x.data(), wb.data(), nullptr, y.data(), ws.data()));
     CHECK_FALSE(cpu::winograd_backward_input<float>(d, dy.data(), wb.data(), dx.data(), ws.data()));
     dyb[50] = bad;
     CHECK_FALSE(cpu::winograd_backward_input<float>(d, dyb.data(), w.data(), dx.data(), ws.data()));
+    CHECK_FALSE(cpu::winograd_backward_weight<float>(d, x.data(), dyb.data(), dw.data(), ws.data()));
     CHECK(untouched(y));
     CHECK(untouched(dx));
+    CHECK(untouched(dw));
   }
   x[40] = -9e14f;  // below the limit
   CHECK(cpu::winograd_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data()));
   CHECK(cpu::winograd_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data()));
+  CHECK(cpu::winograd_backward_weight<float>(d, x.data(), dy.data(), dw.data(), ws.data()));
   CHECK_FALSE(untouched(y));
+  CHECK_FALSE(untouched(dw));
   std::vector<double> xd(4, 1e149);
   CHECK(cpu::winograd_values_in_range(xd.data(), 4));
   xd[3] = -1e151;
