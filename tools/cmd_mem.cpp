@@ -25,6 +25,10 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
   m->add_option("--num-classes", c.num_classes, "classes")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--in-channels", c.in_channels, "input channels")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--device", c.train.device, "the device to predict for: cpu or cuda:N")->capture_default_str();
+  m->add_option("--threads", c.train.threads,
+                "CPU threads of the run (as kiln train --threads; default: all cores): the CPU convolution's "
+                "scratch grows with them")
+      ->check(kiln_cli::positive);
   m->add_option("--optimizer", c.train.optimizer, "sgd or adamw")->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
   m->add_option("--momentum", c.train.momentum, "SGD momentum (> 0 keeps a momentum buffer)")

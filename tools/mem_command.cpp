@@ -36,7 +36,9 @@ void print_text(const MemPrediction& p, std::ostream& out) {
           : models::is_segmentation_model(t.model)
               ? std::to_string(p.config.recompute) + " resolution level(s) recomputed (unet)"
               : std::to_string(p.config.recompute) + " of " + std::to_string(p.num_stages) + " stages")
-      << (t.amp ? ", amp f16" : "") << ", device " << p.target << " (predicted on meta)\n";
+      << (t.amp ? ", amp f16" : "") << ", device " << p.target
+      << (p.cpu_threads > 0 ? ", " + std::to_string(p.cpu_threads) + (p.cpu_threads == 1 ? " thread" : " threads") : "")
+      << " (predicted on meta)\n";
   const std::pair<const char*, int64_t> acc[] = {{"parameters", p.params},
                                                  {"gradients", p.grads},
                                                  {"optimizer state", p.optimizer},

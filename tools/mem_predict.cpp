@@ -9,6 +9,7 @@
 #include "engine/ops/ops.h"
 #include "engine/train/memory_peak.h"
 #include "engine/core/devices.h"
+#include "kernels/cpu/threads.h"
 #include "models/registry.h"
 #include "models/unet.h"
 #include "tools/train_components.h"
@@ -64,7 +65,11 @@ MemPrediction predict_memory(const MemConfig& c) {
   o.ranks = c.ranks;
   o.data_parallel.bucket_bytes = std::max<int64_t>(1, std::llround(c.train.bucket_mb * (1 << 20)));
   o.data_parallel.first_bucket_bytes = std::min<int64_t>(o.data_parallel.bucket_bytes, 1 << 20);
+  // The CPU convolution's scratch depends on the thread count (kernels/cpu/conv2d.h): predict with
+  // the run's (--threads; 0: the current count, kiln's default).
+  cpu::ThreadScope threads(o.target.is_cpu() ? c.train.threads : 0);
   MemPrediction r;
+  r.cpu_threads = o.target.is_cpu() ? cpu::num_threads() : 0;
   static_cast<StepMemory&>(r) = train::predict_step_memory(
       [&] {
         nn::init::SkipRandomInitGuard structure_only;  // the meta step needs shapes, not values
@@ -146,6 +151,7 @@ nlohmann::json MemPrediction::to_json() const {
           {"amp", t.amp},
           {"num_stages", num_stages},
           {"device", target},
+          {"cpu_threads", cpu_threads},
           {"parameters", params},
           {"gradients", grads},
           {"optimizer_state", optimizer},

@@ -32,6 +32,7 @@ struct MemConfig {
 // configuration they are for.
 struct MemPrediction : StepMemory {
   MemConfig config;
+  int cpu_threads = 0;  // the CPU thread count the prediction assumed (0: not a CPU target)
   nlohmann::json to_json() const;
 };
 

@@ -133,11 +133,12 @@ TEST_CASE("cli segment: the predicted peak is the measured one, kiln mem --task 
   const int64_t p_all = m["predicted"]["peak_allocated"], m_epoch = m["measured_epochs"][0]["measured_peak_allocated"];
   CHECK(p_all == m_epoch);
   const SegmentData& d = seg_data();
-  auto mem = run_kiln("mem --task segment --model " + d.model + " --batch 8 --image-size 16 --in-channels 1 "
+  auto mem = run_kiln("mem --task segment --model " + d.model + " --batch 8 --image-size 16 --in-channels 1 --threads 1 "
                       "--num-classes 3 --optimizer adamw --json");
   REQUIRE_MESSAGE(mem.status == 0, mem.output);
   const nlohmann::json j = nlohmann::json::parse(mem.output);
   CHECK(j["task"] == "segment");
+  CHECK(j["cpu_threads"] == 1);  // the run's --threads 1: the conv scratch depends on it
   CHECK(j["peak_allocated"] == p_all);
   // The same model with (B) class labels is not the same step: classify needs (N, K) logits.
   auto cls = run_kiln("mem --model " + d.model + " --batch 8 --image-size 16 --in-channels 1 --num-classes 3");

@@ -10,6 +10,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/threads.h"
 
 using namespace kiln;
 
@@ -208,15 +209,52 @@ TEST_CASE("conv2d rejects bad descriptors with the op name and shapes") {
 }
 
 TEST_CASE("conv2d workspace: none for 1x1 stride 1 on a wide plane, blocked images for small planes") {
+  const int threads = cpu::num_threads();
+  cpu::set_num_threads(1);
   Conv2dDesc d = make(8, 64, 56, 56, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1);
   CHECK(cpu::conv2d_images_per_block(d) == 1);
   CHECK(cpu::conv2d_workspace_bytes(d, 4) == 0);
-  d = make(8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1);
-  CHECK(cpu::conv2d_images_per_block(d) == 8);
+  Conv2dDesc d3 = make(8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  CHECK(cpu::conv2d_images_per_block(d3) == 8);
   // The im2col path's buffer (with Winograd chosen it is the larger of the two, see
   // test_kernels_conv_winograd.cpp).
   const cpu::Conv2dAlgo prev = cpu::conv2d_algo();
   cpu::conv2d_set_algo(cpu::Conv2dAlgo::im2col);
-  CHECK(cpu::conv2d_workspace_bytes(d, 4) == (size_t)(512 * 9 * 8 * 49 + 512 * 8 * 49) * 4);
+  CHECK(cpu::conv2d_workspace_bytes(d3, 4) == (size_t)(512 * 9 * 8 * 49 + 512 * 8 * 49) * 4);
+  // 2 threads: each its 4 images in its own slice (64-byte multiples), and thread 1's weight
+  // gradient partial (K * C * R * S).
+  cpu::set_num_threads(2);
+  CHECK(cpu::conv2d_workspace_bytes(d, 4) == (size_t)(64 * 64) * 4);
+  CHECK(cpu::conv2d_workspace_bytes(d3, 4) == 2 * (size_t)(512 * 9 * 4 * 49 + 512 * 4 * 49) * 4 + 512 * 4608 * 4);
+  // One image: no split.
+  CHECK(cpu::conv2d_workspace_bytes(make(1, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1), 4) ==
+        (size_t)(512 * 9 * 49) * 4);
   cpu::conv2d_set_algo(prev);
+  cpu::set_num_threads(threads);
+}
+
+TEST_CASE("conv2d split by images: 1, 2 and 3 threads match the direct reference, both algorithms") {
+  // With several threads each convolves its own images in its own workspace slice and the weight
+  // gradient adds the threads' partials (conv2d.cpp); one image, or one thread, runs unsplit.
+  // 3 threads on 5 and 2 images: uneven shares, and fewer images than threads.
+  std::mt19937 g(21);
+  const int before = cpu::num_threads();
+  const cpu::Conv2dAlgo prev = cpu::conv2d_algo();
+  const Conv2dDesc cases[] = {
+      make(5, 16, 9, 7, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1),   // Winograd-able (when forced)
+      make(2, 16, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1),   // two images
+      make(5, 6, 11, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 2),    // stride 2, groups
+      make(4, 8, 5, 5, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1),    // 1x1: x is the column matrix
+      make(1, 8, 12, 12, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1)};  // one image: no split
+  for (int threads : {1, 2, 3})
+    for (cpu::Conv2dAlgo a : {cpu::Conv2dAlgo::im2col, cpu::Conv2dAlgo::winograd})
+      for (const auto& d : cases) {
+        INFO("threads ", threads, " winograd ", a == cpu::Conv2dAlgo::winograd, " N=", d.N, " C=", d.C, " K=", d.K);
+        cpu::set_num_threads(threads);
+        cpu::conv2d_set_algo(a);
+        check_conv<double>(d, g, 1e-12, true);
+        check_conv<float>(d, g, 2e-5, true);
+      }
+  cpu::conv2d_set_algo(prev);
+  cpu::set_num_threads(before);
 }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/threads.h"
 #include "support/cli/run_kiln.h"
 #include "tools/mem_command.h"
 #include "tools/mem_predict.h"
@@ -117,7 +118,10 @@ TEST_CASE("kiln mem --json: accounts add up and checkpointing trades activations
   kiln::MemCommandOptions o;
   o.config.train.model = "resnet18_small";
   o.config.train.batch = 8;
-  o.config.image_size = 16;
+  // 32 px: activations (36 MiB) outweigh the conv scratch, so recompute lowers the peak by 9-13 MB at 1
+  // and 2 threads. At 16 px (9 MiB of activations) it was 0.3 MB lower at 1 thread and 0.5 MB higher at
+  // 2 (the split-by-images conv scratch of layer4 sets the peak there): a knife edge.
+  o.config.image_size = 32;
   o.json = true;
   std::ostringstream plain_out, ck_out;
   kiln::run_mem_command(o, plain_out);
@@ -133,6 +137,32 @@ TEST_CASE("kiln mem --json: accounts add up and checkpointing trades activations
   CHECK(plain["layer_activations"].size() > 10);
   CHECK(ck["activations"].get<int64_t>() < plain["activations"].get<int64_t>() / 2);
   CHECK(ck["peak_allocated"].get<int64_t>() < plain["peak_allocated"].get<int64_t>());
+}
+
+TEST_CASE("kiln mem --threads: the CPU prediction is for the run's thread count, which it restores after") {
+  // The CPU convolution splits the batch by images with one scratch slice per thread
+  // (kernels/cpu/conv2d.h), so the peak depends on --threads; `kiln train --threads N` predicts with N
+  // (its own step on meta, in its own process), `kiln mem` must be told.
+  kiln::MemCommandOptions o;
+  o.config.train.model = "resnet18_small";
+  o.config.train.batch = 8;
+  o.config.image_size = 32;
+  o.config.train.device = "cpu";
+  o.json = true;
+  const int before = kiln::cpu::num_threads();
+  nlohmann::json j[3];
+  for (int t : {1, 2}) {
+    o.config.train.threads = t;
+    std::ostringstream out;
+    kiln::run_mem_command(o, out);
+    j[t] = nlohmann::json::parse(out.str());
+    CHECK(j[t]["cpu_threads"] == t);
+    CHECK(kiln::cpu::num_threads() == before);
+  }
+  // Measured 2026-12-03: 127.6 MB at 1 thread, 134.2 MB at 2 (each thread's im2col/Winograd slice
+  // and the weight-gradient partials).
+  CHECK(j[2]["peak_allocated"].get<int64_t>() > j[1]["peak_allocated"].get<int64_t>() + (1 << 20));
+  CHECK(j[2]["activations"] == j[1]["activations"]);
 }
 
 TEST_CASE("--max-batch: the answer fits with the margin and one more does not") {
