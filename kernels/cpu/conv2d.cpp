@@ -12,7 +12,7 @@
 // split_threads below); inside it the loops and GEMMs run on the calling thread (gemm() is
 // single-threaded inside a region, OpenBLAS always). One thread or one image: the loops are OpenMP
 // loops and each GEMM splits its columns over the threads.
-// Winograd (conv2d_winograd.cpp) replaces all three passes where conv2d_uses_winograd(d); the
+// Winograd (conv2d_winograd.cpp) replaces a pass where conv2d_uses_winograd(d, pass); the
 // workspace is then the larger of its buffer and im2col's, since the per-call fallback for
 // out-of-range values (NaN, inf, huge) still runs im2col.
 #include "kernels/cpu/conv2d.h"
@@ -134,25 +134,50 @@ Conv2dAlgo conv2d_algo() {
   return (Conv2dAlgo)a;
 }
 
-// Per (k, c) pair im2col does 9*N*P multiply-adds and Winograd 16*N*tiles plus one weight
-// transform (~16 stores and a read of 9 weights, a fixed cost per call). Winograd runs when it
-// saves at least kMinSavedMacs per pair. Measured (bench_conv_cpu --algos, 1 thread, loaded
-// machine): 0.55-0.8x time on ResNet18's 3x3 stride-1 layers at 8 x 224 (7x7 at batch 8 saves 1480:
-// 0.8x) and on the 16..4 px ones at 32 x 64; 2x2 at batch 32 (saves 640) was 0.84-1.6x, so it stays
-// on im2col.
-constexpr int64_t kMinSavedMacs = 1000;
+namespace {
 
-bool conv2d_winograd_pays(const Conv2dDesc& d) {
-  if (!winograd_applies(d) || d.C < 16 || d.K < 16) return false;
-  const int64_t P = d.out_h() * d.out_w(), tiles = ((d.out_h() + 1) / 2) * ((d.out_w() + 1) / 2);
-  return 9 * d.N * P - 16 * d.N * tiles >= kMinSavedMacs;
+// Threads of the split by images (conv2d_forward below): 1 with one image or inside a region.
+int split_threads(const Conv2dDesc& d) {
+  if (d.N < 2 || omp_in_parallel()) return 1;
+  return (int)std::min<int64_t>(omp_get_max_threads(), d.N);
 }
 
-bool conv2d_uses_winograd(const Conv2dDesc& d) {
+}  // namespace
+
+// Per (k, c) pair im2col does 9*N*P multiply-adds and Winograd 16*N*tiles plus one weight
+// transform per call (the forward and input grad; the weight grad's inverse transform of dU is
+// the same size): a fixed cost per call and thread, paid back by the multiply-adds saved on the
+// images of one thread's share (N / threads, rounded up). Measured (bench_conv_cpu --algos,
+// alternating calls, medians of 5; Winograd / im2col time; 2026-12-03 on the Intel Xeon (AVX-512,
+// 2 vCPUs) build machine), saved MACs per pair on the share in brackets:
+//   forward / input grad, 1 thread: 8x224 layer4 (1480) 1.01 / 0.96x, 32x64 layer3 (2560) 0.90 /
+//     0.82x; 2 threads: 8x224 layer4 (740) 1.27 / 1.21x, 32x64 layer3 (1280) 1.01 / 1.07x, 32x64
+//     layer2 (5120) 0.80 / 0.88x. The AMD EPYC machines gained on 8x224 layer4 at 1 thread (0.85 /
+//     0.79x), so the line sits between 1280 and 1480.
+//   weight grad: its GEMMs sum over tiles (the inner dimension is a block's tiles) into a (16, K, C)
+//     dU, and small planes make short transform rows: 1 thread, 8x224 layers 1-3 (125440, 31360,
+//     7840) 0.83 / 0.82 / 0.81x but layer4 (1480) 1.36x; 32x64 layer2 (10240, 8x8) 0.98x, layer3
+//     (2560) 1.19x; 2 threads, 8x224 layer3 (3920) 0.96x, layer4 (740) 1.87x, 32x64 layer2 (5120)
+//     1.05x. So it takes at least 3000 and planes of at least 12x12 (32x64 layer1, 16x16 planes, is
+//     1.07x here but gained on the AMD machines).
+constexpr int64_t kMinSavedMacs = 1400;
+constexpr int64_t kMinSavedMacsWeight = 3000;
+constexpr int64_t kMinPlaneWeight = 144;
+
+bool conv2d_winograd_pays(const Conv2dDesc& d, Conv2dPass pass) {
+  if (!winograd_applies(d) || d.C < 16 || d.K < 16) return false;
+  const int64_t nt = split_threads(d), share = (d.N + nt - 1) / nt;
+  const int64_t P = d.out_h() * d.out_w(), tiles = ((d.out_h() + 1) / 2) * ((d.out_w() + 1) / 2);
+  const int64_t saved = 9 * share * P - 16 * share * tiles;
+  if (pass != Conv2dPass::backward_weight) return saved >= kMinSavedMacs;
+  return saved >= kMinSavedMacsWeight && P >= kMinPlaneWeight;
+}
+
+bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass) {
   switch (conv2d_algo()) {
     case Conv2dAlgo::im2col: return false;
     case Conv2dAlgo::winograd: return winograd_applies(d);
-    default: return conv2d_winograd_pays(d);
+    default: return conv2d_winograd_pays(d, pass);
   }
 }
 
@@ -263,11 +288,6 @@ void backward_weight_one(const Conv2dDesc& d, bool wino, const T* x, const T* dy
 // The weight gradient: thread 0 sums its images into dw, thread t > 0 into a partial (K, Cg*R*S)
 // after the slices, and dw += partials in thread order (a fixed order for a thread count; a
 // different thread count rounds differently).
-int split_threads(const Conv2dDesc& d) {
-  if (d.N < 2 || omp_in_parallel()) return 1;
-  return (int)std::min<int64_t>(omp_get_max_threads(), d.N);
-}
-
 Conv2dDesc images(const Conv2dDesc& d, int64_t n) {
   Conv2dDesc s = d;
   s.N = n;
@@ -295,6 +315,12 @@ Split split_of(const Conv2dDesc& d, bool wino, size_t elem_size) {
   return sp;
 }
 
+// Whether some pass runs Winograd: the workspace (and each thread's slice) then has room for it.
+bool any_winograd(const Conv2dDesc& d) {
+  return conv2d_uses_winograd(d, Conv2dPass::forward) || conv2d_uses_winograd(d, Conv2dPass::backward_input) ||
+         conv2d_uses_winograd(d, Conv2dPass::backward_weight);
+}
+
 // Runs f(t, n0, n) for each thread's images in one region; an exception in a thread is rethrown
 // after the region (none is expected: the desc was checked before).
 template <typename F>
@@ -318,7 +344,7 @@ void for_each_share(const Conv2dDesc& d, int nt, F f) {
 
 size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
   conv2d_check(d, "conv2d_workspace_bytes");
-  const bool wino = conv2d_uses_winograd(d);
+  const bool wino = any_winograd(d);
   const Split sp = split_of(d, wino, elem_size);
   return sp.nt == 1 ? one_thread_bytes(d, wino, elem_size) : sp.nt * sp.slice + sp.partials;
 }
@@ -326,8 +352,8 @@ size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
 template <typename T>
 void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
   conv2d_check(d, "conv2d_forward");
-  const bool wino = conv2d_uses_winograd(d);
-  const Split sp = split_of(d, wino, sizeof(T));
+  const bool wino = conv2d_uses_winograd(d, Conv2dPass::forward);
+  const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
   if (sp.nt == 1) return forward_one(d, wino, x, w, bias, y, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
@@ -339,8 +365,8 @@ void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, 
 template <typename T>
 void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
   conv2d_check(d, "conv2d_backward_input");
-  const bool wino = conv2d_uses_winograd(d);
-  const Split sp = split_of(d, wino, sizeof(T));
+  const bool wino = conv2d_uses_winograd(d, Conv2dPass::backward_input);
+  const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
   if (sp.nt == 1) return backward_input_one(d, wino, dy, w, dx, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
@@ -353,8 +379,8 @@ template <typename T>
 void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, T* dbias,
                             void* workspace) {
   conv2d_check(d, "conv2d_backward_weight");
-  const bool wino = conv2d_uses_winograd(d);
-  const Split sp = split_of(d, wino, sizeof(T));
+  const bool wino = conv2d_uses_winograd(d, Conv2dPass::backward_weight);
+  const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
   const Plan p = plan_of(d);
   if (sp.nt == 1) {
     backward_weight_one(d, wino, x, dy, dw, workspace);

@@ -1,7 +1,7 @@
 // 2-D convolution on the CPU (NCHW, contiguous): forward, input gradient, weight/bias gradient.
 // im2col + OpenBLAS GEMM, with several images per GEMM when the output plane is small and no
-// im2col at all for 1x1 / stride 1 / pad 0; Winograd F(2x2, 3x3) (conv2d_winograd.h) for all three
-// passes of 3x3 stride-1 layers (conv2d_uses_winograd). With several threads each pass is split by
+// im2col at all for 1x1 / stride 1 / pad 0; Winograd F(2x2, 3x3) (conv2d_winograd.h) for the
+// passes of 3x3 stride-1 layers where it pays (conv2d_uses_winograd, per pass). With several threads each pass is split by
 // images (each thread its own images and workspace slice; conv2d.cpp). Kernels never allocate: the
 // caller passes a scratch buffer of conv2d_workspace_bytes() bytes (kiln allocates it tagged
 // `temporary`); its size depends on the thread count (cpu::set_num_threads), so set that first.
@@ -18,9 +18,10 @@ namespace kiln::cpu {
 // Images whose columns share one GEMM (1 when the output plane alone is wide enough).
 int64_t conv2d_images_per_block(const Conv2dDesc& d);
 
-// Which algorithm runs the three passes. automatic: Winograd where conv2d_winograd_pays(d), else
-// im2col.
+// Which algorithm runs the three passes. automatic: Winograd where conv2d_winograd_pays(d, pass),
+// else im2col.
 enum class Conv2dAlgo { automatic, im2col, winograd };
+enum class Conv2dPass { forward, backward_input, backward_weight };
 
 // For tests and benchmarks: every later call uses `a` (winograd still only where winograd_applies;
 // conv2d_workspace_bytes follows, so call it after this). The first use reads the environment
@@ -29,12 +30,15 @@ enum class Conv2dAlgo { automatic, im2col, winograd };
 void conv2d_set_algo(Conv2dAlgo a);
 Conv2dAlgo conv2d_algo();
 
-// The automatic choice: Winograd applies (3x3, stride 1, dilation 1, groups 1, pad <= 2) and the
-// layer has enough channels for the GEMMs to dominate the transforms.
-bool conv2d_winograd_pays(const Conv2dDesc& d);
-// Whether the three passes take the Winograd path for this desc under the
-// current setting (they still fall back to im2col per call when x, dy or w holds a value that is
-// non-finite or above 1e15 in f32 / 1e150 in f64, see winograd_values_in_range).
-bool conv2d_uses_winograd(const Conv2dDesc& d);
+// The automatic choice for one pass: Winograd applies (3x3, stride 1, dilation 1, groups 1, pad
+// <= 2), the layer has at least 16 input and output channels, and one thread's share of the images
+// (the passes are split by images, see conv2d.cpp) saves enough multiply-adds to pay for the
+// transforms; the weight gradient asks for more (conv2d.cpp has the rule and the measurements). It
+// depends on the thread count (cpu::set_num_threads), like the workspace.
+bool conv2d_winograd_pays(const Conv2dDesc& d, Conv2dPass pass);
+// Whether this pass takes the Winograd path for this desc under the current setting (it still
+// falls back to im2col per call when x, dy or w holds a value that is non-finite or above 1e15 in
+// f32 / 1e150 in f64, see winograd_values_in_range).
+bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass);
 
 }  // namespace kiln::cpu

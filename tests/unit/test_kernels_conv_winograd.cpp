@@ -46,7 +46,8 @@ template <typename T>
 Outs<T> run(cpu::Conv2dAlgo a, const Conv2dDesc& d, const std::vector<T>& x, const std::vector<T>& w,
             const std::vector<T>& b, const std::vector<T>& dy) {
   AlgoScope scope(a);
-  CHECK(cpu::conv2d_uses_winograd(d) == (a == cpu::Conv2dAlgo::winograd));
+  for (auto pass : {cpu::Conv2dPass::forward, cpu::Conv2dPass::backward_input, cpu::Conv2dPass::backward_weight})
+    CHECK(cpu::conv2d_uses_winograd(d, pass) == (a == cpu::Conv2dAlgo::winograd));
   // Workspace filled with garbage: kernels must not depend on its contents.
   std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(T)) + 1, 0xAB);
   Outs<T> o;
@@ -156,15 +157,36 @@ TEST_CASE("conv2d winograd: which descs it takes") {
   d = conv3x3(8, 64, 56, 56, 64, 1, 1);
   d.S = 5;
   CHECK_FALSE(cpu::winograd_applies(d));
-  // The automatic choice: ResNet18's 3x3 stride-1 layers, not the few-channel ones.
-  CHECK(cpu::conv2d_winograd_pays(conv3x3(8, 64, 56, 56, 64, 1, 1)));
-  CHECK(cpu::conv2d_winograd_pays(conv3x3(32, 256, 4, 4, 256, 1, 1)));
-  CHECK_FALSE(cpu::conv2d_winograd_pays(conv3x3(8, 3, 56, 56, 64, 1, 1)));
-  CHECK(cpu::conv2d_winograd_pays(conv3x3(8, 512, 7, 7, 512, 1, 1)));
-  // 2x2 planes: one tile per image, the weight transform is not paid back (measured up to 1.6x slower).
-  CHECK_FALSE(cpu::conv2d_winograd_pays(conv3x3(32, 512, 2, 2, 512, 1, 1)));
+  // The automatic choice: ResNet18's 3x3 stride-1 layers, not the few-channel ones; per pass and
+  // per thread's share of the images (conv2d.cpp has the measurements behind each line).
+  const auto fwd = cpu::Conv2dPass::forward, bwd_in = cpu::Conv2dPass::backward_input,
+             bwd_w = cpu::Conv2dPass::backward_weight;
+  {
+    cpu::ThreadScope one(1);
+    for (auto pass : {fwd, bwd_in, bwd_w}) {
+      CHECK(cpu::conv2d_winograd_pays(conv3x3(8, 64, 56, 56, 64, 1, 1), pass));
+      CHECK(cpu::conv2d_winograd_pays(conv3x3(8, 256, 14, 14, 256, 1, 1), pass));
+      CHECK_FALSE(cpu::conv2d_winograd_pays(conv3x3(8, 3, 56, 56, 64, 1, 1), pass));
+      // 2x2 planes: one tile per image, the weight transform is not paid back (measured up to 1.8x slower).
+      CHECK_FALSE(cpu::conv2d_winograd_pays(conv3x3(32, 512, 2, 2, 512, 1, 1), pass));
+    }
+    // 7x7 at batch 8 and 4x4 at batch 32: the forward and input grad gain, the weight grad does not.
+    for (const Conv2dDesc& d : {conv3x3(8, 512, 7, 7, 512, 1, 1), conv3x3(32, 256, 4, 4, 256, 1, 1)}) {
+      CHECK(cpu::conv2d_winograd_pays(d, fwd));
+      CHECK(cpu::conv2d_winograd_pays(d, bwd_in));
+      CHECK_FALSE(cpu::conv2d_winograd_pays(d, bwd_w));
+    }
+  }
+  {
+    // Two threads: each has half the images, so 7x7 at batch 8 no longer pays in any pass.
+    cpu::ThreadScope two(2);
+    for (auto pass : {fwd, bwd_in, bwd_w}) {
+      CHECK_FALSE(cpu::conv2d_winograd_pays(conv3x3(8, 512, 7, 7, 512, 1, 1), pass));
+      CHECK(cpu::conv2d_winograd_pays(conv3x3(8, 64, 56, 56, 64, 1, 1), pass));
+    }
+  }
   AlgoScope im2col(cpu::Conv2dAlgo::im2col);
-  CHECK_FALSE(cpu::conv2d_uses_winograd(conv3x3(8, 64, 56, 56, 64, 1, 1)));
+  for (auto pass : {fwd, bwd_in, bwd_w}) CHECK_FALSE(cpu::conv2d_uses_winograd(conv3x3(8, 64, 56, 56, 64, 1, 1), pass));
 }
 
 TEST_CASE("conv2d winograd matches im2col: edge tiles, padding, channels, batch (f32 and f64)") {
