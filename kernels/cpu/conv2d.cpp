@@ -149,28 +149,25 @@ int split_threads(const Conv2dDesc& d) {
 // the same size): a fixed cost per call and thread, paid back by the multiply-adds saved on the
 // images of one thread's share (N / threads, rounded up). Measured (bench_conv_cpu --algos,
 // alternating calls, medians of 5; Winograd / im2col time; 2026-12-03 on the Intel Xeon (AVX-512,
-// 2 vCPUs) build machine), saved MACs per pair on the share in brackets:
-//   forward / input grad, 1 thread: 8x224 layer4 (1480) 1.01 / 0.96x, 32x64 layer3 (2560) 0.90 /
-//     0.82x; 2 threads: 8x224 layer4 (740) 1.27 / 1.21x, 32x64 layer3 (1280) 1.01 / 1.07x, 32x64
-//     layer2 (5120) 0.80 / 0.88x. The AMD EPYC machines gained on 8x224 layer4 at 1 thread (0.85 /
-//     0.79x), so the line sits between 1280 and 1480.
-//   weight grad: its GEMMs sum over tiles (the inner dimension is a block's tiles) into a (16, K, C)
-//     dU, and small planes make short transform rows: 1 thread, 8x224 layers 1-3 (125440, 31360,
-//     7840) 0.83 / 0.82 / 0.81x but layer4 (1480) 1.36x; 32x64 layer2 (10240, 8x8) 0.98x, layer3
-//     (2560) 1.19x; 2 threads, 8x224 layer3 (3920) 0.96x, layer4 (740) 1.87x, 32x64 layer2 (5120)
-//     1.05x. So it takes at least 3000 and planes of at least 12x12 (32x64 layer1, 16x16 planes, is
-//     1.07x here but gained on the AMD machines).
-constexpr int64_t kMinSavedMacs = 1400;
+// 2 vCPUs) build machine, ResNet18's 3x3 stride-1 layers), saved MACs per pair on the share in
+// brackets:
+//   forward / input grad: 1 thread, 8x224 layer4 (1480) 0.92 / 0.90x, 32x64 layer3 (2560) 0.73 /
+//     0.71x, 32x64 layer4 (640) 1.20 / 1.15x; 2 threads, 32x64 layer3 (1280) 0.87 / 0.91x, 8x224
+//     layer4 (740) 1.27 / 1.16x. So at least 1000.
+//   weight grad: its GEMMs sum over a block's tiles into a (16, K, C) dU, read back for the
+//     inverse transform, so it needs more: 1 thread, 8x224 layers 1-3 0.74-0.80x, 32x64 layer1
+//     (40960) 0.94x, layer2 (10240) 0.87x, but layer3 (2560) 1.05x and 8x224 layer4 (1480) 1.29x;
+//     2 threads, 8x224 layer3 (3920) 0.96x, 32x64 layer2 (5120) 0.95x, layer3 (1280) 1.24x. So at
+//     least 3000.
+constexpr int64_t kMinSavedMacs = 1000;
 constexpr int64_t kMinSavedMacsWeight = 3000;
-constexpr int64_t kMinPlaneWeight = 144;
 
 bool conv2d_winograd_pays(const Conv2dDesc& d, Conv2dPass pass) {
   if (!winograd_applies(d) || d.C < 16 || d.K < 16) return false;
   const int64_t nt = split_threads(d), share = (d.N + nt - 1) / nt;
   const int64_t P = d.out_h() * d.out_w(), tiles = ((d.out_h() + 1) / 2) * ((d.out_w() + 1) / 2);
   const int64_t saved = 9 * share * P - 16 * share * tiles;
-  if (pass != Conv2dPass::backward_weight) return saved >= kMinSavedMacs;
-  return saved >= kMinSavedMacsWeight && P >= kMinPlaneWeight;
+  return saved >= (pass == Conv2dPass::backward_weight ? kMinSavedMacsWeight : kMinSavedMacs);
 }
 
 bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass) {

@@ -127,43 +127,84 @@ bool transform_weights(const Conv2dDesc& d, const T* w, bool flip, T* U) {
 // loops are branch-free and contiguous (the compiler vectorizes them; no -march flags needed).
 constexpr int64_t kChunk = 64;
 
+// The 4 input rows [ih0, ih0 + 4) of one row of tiles, columns [iw0, iw0 + ncols), zeros outside
+// the plane x (Hin x Win), combined vertically: q = B^T d, column by column.
+template <typename T>
+inline void vertical(const Geom& g, const T* x, int64_t ih0, int64_t iw0, int64_t ncols, T (*rows)[2 * kChunk + 2],
+                     T (*q)[2 * kChunk + 2]) {
+  // Input columns [iw0 + lo, iw0 + hi) are inside the plane.
+  const int64_t lo = std::min(ncols, std::max<int64_t>(0, -iw0));
+  const int64_t hi = std::max(lo, std::min(ncols, g.Win - iw0));
+  for (int a = 0; a < 4; ++a) {
+    const int64_t ih = ih0 + a;
+    if (ih < 0 || ih >= g.Hin) {
+      std::fill(rows[a], rows[a] + ncols, T(0));
+      continue;
+    }
+    const T* src = x + ih * g.Win + iw0;
+    std::fill(rows[a], rows[a] + lo, T(0));
+    std::copy(src + lo, src + hi, rows[a] + lo);
+    std::fill(rows[a] + hi, rows[a] + ncols, T(0));
+  }
+  for (int64_t j = 0; j < ncols; ++j) {
+    q[0][j] = rows[0][j] - rows[2][j];
+    q[1][j] = rows[1][j] + rows[2][j];
+    q[2][j] = rows[2][j] - rows[1][j];
+    q[3][j] = rows[1][j] - rows[3][j];
+  }
+}
+
 // V[xi][c][t] = (B^T d B)[xi] for the tiles of images [n0, n0+nb); t = b*TPI + th*TW + tw.
 // Per row of tiles: the 4 input rows of a chunk of tiles are copied (zeros outside the input) into
 // rows[4][2*kChunk + 2], combined vertically (B^T d, contiguous), then horizontally (stride 2).
+// Narrow planes (TW <= kChunk / 2: ResNet18's 16..4 px maps at 64 px) take several rows of tiles
+// per step, so each of the 16 planes of V gets one run of up to kChunk tiles (a row of tiles is
+// contiguous in V, and so are the rows of one image) instead of 16 runs of TW: the 4x4 maps'
+// runs of 2 made this transform 12% of a 32x64 ResNet18 step.
 template <typename T>
 void transform_input(const Geom& g, const T* in, int64_t n0, int64_t nb, T* V) {
   const int64_t tb = nb * g.TPI, plane = g.Hin * g.Win, vs = g.Cin * tb;
+  const int64_t rows_per = g.TW <= kChunk / 2 ? kChunk / g.TW : 1;
+  const int64_t groups = (g.TH + rows_per - 1) / rows_per;
 #pragma omp parallel for collapse(3) schedule(static)
   for (int64_t c = 0; c < g.Cin; ++c)
     for (int64_t b = 0; b < nb; ++b)
-      for (int64_t th = 0; th < g.TH; ++th) {
+      for (int64_t gr = 0; gr < groups; ++gr) {
         const T* x = in + ((n0 + b) * g.Cin + c) * plane;
-        const int64_t ih0 = 2 * th - g.ph;
+        T rows[4][2 * kChunk + 2];
+        T q[4][2 * kChunk + 2];  // B^T d, column by column
+        if (rows_per > 1) {
+          const int64_t th0 = gr * rows_per, th1 = std::min(g.TH, th0 + rows_per), nu = (th1 - th0) * g.TW;
+          const int64_t ncols = 2 * g.TW + 2;
+          T e[4][4][kChunk];  // e[i][j][u] = (B^T d)[i][2 tw + j] of tile u = (th - th0) * TW + tw
+          for (int64_t th = th0; th < th1; ++th) {
+            vertical(g, x, 2 * th - g.ph, -g.pw, ncols, rows, q);
+            const int64_t u0 = (th - th0) * g.TW;
+            for (int i = 0; i < 4; ++i)
+              for (int j = 0; j < 4; ++j)
+                for (int64_t t = 0; t < g.TW; ++t) e[i][j][u0 + t] = q[i][2 * t + j];
+          }
+          T* v = V + c * tb + b * g.TPI + th0 * g.TW;
+          for (int i = 0; i < 4; ++i) {  // (B^T d) B over the group's tiles
+            T* v0 = v + (i * 4 + 0) * vs;
+            T* v1 = v + (i * 4 + 1) * vs;
+            T* v2 = v + (i * 4 + 2) * vs;
+            T* v3 = v + (i * 4 + 3) * vs;
+            const T *e0 = e[i][0], *e1 = e[i][1], *e2 = e[i][2], *e3 = e[i][3];
+            for (int64_t u = 0; u < nu; ++u) {
+              v0[u] = e0[u] - e2[u];
+              v1[u] = e1[u] + e2[u];
+              v2[u] = e2[u] - e1[u];
+              v3[u] = e1[u] - e3[u];
+            }
+          }
+          continue;
+        }
+        const int64_t th = gr, ih0 = 2 * th - g.ph;
         T* v = V + c * tb + b * g.TPI + th * g.TW;
         for (int64_t tw0 = 0; tw0 < g.TW; tw0 += kChunk) {
           const int64_t nt = std::min(kChunk, g.TW - tw0), ncols = 2 * nt + 2, iw0 = 2 * tw0 - g.pw;
-          // Input columns [iw0 + lo, iw0 + hi) are inside the plane.
-          const int64_t lo = std::min(ncols, std::max<int64_t>(0, -iw0));
-          const int64_t hi = std::max(lo, std::min(ncols, g.Win - iw0));
-          T rows[4][2 * kChunk + 2];
-          for (int a = 0; a < 4; ++a) {
-            const int64_t ih = ih0 + a;
-            if (ih < 0 || ih >= g.Hin) {
-              std::fill(rows[a], rows[a] + ncols, T(0));
-              continue;
-            }
-            const T* src = x + ih * g.Win + iw0;
-            std::fill(rows[a], rows[a] + lo, T(0));
-            std::copy(src + lo, src + hi, rows[a] + lo);
-            std::fill(rows[a] + hi, rows[a] + ncols, T(0));
-          }
-          T q[4][2 * kChunk + 2];  // B^T d, column by column
-          for (int64_t j = 0; j < ncols; ++j) {
-            q[0][j] = rows[0][j] - rows[2][j];
-            q[1][j] = rows[1][j] + rows[2][j];
-            q[2][j] = rows[2][j] - rows[1][j];
-            q[3][j] = rows[1][j] - rows[3][j];
-          }
+          vertical(g, x, ih0, iw0, ncols, rows, q);
           for (int i = 0; i < 4; ++i) {  // (B^T d) B, tile by tile
             const T* r = q[i];
             T* v0 = v + (i * 4 + 0) * vs + tw0;

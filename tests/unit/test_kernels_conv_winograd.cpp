@@ -213,7 +213,11 @@ TEST_CASE("conv2d winograd matches im2col: ResNet-like planes, several blocks of
   std::mt19937 g(3);
   // 7x7 with N = 33: 16 tiles per image, blocks of 16 images, a partial last block.
   const Conv2dDesc cases[] = {conv3x3(33, 16, 7, 7, 24, 1, 1), conv3x3(2, 64, 28, 28, 64, 1, 1),
-                              conv3x3(3, 32, 17, 15, 48, 1, 1), conv3x3(5, 64, 2, 2, 64, 1, 1)};
+                              conv3x3(3, 32, 17, 15, 48, 1, 1), conv3x3(5, 64, 2, 2, 64, 1, 1),
+                              // the input transform's two ways: several rows of tiles per step up to
+                              // 32 tiles a row (64 px), one row in chunks of 64 tiles above
+                              conv3x3(2, 16, 5, 64, 16, 1, 1), conv3x3(2, 16, 6, 66, 24, 1, 1),
+                              conv3x3(1, 16, 5, 140, 16, 1, 1)};
   for (const auto& d : cases) {
     DESC_INFO(d);
     compare_random<float>(d, g, 1e-5);
