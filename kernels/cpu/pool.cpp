@@ -75,6 +75,66 @@ void max_pool2x2_s2(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
   }
 }
 
+// One output of the general window: taps in row order, those outside the plane skipped; PyTorch's
+// rule (a larger value or a NaN takes the place, the last NaN wins; the first tap inside starts, so
+// a window of -inf reports it).
+template <typename T>
+inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow, T* y, int64_t* index) {
+  const int64_t h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
+  T best = -std::numeric_limits<T>::infinity();
+  int64_t best_i = -1;
+  for (int64_t i = 0; i < d.kh; ++i) {
+    const int64_t h = h0 + i * d.dil_h;
+    if (h < 0 || h >= d.H) continue;
+    for (int64_t j = 0; j < d.kw; ++j) {
+      const int64_t w = w0 + j * d.dil_w;
+      if (w < 0 || w >= d.W) continue;
+      const T v = xp[h * d.W + w];
+      if (best_i < 0) best_i = h * d.W + w;  // PyTorch: index of the first tap if all are -inf
+      if (v > best || std::isnan(v)) {      // PyTorch's rule: NaN propagates (last NaN wins)
+        best = v;
+        best_i = h * d.W + w;
+      }
+    }
+  }
+  *y = best;
+  if (index) *index = best_i;
+}
+
+// Outputs [ow0, ow1) of row oh whose windows lie inside the plane (dilation 1): the same rule
+// written branch-free, one tap at a time over a chunk of outputs (stride-s loads and selects, which
+// the compiler vectorizes); the first tap starts, as in max_window. ResNet's 3x3 stride-2 stem pool
+// took 5.5% of an 8x224 ResNet18 step through max_window alone (perf, 2026-12-03).
+template <typename T>
+void max_interior_row(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow0, int64_t ow1, T* y, int64_t* index) {
+  constexpr int64_t kChunk = 256;
+  T best[kChunk];
+  int32_t tap[kChunk];
+  const int64_t s = d.stride_w, h0 = oh * d.stride_h - d.pad_h;
+  for (int64_t o0 = ow0; o0 < ow1; o0 += kChunk) {
+    const int64_t n = std::min(kChunk, ow1 - o0);
+    const T* base = xp + h0 * d.W + o0 * s - d.pad_w;  // tap (0, 0) of output o0
+    for (int64_t o = 0; o < n; ++o) best[o] = base[o * s], tap[o] = 0;
+    for (int64_t i = 0; i < d.kh; ++i)
+      for (int64_t j = (i == 0 ? 1 : 0); j < d.kw; ++j) {
+        const T* r = base + i * d.W + j;
+        const int32_t t = (int32_t)(i * d.kw + j);
+        for (int64_t o = 0; o < n; ++o) {
+          const T v = r[o * s];
+          const bool m = (v > best[o]) | (v != v);
+          best[o] = m ? v : best[o];
+          tap[o] = m ? t : tap[o];
+        }
+      }
+    std::copy(best, best + n, y + o0);
+    if (index) {
+      const int64_t first = h0 * d.W - d.pad_w;
+      for (int64_t o = 0; o < n; ++o)
+        index[o0 + o] = first + (o0 + o) * s + (tap[o] / d.kw) * d.W + tap[o] % d.kw;
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -86,33 +146,27 @@ void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices)
     return;
   }
   const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
+  // Outputs whose windows lie inside the plane: [lo, hi) per axis (dilation 1 only; empty otherwise).
+  auto inside = [](int64_t pad, int64_t stride, int64_t k, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+    *lo = std::min(out, (pad + stride - 1) / stride);
+    *hi = in + pad - k < 0 ? *lo : std::max(*lo, std::min(out, (in + pad - k) / stride + 1));
+  };
+  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
+  if (d.dil_h == 1 && d.dil_w == 1) {
+    inside(d.pad_h, d.stride_h, d.kh, d.H, OH, &oh_lo, &oh_hi);
+    inside(d.pad_w, d.stride_w, d.kw, d.W, OW, &ow_lo, &ow_hi);
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* xp = x + pl * d.H * d.W;
+    T* yp = y + pl * OH * OW;
+    int64_t* ip = indices ? indices + pl * OH * OW : nullptr;
     for (int64_t oh = 0; oh < OH; ++oh) {
-      const int64_t h0 = oh * d.stride_h - d.pad_h;
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t w0 = ow * d.stride_w - d.pad_w;
-        T best = -std::numeric_limits<T>::infinity();
-        int64_t best_i = -1;
-        for (int64_t i = 0; i < d.kh; ++i) {
-          const int64_t h = h0 + i * d.dil_h;
-          if (h < 0 || h >= d.H) continue;
-          for (int64_t j = 0; j < d.kw; ++j) {
-            const int64_t w = w0 + j * d.dil_w;
-            if (w < 0 || w >= d.W) continue;
-            const T v = xp[h * d.W + w];
-            if (best_i < 0) best_i = h * d.W + w;  // PyTorch: index of the first tap if all are -inf
-            if (v > best || std::isnan(v)) {      // PyTorch's rule: NaN propagates (last NaN wins)
-              best = v;
-              best_i = h * d.W + w;
-            }
-          }
-        }
-        const int64_t o = pl * OH * OW + oh * OW + ow;
-        y[o] = best;
-        if (indices) indices[o] = best_i;
-      }
+      const bool row_inside = oh >= oh_lo && oh < oh_hi && ow_lo < ow_hi;
+      const int64_t a = row_inside ? ow_lo : OW, b = row_inside ? ow_hi : OW;
+      for (int64_t ow = 0; ow < a; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+      if (row_inside) max_interior_row(d, xp, oh, a, b, yp + oh * OW, ip ? ip + oh * OW : nullptr);
+      for (int64_t ow = b; ow < OW; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
     }
   }
 }

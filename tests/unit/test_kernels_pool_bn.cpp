@@ -195,6 +195,66 @@ TEST_CASE("max_pool2d 2x2 stride 2: the vectorized rows keep PyTorch's rule on N
   CHECK(nans > 100);  // the draw has NaN windows to test
 }
 
+TEST_CASE("max_pool2d general windows: the branch-free interior keeps PyTorch's rule on NaN, -inf and ties") {
+  // Windows inside the plane take a vectorized path (kernels/cpu/pool.cpp), the border ones the tap
+  // loop; values from {NaN, -inf, +inf, -1, 0, 1, 2} make ties, NaN windows and -inf windows common.
+  // The reference is the rule, tap by tap in row order, taps outside the plane skipped.
+  std::mt19937 g(22);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float pool[] = {nan, -inf, inf, -1.f, 0.f, 1.f, 2.f};
+  // ResNet's stem pool (3x3 s2 p1), rows past a 256-output chunk, asymmetric windows and strides,
+  // ceil mode, a window larger than the plane, dilation (no interior path)
+  const Pool2dDesc cases[] = {pdesc(2, 3, 12, 12, 3, 3, 2, 2, 1, 1, 1, 1, false),
+                              pdesc(1, 2, 5, 601, 3, 3, 2, 2, 1, 1, 1, 1, false),
+                              pdesc(1, 2, 9, 530, 3, 3, 1, 1, 1, 1, 1, 1, false),
+                              pdesc(2, 1, 10, 13, 3, 2, 2, 1, 1, 0, 1, 1, false),
+                              pdesc(1, 2, 11, 11, 3, 3, 2, 2, 1, 1, 1, 1, true),
+                              pdesc(1, 1, 3, 3, 5, 5, 1, 1, 2, 2, 1, 1, false),
+                              pdesc(1, 2, 12, 12, 3, 3, 1, 1, 1, 1, 2, 2, false)};
+  int64_t nans = 0, interior = 0;
+  for (const Pool2dDesc& d : cases) {
+    DOCTEST_INFO("N C H W ", d.N, " ", d.C, " ", d.H, " ", d.W, " k ", d.kh, "x", d.kw, " s ", d.stride_h, ",",
+                 d.stride_w, " p ", d.pad_h, ",", d.pad_w, " dil ", d.dil_h, " ceil ", d.ceil_mode);
+    std::vector<float> x((size_t)(d.N * d.C * d.H * d.W));
+    for (float& v : x) v = pool[g() % 7];
+    const int64_t OH = d.out_h(), OW = d.out_w();
+    std::vector<float> y((size_t)(d.N * d.C * OH * OW));
+    std::vector<int64_t> idx(y.size());
+    cpu::max_pool2d_forward<float>(d, x.data(), y.data(), idx.data());
+    std::vector<double> xd(x.begin(), x.end()), yd(y.size());
+    std::vector<int64_t> idxd(y.size());
+    cpu::max_pool2d_forward<double>(d, xd.data(), yd.data(), idxd.data());
+    int64_t wrong = 0;
+    for (int64_t pl = 0; pl < d.N * d.C; ++pl)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float best = -inf;
+          int64_t bi = -1;
+          bool all_inside = true;
+          for (int64_t i = 0; i < d.kh; ++i)
+            for (int64_t j = 0; j < d.kw; ++j) {
+              const int64_t h = oh * d.stride_h - d.pad_h + i * d.dil_h, w = ow * d.stride_w - d.pad_w + j * d.dil_w;
+              if (h < 0 || h >= d.H || w < 0 || w >= d.W) {
+                all_inside = false;
+                continue;
+              }
+              const float v = x[(size_t)(pl * d.H * d.W + h * d.W + w)];
+              if (bi < 0) bi = h * d.W + w;
+              if (v > best || std::isnan(v)) best = v, bi = h * d.W + w;
+            }
+          interior += all_inside;
+          const size_t o = (size_t)(pl * OH * OW + oh * OW + ow);
+          nans += std::isnan(best);
+          const bool same = (std::isnan(best) ? std::isnan(y[o]) && std::isnan(yd[o]) : y[o] == best && yd[o] == best) &&
+                            idx[o] == bi && idxd[o] == bi;
+          wrong += !same;
+        }
+    CHECK(wrong == 0);
+  }
+  CHECK(nans > 100);
+  CHECK(interior > 1000);
+}
+
 TEST_CASE("avg_pool2d fwd matches the reference, bwd is its exact adjoint (count_include_pad both ways)") {
   std::mt19937 g(12);
   const Pool2dDesc cases[] = {
