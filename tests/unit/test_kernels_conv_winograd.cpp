@@ -311,11 +311,7 @@ TEST_CASE("conv2d winograd: the kernels refuse NaN, inf and huge values and leav
 TEST_CASE("conv2d winograd workspace: the larger of Winograd's and im2col's buffers") {
   // One thread's buffers (with several, conv2d_workspace_bytes holds one slice per thread: see
   // test_kernels_conv.cpp).
-  struct OneThread {
-    int prev = cpu::num_threads();
-    OneThread() { cpu::set_num_threads(1); }
-    ~OneThread() { cpu::set_num_threads(prev); }
-  } one;
+  cpu::ThreadScope one(1);
   // ResNet18 layer4 at 8 x 224: im2col (C*9 + K) * 8*49; Winograd 16*K*C + 16*(C+K) * 8 images * 16 tiles.
   Conv2dDesc d = conv3x3(8, 512, 7, 7, 512, 1, 1);
   const size_t im2col = (size_t)(512 * 9 * 8 * 49 + 512 * 8 * 49) * 4;
