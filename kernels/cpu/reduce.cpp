@@ -1,5 +1,6 @@
 #include "kernels/cpu/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -9,29 +10,69 @@
 namespace kiln::cpu {
 namespace {
 
+// Sums run kLanes independent double accumulators (element i of a run goes to lane i % kLanes), added
+// in a fixed order at the end: one dependency chain per lane, so the adds pipeline and vectorize (the
+// single chain cost one add per ~4 cycles: the f32 step's finite check, a sum over all 11.7M ResNet18
+// gradients, took 18 ms of a 360 ms step at 32x64). A row longer than 2 * kChunk is cut into chunks
+// whose length depends only on the row's length; the chunks' sums are added in order, so the result
+// does not depend on the thread count. It differs from a left-to-right double sum by rounding only.
+constexpr int kLanes = 8;
+constexpr int64_t kChunk = 1 << 15;
+constexpr int64_t kMaxChunks = 256;
+
+// sum of (p[i] - shift)^2 when Squares, else of p[i], over n values, in double
+template <bool Squares, typename T>
+double lane_sum(const T* p, int64_t n, double shift) {
+  double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  auto term = [shift](T v) {
+    if constexpr (Squares) {
+      const double d = (double)v - shift;
+      return d * d;
+    } else {
+      (void)shift;
+      return (double)v;
+    }
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += term(p[i + j]);
+  for (int j = 0; i < n; ++i, ++j) acc[j] += term(p[i]);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// lane_sum over a whole row; a long row in chunks, summed by the threads when `parallel`
+template <bool Squares, typename T>
+double row_sum(const T* p, int64_t n, double shift, bool parallel) {
+  if (n < 2 * kChunk) return lane_sum<Squares>(p, n, shift);
+  const int64_t chunk = std::max(kChunk, (n + kMaxChunks - 1) / kMaxChunks);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  double part[kMaxChunks];
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t k = 0; k < chunks; ++k)
+    part[k] = lane_sum<Squares>(p + k * chunk, std::min(chunk, n - k * chunk), shift);
+  double acc = 0;
+  for (int64_t k = 0; k < chunks; ++k) acc += part[k];
+  return acc;
+}
+
 template <typename T>
 void reduce_t(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
+  // One row (a full reduction): its chunks run in parallel; several rows: the rows do.
+  const bool chunks_parallel = rows == 1;
 #pragma omp parallel for schedule(static) if (rows * cols > 65536 && rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const T* p = x + r * cols;
     switch (op) {
       case ReduceOp::sum:
       case ReduceOp::mean: {
-        double acc = 0;
-        for (int64_t c = 0; c < cols; ++c) acc += (double)p[c];
+        const double acc = row_sum<false>(p, cols, 0.0, chunks_parallel);
         out[r] = T(op == ReduceOp::mean ? acc / (double)cols : acc);
         break;
       }
       case ReduceOp::var:
       case ReduceOp::var_unbiased: {
-        double m = 0;
-        for (int64_t c = 0; c < cols; ++c) m += (double)p[c];
-        m /= (double)cols;
-        double s = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          double d = (double)p[c] - m;
-          s += d * d;
-        }
+        const double m = row_sum<false>(p, cols, 0.0, chunks_parallel) / (double)cols;
+        const double s = row_sum<true>(p, cols, m, chunks_parallel);
         double den = op == ReduceOp::var_unbiased ? (double)(cols - 1) : (double)cols;
         out[r] = T(den > 0 ? s / den : std::numeric_limits<double>::quiet_NaN());
         break;
