@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/autograd/grad_mode.h"
@@ -16,6 +17,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/clip_grad.h"
 #include "engine/optim/sgd.h"
+#include "kernels/cpu/optim_update.h"
 
 using namespace kiln;
 using namespace kiln::optim;
@@ -237,5 +239,47 @@ TEST_CASE("meta optimizer steps take the imitated device's fused path (cpu and c
       if (fused) CHECK(temporaries == 0);
       else CHECK(temporaries > 0);
     }
+  }
+}
+
+// The CPU fused loops (kernels/cpu/optim_update.cpp) are vectorized and split over threads; each
+// element must still be the same bits as the scalar rule of kernels/common/update_rules.h. Lengths
+// below and above the parallel threshold (65536) and not a multiple of any vector width; every
+// combination of SGD's options; gradients with NaN, inf, huge and denormal values.
+TEST_CASE("fused CPU SGD and AdamW loops give the scalar rule's bits on every element") {
+  for (int64_t n : {(int64_t)37, (int64_t)65536 + 129}) {
+    CAPTURE(n);
+    std::vector<float> p0((size_t)n), g((size_t)n), b0((size_t)n), v0((size_t)n);
+    for (int64_t i = 0; i < n; ++i) {
+      p0[(size_t)i] = std::sin(0.37f * (float)i) * 3.f;
+      g[(size_t)i] = std::cos(0.11f * (float)i) * (i % 7 == 0 ? 1e30f : 0.5f);
+      b0[(size_t)i] = std::sin(0.05f * (float)i);
+      v0[(size_t)i] = std::fabs(b0[(size_t)i]) * 1e-3f;
+    }
+    g[3] = NAN;
+    g[5] = INFINITY;
+    g[6] = 1e-42f;
+    for (int mask = 0; mask < 16; ++mask)
+      for (bool first : {false, true}) {
+        CAPTURE(mask);
+        const SgdParams h{0.05f, (mask & 1) ? 0.9f : 0.f, (mask & 2) ? 0.1f : 0.f, (mask & 4) ? 1e-4f : 0.f,
+                          (mask & 8) != 0};
+        std::vector<float> p = p0, b = b0, pw = p0, bw = b0;
+        cpu::sgd_fused(p.data(), g.data(), (mask & 1) ? b.data() : nullptr, n, first, h);
+        for (int64_t i = 0; i < n; ++i) {
+          float dummy = 0.f;
+          sgd_update(pw[(size_t)i], g[(size_t)i], (mask & 1) ? bw[(size_t)i] : dummy, first, h);
+        }
+        CHECK(std::memcmp(p.data(), pw.data(), sizeof(float) * (size_t)n) == 0);
+        CHECK(std::memcmp(b.data(), bw.data(), sizeof(float) * (size_t)n) == 0);
+      }
+    const AdamWParams h{2e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 2e-3f / 0.1f, std::sqrt(1.f - 0.999f)};
+    std::vector<float> p = p0, m = b0, v = v0, pw = p0, mw = b0, vw = v0;
+    cpu::adamw_fused(p.data(), g.data(), m.data(), v.data(), n, h);
+    for (int64_t i = 0; i < n; ++i)
+      adamw_update(pw[(size_t)i], g[(size_t)i], mw[(size_t)i], vw[(size_t)i], h);
+    CHECK(std::memcmp(p.data(), pw.data(), sizeof(float) * (size_t)n) == 0);
+    CHECK(std::memcmp(m.data(), mw.data(), sizeof(float) * (size_t)n) == 0);
+    CHECK(std::memcmp(v.data(), vw.data(), sizeof(float) * (size_t)n) == 0);
   }
 }
