@@ -4,7 +4,8 @@
 // Narrow planes (output rows of at most kNarrowOW) go through a zero-padded copy of the plane on the
 // stack instead: every row of the column buffer is then a strided read with no bounds and no library
 // call. The general path's fill/memcpy calls per output row of 2-16 values cost more than the data
-// they move (ResNet18 at 64 px: layer4's 2x2 maps make 4608 rows of 4 values per image).
+// they move (ResNet18 at 64 px: layer4's 2x2 maps make 4608 rows of 4 values per image). The narrow
+// path's loops stay loops: this file is built with -fno-tree-loop-distribute-patterns (CMakeLists.txt).
 #include "kernels/cpu/im2col.h"
 
 #include <algorithm>
