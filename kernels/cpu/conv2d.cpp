@@ -187,9 +187,11 @@ int64_t conv2d_images_per_block(const Conv2dDesc& d) {
 namespace {
 
 // One thread's convolution of d's images (the bodies of the three passes; see the split below).
+// U: the Winograd weight transform shared by the threads (null: im2col); Winograd's V and M go past
+// U's place in this thread's workspace.
 template <typename T>
-void forward_one(const Conv2dDesc& d, bool wino, const T* x, const T* w, const T* bias, T* y, void* workspace) {
-  if (wino && winograd_forward(d, x, w, bias, y, workspace)) return;
+void forward_one(const Conv2dDesc& d, const T* U, const T* x, const T* w, const T* bias, T* y, void* workspace) {
+  if (U) return winograd_forward_u(d, x, U, bias, y, static_cast<T*>(workspace) + winograd_u_elems(d));
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
   for (int64_t n0 = 0; n0 < d.N; n0 += p.nb) {
@@ -221,8 +223,8 @@ void forward_one(const Conv2dDesc& d, bool wino, const T* x, const T* w, const T
 }
 
 template <typename T>
-void backward_input_one(const Conv2dDesc& d, bool wino, const T* dy, const T* w, T* dx, void* workspace) {
-  if (wino && winograd_backward_input(d, dy, w, dx, workspace)) return;
+void backward_input_one(const Conv2dDesc& d, const T* U, const T* dy, const T* w, T* dx, void* workspace) {
+  if (U) return winograd_backward_input_u(d, dy, U, dx, static_cast<T*>(workspace) + winograd_u_elems(d));
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
   const Im2colGeom geom = geom_of(d);
@@ -346,15 +348,26 @@ size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
   return sp.nt == 1 ? one_thread_bytes(d, wino, elem_size) : sp.nt * sp.slice + sp.partials;
 }
 
+// The Winograd weight transform of a pass, once for all threads, into the start of the workspace
+// (thread 0's slice; the other slices leave that place unused). Null: the pass runs im2col (not
+// chosen, or the input `in` (x or dy, n values) or w failed winograd_values_in_range: decided for all
+// threads at once, before any thread's im2col could overwrite U).
+template <typename T>
+const T* shared_u(const Conv2dDesc& d, Conv2dPass pass, const T* in, int64_t n, const T* w, void* workspace) {
+  if (!conv2d_uses_winograd(d, pass) || !winograd_values_in_range(in, n)) return nullptr;
+  T* U = static_cast<T*>(workspace);
+  return winograd_transform_weights(d, w, pass == Conv2dPass::backward_input, U) ? U : nullptr;
+}
+
 template <typename T>
 void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
   conv2d_check(d, "conv2d_forward");
-  const bool wino = conv2d_uses_winograd(d, Conv2dPass::forward);
+  const T* U = shared_u(d, Conv2dPass::forward, x, d.N * d.C * d.H * d.W, w, workspace);
   const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
-  if (sp.nt == 1) return forward_one(d, wino, x, w, bias, y, workspace);
+  if (sp.nt == 1) return forward_one(d, U, x, w, bias, y, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-    forward_one(images(d, n), wino, x + n0 * d.C * d.H * d.W, w, bias, y + n0 * d.K * d.out_h() * d.out_w(),
+    forward_one(images(d, n), U, x + n0 * d.C * d.H * d.W, w, bias, y + n0 * d.K * d.out_h() * d.out_w(),
                 ws + t * sp.slice);
   });
 }
@@ -362,12 +375,12 @@ void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, 
 template <typename T>
 void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
   conv2d_check(d, "conv2d_backward_input");
-  const bool wino = conv2d_uses_winograd(d, Conv2dPass::backward_input);
+  const T* U = shared_u(d, Conv2dPass::backward_input, dy, d.N * d.K * d.out_h() * d.out_w(), w, workspace);
   const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
-  if (sp.nt == 1) return backward_input_one(d, wino, dy, w, dx, workspace);
+  if (sp.nt == 1) return backward_input_one(d, U, dy, w, dx, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-    backward_input_one(images(d, n), wino, dy + n0 * d.K * d.out_h() * d.out_w(), w, dx + n0 * d.C * d.H * d.W,
+    backward_input_one(images(d, n), U, dy + n0 * d.K * d.out_h() * d.out_w(), w, dx + n0 * d.C * d.H * d.W,
                        ws + t * sp.slice);
   });
 }
@@ -389,11 +402,11 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
       backward_weight_one(images(d, n), wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
                           t == 0 ? dw : partials + (t - 1) * nw, ws + t * sp.slice);
     });
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < nw; ++i) {
-      T acc = dw[i];
-      for (int t = 1; t < sp.nt; ++t) acc += partials[(t - 1) * nw + i];
-      dw[i] = acc;
+    // dw += partials, in thread order: one contiguous pass per partial, so the loop vectorizes.
+    for (int t = 1; t < sp.nt; ++t) {
+      const T* part = partials + (t - 1) * nw;
+#pragma omp parallel for schedule(static) firstprivate(part, dw)
+      for (int64_t i = 0; i < nw; ++i) dw[i] += part[i];
     }
   }
   if (dbias) {

@@ -459,11 +459,28 @@ bool winograd_values_in_range(const T* p, int64_t n) {
   return bad == 0;
 }
 
+int64_t winograd_u_elems(const Conv2dDesc& d) { return u_elems(d); }
+
+template <typename T>
+bool winograd_transform_weights(const Conv2dDesc& d, const T* w, bool flip, T* U) {
+  return transform_weights(d, w, flip, U);
+}
+
+template <typename T>
+void winograd_forward_u(const Conv2dDesc& d, const T* x, const T* U, const T* bias, T* y, T* vm) {
+  run(forward_geom(d), x, U, false, bias, y, vm);
+}
+
+template <typename T>
+void winograd_backward_input_u(const Conv2dDesc& d, const T* dy, const T* U, T* dx, T* vm) {
+  run(backward_geom(d), dy, U, true, static_cast<const T*>(nullptr), dx, vm);
+}
+
 template <typename T>
 bool winograd_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
   T* U = static_cast<T*>(workspace);
   if (!winograd_values_in_range(x, d.N * d.C * d.H * d.W) || !transform_weights(d, w, false, U)) return false;
-  run(forward_geom(d), x, U, false, bias, y, U + u_elems(d));
+  winograd_forward_u(d, x, U, bias, y, U + u_elems(d));
   return true;
 }
 
@@ -472,7 +489,7 @@ bool winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx
   T* U = static_cast<T*>(workspace);
   if (!winograd_values_in_range(dy, d.N * d.K * d.out_h() * d.out_w()) || !transform_weights(d, w, true, U))
     return false;
-  run(backward_geom(d), dy, U, true, static_cast<const T*>(nullptr), dx, U + u_elems(d));
+  winograd_backward_input_u(d, dy, U, dx, U + u_elems(d));
   return true;
 }
 
@@ -503,7 +520,10 @@ bool winograd_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* d
   template bool winograd_values_in_range<T>(const T*, int64_t);                                   \
   template bool winograd_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*); \
   template bool winograd_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
-  template bool winograd_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, void*);
+  template bool winograd_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, void*);         \
+  template bool winograd_transform_weights<T>(const Conv2dDesc&, const T*, bool, T*);                \
+  template void winograd_forward_u<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, T*);       \
+  template void winograd_backward_input_u<T>(const Conv2dDesc&, const T*, const T*, T*, T*);
 KILN_INSTANTIATE_WINOGRAD(float)
 KILN_INSTANTIATE_WINOGRAD(double)
 #undef KILN_INSTANTIATE_WINOGRAD

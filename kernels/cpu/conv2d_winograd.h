@@ -49,4 +49,22 @@ bool winograd_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx
 template <typename T>
 bool winograd_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, void* workspace);
 
+// The two steps of winograd_forward / winograd_backward_input, so that the threads of conv2d.cpp's
+// split by images share one weight transform (each thread transformed all of w for its share: 3% of
+// a 2-thread 32x64 ResNet18 step, done twice). The workspace layout is the same: U (the first
+// winograd_u_elems values), then the blocks' V and M.
+int64_t winograd_u_elems(const Conv2dDesc& d);
+// U from w (flip: the input gradient's, w turned 180 degrees); false when w fails
+// winograd_values_in_range (U is then garbage). OpenMP over output channels.
+template <typename T>
+bool winograd_transform_weights(const Conv2dDesc& d, const T* w, bool flip, T* U);
+// The forward (backward_input: the input gradient) given U; vm: scratch past U of a workspace of
+// winograd_workspace_bytes. The caller has checked x (dy) with winograd_values_in_range: the
+// threads decide together, so that no thread falls back to im2col (whose scratch overlaps U) while
+// another still reads U.
+template <typename T>
+void winograd_forward_u(const Conv2dDesc& d, const T* x, const T* U, const T* bias, T* y, T* vm);
+template <typename T>
+void winograd_backward_input_u(const Conv2dDesc& d, const T* dy, const T* U, T* dx, T* vm);
+
 }  // namespace kiln::cpu
