@@ -171,49 +171,57 @@ inline void vertical(const Geom& g, const T* x, int64_t ih0, int64_t iw0, int64_
 // Per row of tiles: the 4 input rows of a chunk of tiles are copied (zeros outside the input) into
 // rows[4][2*kChunk + 2], combined vertically (B^T d, contiguous), then horizontally (stride 2).
 // Narrow planes (TW <= kChunk / 2: ResNet18's 16..4 px maps at 64 px) take several rows of tiles
-// per step, so each of the 16 planes of V gets one run of up to kChunk tiles (a row of tiles is
-// contiguous in V, and so are the rows of one image) instead of 16 runs of TW: the 4x4 maps'
-// runs of 2 made this transform 12% of a 32x64 ResNet18 step.
+// per step, so each of the 16 planes of V gets one run of up to kChunk tiles instead of 16 runs of
+// TW: the rows of tiles of all the block's images are one sequence r = b * TH + th (row r starts at
+// tile r * TW of V), and a step takes rows_per of them, across images (the 4x4 maps' runs of 2 made
+// this transform 12% of a 32x64 ResNet18 step; one image's 2 rows of 2 tiles per step still left
+// it 9%).
 template <typename T>
 void transform_input(const Geom& g, const T* in, int64_t n0, int64_t nb, T* V) {
   const int64_t tb = nb * g.TPI, plane = g.Hin * g.Win, vs = g.Cin * tb;
-  const int64_t rows_per = g.TW <= kChunk / 2 ? kChunk / g.TW : 1;
-  const int64_t groups = (g.TH + rows_per - 1) / rows_per;
+  if (g.TW <= kChunk / 2) {
+    const int64_t rows_per = kChunk / g.TW, nrows = nb * g.TH, groups = (nrows + rows_per - 1) / rows_per;
+    const int64_t ncols = 2 * g.TW + 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t c = 0; c < g.Cin; ++c)
+      for (int64_t gr = 0; gr < groups; ++gr) {
+        T rows[4][2 * kChunk + 2];
+        T q[4][2 * kChunk + 2];  // B^T d, column by column
+        const int64_t r0 = gr * rows_per, r1 = std::min(nrows, r0 + rows_per), nu = (r1 - r0) * g.TW;
+        T e[4][4][kChunk];  // e[i][j][u] = (B^T d)[i][2 tw + j] of tile u = (r - r0) * TW + tw
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t b = r / g.TH, th = r - b * g.TH;
+          vertical(g, in + ((n0 + b) * g.Cin + c) * plane, 2 * th - g.ph, -g.pw, ncols, rows, q);
+          const int64_t u0 = (r - r0) * g.TW;
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j)
+              for (int64_t t = 0; t < g.TW; ++t) e[i][j][u0 + t] = q[i][2 * t + j];
+        }
+        T* v = V + c * tb + r0 * g.TW;
+        for (int i = 0; i < 4; ++i) {  // (B^T d) B over the group's tiles
+          T* v0 = v + (i * 4 + 0) * vs;
+          T* v1 = v + (i * 4 + 1) * vs;
+          T* v2 = v + (i * 4 + 2) * vs;
+          T* v3 = v + (i * 4 + 3) * vs;
+          const T *e0 = e[i][0], *e1 = e[i][1], *e2 = e[i][2], *e3 = e[i][3];
+          for (int64_t u = 0; u < nu; ++u) {
+            v0[u] = e0[u] - e2[u];
+            v1[u] = e1[u] + e2[u];
+            v2[u] = e2[u] - e1[u];
+            v3[u] = e1[u] - e3[u];
+          }
+        }
+      }
+    return;
+  }
 #pragma omp parallel for collapse(3) schedule(static)
   for (int64_t c = 0; c < g.Cin; ++c)
     for (int64_t b = 0; b < nb; ++b)
-      for (int64_t gr = 0; gr < groups; ++gr) {
+      for (int64_t th = 0; th < g.TH; ++th) {
         const T* x = in + ((n0 + b) * g.Cin + c) * plane;
         T rows[4][2 * kChunk + 2];
         T q[4][2 * kChunk + 2];  // B^T d, column by column
-        if (rows_per > 1) {
-          const int64_t th0 = gr * rows_per, th1 = std::min(g.TH, th0 + rows_per), nu = (th1 - th0) * g.TW;
-          const int64_t ncols = 2 * g.TW + 2;
-          T e[4][4][kChunk];  // e[i][j][u] = (B^T d)[i][2 tw + j] of tile u = (th - th0) * TW + tw
-          for (int64_t th = th0; th < th1; ++th) {
-            vertical(g, x, 2 * th - g.ph, -g.pw, ncols, rows, q);
-            const int64_t u0 = (th - th0) * g.TW;
-            for (int i = 0; i < 4; ++i)
-              for (int j = 0; j < 4; ++j)
-                for (int64_t t = 0; t < g.TW; ++t) e[i][j][u0 + t] = q[i][2 * t + j];
-          }
-          T* v = V + c * tb + b * g.TPI + th0 * g.TW;
-          for (int i = 0; i < 4; ++i) {  // (B^T d) B over the group's tiles
-            T* v0 = v + (i * 4 + 0) * vs;
-            T* v1 = v + (i * 4 + 1) * vs;
-            T* v2 = v + (i * 4 + 2) * vs;
-            T* v3 = v + (i * 4 + 3) * vs;
-            const T *e0 = e[i][0], *e1 = e[i][1], *e2 = e[i][2], *e3 = e[i][3];
-            for (int64_t u = 0; u < nu; ++u) {
-              v0[u] = e0[u] - e2[u];
-              v1[u] = e1[u] + e2[u];
-              v2[u] = e2[u] - e1[u];
-              v3[u] = e1[u] - e3[u];
-            }
-          }
-          continue;
-        }
-        const int64_t th = gr, ih0 = 2 * th - g.ph;
+        const int64_t ih0 = 2 * th - g.ph;
         T* v = V + c * tb + b * g.TPI + th * g.TW;
         for (int64_t tw0 = 0; tw0 < g.TW; tw0 += kChunk) {
           const int64_t nt = std::min(kChunk, g.TW - tw0), ncols = 2 * nt + 2, iw0 = 2 * tw0 - g.pw;
@@ -239,9 +247,55 @@ void transform_input(const Geom& g, const T* in, int64_t n0, int64_t nb, T* V) {
 // out tiles of images [n0, n0+nb) = A^T M A (+ bias[k]); outputs past Hout / Wout are dropped.
 // Per row of tiles and chunk: A^T M (contiguous over tiles), then the 2 output rows interleaved
 // into a stack buffer, copied out up to Wout.
+// Narrow planes: A^T M A over groups of rows of tiles across images, as transform_input (runs of up
+// to kChunk tiles of M), then each row's outputs scattered to its image.
 template <typename T>
 void transform_output(const Geom& g, const T* M, const T* bias, int64_t n0, int64_t nb, T* out) {
   const int64_t tb = nb * g.TPI, plane = g.Hout * g.Wout, ms = g.Cout * tb;
+  if (g.TW <= kChunk / 2) {
+    const int64_t rows_per = kChunk / g.TW, nrows = nb * g.TH, groups = (nrows + rows_per - 1) / rows_per;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t k = 0; k < g.Cout; ++k)
+      for (int64_t gr = 0; gr < groups; ++gr) {
+        const int64_t r0 = gr * rows_per, r1 = std::min(nrows, r0 + rows_per), nu = (r1 - r0) * g.TW;
+        const T* m = M + k * tb + r0 * g.TW;
+        const T bk = bias ? bias[k] : T(0);
+        T q[2][4][kChunk];  // A^T M: q[i][e][u]
+        for (int e = 0; e < 4; ++e) {
+          const T* m0 = m + (0 * 4 + e) * ms;
+          const T* m1 = m + (1 * 4 + e) * ms;
+          const T* m2 = m + (2 * 4 + e) * ms;
+          const T* m3 = m + (3 * 4 + e) * ms;
+          for (int64_t u = 0; u < nu; ++u) {
+            q[0][e][u] = m0[u] + m1[u] + m2[u];
+            q[1][e][u] = m1[u] - m2[u] - m3[u];
+          }
+        }
+        T z[2][2][kChunk];  // (A^T M) A: z[i][j][u] = output (2 th + i, 2 tw + j) of tile u
+        for (int i = 0; i < 2; ++i) {
+          const T *e0 = q[i][0], *e1 = q[i][1], *e2 = q[i][2], *e3 = q[i][3];
+          for (int64_t u = 0; u < nu; ++u) {
+            z[i][0][u] = e0[u] + e1[u] + e2[u] + bk;
+            z[i][1][u] = e1[u] - e2[u] - e3[u] + bk;
+          }
+        }
+        const int64_t ncols = std::min(2 * g.TW, g.Wout);
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t b = r / g.TH, th = r - b * g.TH, u0 = (r - r0) * g.TW;
+          const int64_t oh = 2 * th, nr = std::min<int64_t>(2, g.Hout - oh);
+          T* y = out + ((n0 + b) * g.Cout + k) * plane;
+          for (int64_t i = 0; i < nr; ++i) {
+            T row[2 * kChunk];
+            for (int64_t t = 0; t < g.TW; ++t) {
+              row[2 * t] = z[i][0][u0 + t];
+              row[2 * t + 1] = z[i][1][u0 + t];
+            }
+            copy_run(row, ncols, y + (oh + i) * g.Wout);
+          }
+        }
+      }
+    return;
+  }
 #pragma omp parallel for collapse(3) schedule(static)
   for (int64_t k = 0; k < g.Cout; ++k)
     for (int64_t b = 0; b < nb; ++b)
@@ -282,9 +336,50 @@ void transform_output(const Geom& g, const T* M, const T* bias, int64_t n0, int6
 // 4x4 transformed tile, with A = [1 0; 1 1; 1 -1; 0 -1] (the transpose of the output transform).
 // Per row of tiles and chunk: A over the 2 dy rows (contiguous over columns), then over the columns
 // (stride 2) into the 16 planes.
+// Narrow planes: groups of rows of tiles across images, as transform_input; each of the 16 planes of
+// Md then gets one run of up to kChunk tiles.
 template <typename T>
 void transform_grad_output(const Geom& g, const T* dy, int64_t n0, int64_t nb, T* Md) {
   const int64_t tb = nb * g.TPI, plane = g.Hout * g.Wout, ms = g.Cout * tb;
+  if (g.TW <= kChunk / 2) {
+    const int64_t rows_per = kChunk / g.TW, nrows = nb * g.TH, groups = (nrows + rows_per - 1) / rows_per;
+    const int64_t ncols = std::min(2 * g.TW, g.Wout);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t k = 0; k < g.Cout; ++k)
+      for (int64_t gr = 0; gr < groups; ++gr) {
+        const int64_t r0 = gr * rows_per, r1 = std::min(nrows, r0 + rows_per), nu = (r1 - r0) * g.TW;
+        T e[4][4][kChunk];  // e[i][j][u] = (A dy A^T)[i][j] of tile u = (r - r0) * TW + tw
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t b = r / g.TH, th = r - b * g.TH, u0 = (r - r0) * g.TW;
+          const int64_t oh = 2 * th, nr = std::min<int64_t>(2, g.Hout - oh);
+          const T* src = dy + ((n0 + b) * g.Cout + k) * plane;
+          T rows[2][2 * kChunk];
+          for (int64_t i = 0; i < 2; ++i) {
+            if (i < nr) copy_run(src + (oh + i) * g.Wout, ncols, rows[i]);
+            zero_run(rows[i] + (i < nr ? ncols : 0), 2 * g.TW - (i < nr ? ncols : 0));
+          }
+          T q[4][2 * kChunk];  // A dy, column by column
+          for (int64_t j = 0; j < 2 * g.TW; ++j) {
+            q[0][j] = rows[0][j];
+            q[1][j] = rows[0][j] + rows[1][j];
+            q[2][j] = rows[0][j] - rows[1][j];
+            q[3][j] = -rows[1][j];
+          }
+          for (int i = 0; i < 4; ++i)  // (A dy) A^T, tile by tile
+            for (int64_t t = 0; t < g.TW; ++t) {
+              const T e0 = q[i][2 * t], e1 = q[i][2 * t + 1];
+              e[i][0][u0 + t] = e0;
+              e[i][1][u0 + t] = e0 + e1;
+              e[i][2][u0 + t] = e0 - e1;
+              e[i][3][u0 + t] = -e1;
+            }
+        }
+        T* m = Md + k * tb + r0 * g.TW;
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j) copy_run(e[i][j], nu, m + (i * 4 + j) * ms);
+      }
+    return;
+  }
 #pragma omp parallel for collapse(3) schedule(static)
   for (int64_t k = 0; k < g.Cout; ++k)
     for (int64_t b = 0; b < nb; ++b)
