@@ -39,7 +39,10 @@ namespace kiln::cpu {
 namespace {
 
 // Tiles a block should hold before more images join it: the 16 GEMMs have this many columns.
-constexpr int64_t kTargetTiles = 256;
+// 128 (Intel Xeon, bench_conv_cpu --algos at 32x64 and the train step, alternating builds): 256 was
+// 3% slower at 1 thread and 5% at 2 on the 32x64 step (a block's V and M outgrow the 2 MiB L2:
+// 16 * (C + K) * tiles values), 512 slower still, 64 no better than 128; 8x224 unchanged.
+constexpr int64_t kTargetTiles = 128;
 
 // One 3x3 stride-1 convolution as this file computes it (forward or input grad).
 struct Geom {
