@@ -80,11 +80,21 @@ std::shared_ptr<Sequential> ResNet::make_layer(int64_t& inplanes, int64_t planes
   return seq;
 }
 
+// conv1, bn1, relu, maxpool, with the relu after the pool: relu(max_pool(y)) == max_pool(relu(y))
+// value for value (relu is monotone and keeps NaN; only a -0 may come out where +0 did; the pool's
+// -inf padding is never the max of a window that holds an input), and the gradient reaches the same
+// input or, where the window's max is <= 0, none in both orders. The relu and its gradient then run
+// on a 4x smaller tensor.
+Tensor ResNet::stem(const Tensor& x) {
+  Tensor y = (*bn1_)((*conv1_)(x));  // (N, 64, H/2, W/2), small stem: (N, 64, H, W)
+  if (maxpool_) y = (*maxpool_)(y);  // (N, 64, H/4, W/4)
+  return (*relu_)(y);
+}
+
 Tensor ResNet::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == o_.in_channels, "ResNet: expected input (N, ", o_.in_channels,
              ", H, W), got ", x.str());
-  Tensor y = (*relu_)((*bn1_)((*conv1_)(x)));  // (N, 64, H/2, W/2), small stem: (N, 64, H, W)
-  if (maxpool_) y = (*maxpool_)(y);             // (N, 64, H/4, W/4)
+  Tensor y = stem(x);                           // (N, 64, H/4, W/4), small stem: (N, 64, H, W)
   for (auto& l : layer_) y = (*l)(y);           // (N, F, H/32, W/32), small stem: H/8; F = 512, 2048
   y = (*avgpool_)(y);                           // (N, F, 1, 1)
   y = flatten(y, 1);                            // (N, F)
@@ -93,13 +103,13 @@ Tensor ResNet::forward(const Tensor& x) {
 
 std::vector<Stage> ResNet::stages() {
   std::vector<Stage> st;
-  std::vector<ModulePtr> stem = {conv1_, bn1_, relu_};
-  if (maxpool_) stem.push_back(maxpool_);
-  st.push_back(Stage{"stem", stem, [this](const Tensor& x) {
+  std::vector<ModulePtr> stem_modules = {conv1_, bn1_};
+  if (maxpool_) stem_modules.push_back(maxpool_);
+  stem_modules.push_back(relu_);
+  st.push_back(Stage{"stem", stem_modules, [this](const Tensor& x) {
                        KILN_CHECK(x.dim() == 4 && x.size(1) == o_.in_channels, "ResNet: expected input (N, ",
                                   o_.in_channels, ", H, W), got ", x.str());
-                       Tensor y = (*relu_)((*bn1_)((*conv1_)(x)));
-                       return maxpool_ ? (*maxpool_)(y) : y;
+                       return stem(x);
                      }});
   for (int i = 0; i < 4; ++i) {
     const std::string lname = "layer" + std::to_string(i + 1);

@@ -46,13 +46,14 @@ class ResNet : public nn::Module {
   explicit ResNet(const ResNetOptions& o);
   // x: (N, in_channels, H, W) -> logits (N, num_classes)
   Tensor forward(const Tensor& x) override;
-  // stem (conv1, bn1, relu[, maxpool]), then each block (layer1.0 ... layer4.1), then head
+  // stem (conv1, bn1[, maxpool], relu), then each block (layer1.0 ... layer4.1), then head
   // (avgpool, flatten, fc): 10 stages for ResNet18, 18 for ResNet50; their chain is forward() exactly.
   std::vector<nn::Stage> stages() override;
   const ResNetOptions& options() const { return o_; }
 
  private:
   std::shared_ptr<nn::Sequential> make_layer(int64_t& inplanes, int64_t planes, int64_t blocks, int64_t stride);
+  Tensor stem(const Tensor& x);  // (N, in_channels, H, W) -> (N, 64, H/4, W/4), small stem (N, 64, H, W)
 
   ResNetOptions o_;
   std::shared_ptr<nn::Conv2d> conv1_;
