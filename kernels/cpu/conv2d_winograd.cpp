@@ -170,6 +170,25 @@ inline void vertical(const Geom& g, const T* x, int64_t ih0, int64_t iw0, int64_
   }
 }
 
+// Entries [lo, hi) of a deinterleaved column run (index t reads input column 2t + off) lie inside a
+// row of W columns; n entries in all.
+struct DeinterleavedCols {
+  int64_t lo, hi;
+};
+inline DeinterleavedCols deinterleaved_cols(int64_t off, int64_t W, int64_t n) {
+  const int64_t lo = std::min(n, off >= 0 ? int64_t(0) : (-off + 1) / 2);
+  const int64_t hi = std::max(lo, std::min(n, W - off > 0 ? (W - off + 1) / 2 : int64_t(0)));
+  return {lo, hi};
+}
+// out[t] = row[2t + off] inside the row, 0 outside (and everywhere when row is null: a padding row).
+template <typename T>
+inline void load_deinterleaved(const T* row, int64_t off, DeinterleavedCols r, int64_t n, T* out) {
+  if (!row) return zero_run(out, n);
+  zero_run(out, r.lo);
+  for (int64_t t = r.lo; t < r.hi; ++t) out[t] = row[2 * t + off];
+  zero_run(out + r.hi, n - r.hi);
+}
+
 // V[xi][c][t] = (B^T d B)[xi] for the tiles of images [n0, n0+nb); t = b*TPI + th*TW + tw.
 // Per row of tiles: the 4 input rows of a chunk of tiles are copied (zeros outside the input) into
 // rows[4][2*kChunk + 2], combined vertically (B^T d, contiguous), then horizontally (stride 2).
@@ -184,21 +203,56 @@ void transform_input(const Geom& g, const T* in, int64_t n0, int64_t nb, T* V) {
   const int64_t tb = nb * g.TPI, plane = g.Hin * g.Win, vs = g.Cin * tb;
   if (g.TW <= kChunk / 2) {
     const int64_t rows_per = kChunk / g.TW, nrows = nb * g.TH, groups = (nrows + rows_per - 1) / rows_per;
-    const int64_t ncols = 2 * g.TW + 2;
+    const int64_t TW1 = g.TW + 1;
+    // An input row split into its even and odd columns: E[t] = row[2t - pw], O[t] = row[2t + 1 - pw]
+    // (zero outside the plane), t <= TW. Tile t reads E[t], O[t], E[t + 1], O[t + 1]: contiguous.
+    const DeinterleavedCols ec = deinterleaved_cols(-g.pw, g.Win, TW1), oc = deinterleaved_cols(1 - g.pw, g.Win, TW1);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t c = 0; c < g.Cin; ++c)
       for (int64_t gr = 0; gr < groups; ++gr) {
-        T rows[4][2 * kChunk + 2];
-        T q[4][2 * kChunk + 2];  // B^T d, column by column
+        T ebuf[4][kChunk / 2 + 1], obuf[4][kChunk / 2 + 1];
+        T* E[4] = {ebuf[0], ebuf[1], ebuf[2], ebuf[3]};
+        T* O[4] = {obuf[0], obuf[1], obuf[2], obuf[3]};
         const int64_t r0 = gr * rows_per, r1 = std::min(nrows, r0 + rows_per), nu = (r1 - r0) * g.TW;
         T e[4][4][kChunk];  // e[i][j][u] = (B^T d)[i][2 tw + j] of tile u = (r - r0) * TW + tw
+        int64_t prev_b = -1, prev_th = -1;
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t b = r / g.TH, th = r - b * g.TH;
-          vertical(g, in + ((n0 + b) * g.Cin + c) * plane, 2 * th - g.ph, -g.pw, ncols, rows, q);
+          const T* x = in + ((n0 + b) * g.Cin + c) * plane;
+          int a0 = 0;
+          if (b == prev_b && th == prev_th + 1) {  // input rows 2th, 2th + 1 were the last row's 2 and 3
+            std::swap(E[0], E[2]);
+            std::swap(E[1], E[3]);
+            std::swap(O[0], O[2]);
+            std::swap(O[1], O[3]);
+            a0 = 2;
+          }
+          for (int a = a0; a < 4; ++a) {
+            const int64_t ih = 2 * th - g.ph + a;
+            const T* row = ih >= 0 && ih < g.Hin ? x + ih * g.Win : nullptr;
+            load_deinterleaved(row, -g.pw, ec, TW1, E[a]);
+            load_deinterleaved(row, 1 - g.pw, oc, TW1, O[a]);
+          }
+          prev_b = b;
+          prev_th = th;
+          T qe[4][kChunk / 2 + 1], qo[4][kChunk / 2 + 1];  // B^T d on the even and odd columns
+          for (int64_t t = 0; t < TW1; ++t) {
+            qe[0][t] = E[0][t] - E[2][t];
+            qe[1][t] = E[1][t] + E[2][t];
+            qe[2][t] = E[2][t] - E[1][t];
+            qe[3][t] = E[1][t] - E[3][t];
+            qo[0][t] = O[0][t] - O[2][t];
+            qo[1][t] = O[1][t] + O[2][t];
+            qo[2][t] = O[2][t] - O[1][t];
+            qo[3][t] = O[1][t] - O[3][t];
+          }
           const int64_t u0 = (r - r0) * g.TW;
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j)
-              for (int64_t t = 0; t < g.TW; ++t) e[i][j][u0 + t] = q[i][2 * t + j];
+          for (int i = 0; i < 4; ++i) {
+            copy_run(qe[i], g.TW, e[i][0] + u0);
+            copy_run(qo[i], g.TW, e[i][1] + u0);
+            copy_run(qe[i] + 1, g.TW, e[i][2] + u0);
+            copy_run(qo[i] + 1, g.TW, e[i][3] + u0);
+          }
         }
         T* v = V + c * tb + r0 * g.TW;
         for (int i = 0; i < 4; ++i) {  // (B^T d) B over the group's tiles
