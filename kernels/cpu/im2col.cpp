@@ -42,7 +42,8 @@ bool narrow_plane(const Im2colGeom& g, int64_t* Hp, int64_t* Wp) {
 }
 
 template <typename T>
-void im2col_narrow(const Im2colGeom& g, const T* x, T* col, int64_t ld, int64_t Hp, int64_t Wp) {
+void im2col_narrow(const Im2colGeom& g, const T* x, T* col, int64_t ld, int64_t Hp, int64_t Wp, int64_t oh0,
+                   int64_t oh1) {
   T pad[kPadBytes / sizeof(T)];
   std::fill(pad, pad + Hp * Wp, T(0));
   for (int64_t h = 0; h < g.H; ++h)
@@ -51,9 +52,9 @@ void im2col_narrow(const Im2colGeom& g, const T* x, T* col, int64_t ld, int64_t 
   for (int64_t r = 0; r < g.R; ++r)
     for (int64_t s = 0; s < g.S; ++s) {
       T* row = col + (r * g.S + s) * ld;
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
         const T* src = pad + (oh * g.stride_h + r * g.dil_h) * Wp + s * g.dil_w;
-        T* dst = row + oh * g.OW;
+        T* dst = row + (oh - oh0) * g.OW;
         for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * sw];
       }
     }
@@ -81,16 +82,21 @@ void col2im_narrow(const Im2colGeom& g, const T* col, int64_t ld, T* dx, int64_t
 
 template <typename T>
 void im2col_plane(const Im2colGeom& g, const T* x, T* col, int64_t ld) {
+  im2col_plane_rows(g, x, col, ld, 0, g.OH);
+}
+
+template <typename T>
+void im2col_plane_rows(const Im2colGeom& g, const T* x, T* col, int64_t ld, int64_t oh0, int64_t oh1) {
   int64_t Hp, Wp;
-  if (narrow_plane<T>(g, &Hp, &Wp)) return im2col_narrow(g, x, col, ld, Hp, Wp);
+  if (narrow_plane<T>(g, &Hp, &Wp)) return im2col_narrow(g, x, col, ld, Hp, Wp, oh0, oh1);
   for (int64_t r = 0; r < g.R; ++r) {
     for (int64_t s = 0; s < g.S; ++s) {
       T* row = col + (r * g.S + s) * ld;
       const int64_t off = s * g.dil_w - g.pad_w;
       int64_t lo, hi;
       valid_cols(off, g.stride_w, g.W, g.OW, &lo, &hi);
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        T* dst = row + oh * g.OW;
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
+        T* dst = row + (oh - oh0) * g.OW;
         const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dil_h;
         if (ih < 0 || ih >= g.H) {
           std::fill(dst, dst + g.OW, T(0));
@@ -102,8 +108,7 @@ void im2col_plane(const Im2colGeom& g, const T* x, T* col, int64_t ld) {
         if (g.stride_w == 1) {
           if (hi > lo) std::memcpy(dst + lo, x + base + lo, (size_t)(hi - lo) * sizeof(T));
         } else if (g.stride_w == 2) {  // a constant stride: the compiler vectorizes the gather
-          const T* src = x + base;
-          for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[2 * ow];
+          for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = x[base + 2 * ow];
         } else {
           for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = x[base + ow * g.stride_w];
         }
@@ -142,6 +147,8 @@ void col2im_plane(const Im2colGeom& g, const T* col, int64_t ld, T* dx) {
 
 template void im2col_plane<float>(const Im2colGeom&, const float*, float*, int64_t);
 template void im2col_plane<double>(const Im2colGeom&, const double*, double*, int64_t);
+template void im2col_plane_rows<float>(const Im2colGeom&, const float*, float*, int64_t, int64_t, int64_t);
+template void im2col_plane_rows<double>(const Im2colGeom&, const double*, double*, int64_t, int64_t, int64_t);
 template void col2im_plane<float>(const Im2colGeom&, const float*, int64_t, float*);
 template void col2im_plane<double>(const Im2colGeom&, const double*, int64_t, double*);
 

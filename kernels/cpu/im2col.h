@@ -16,6 +16,10 @@ struct Im2colGeom {
 //   row[oh*OW + ow] = x[oh*sh - ph + r*dh][ow*sw - pw + s*dw]  (0 outside the input).
 template <typename T>
 void im2col_plane(const Im2colGeom& g, const T* x, T* col, int64_t ld);
+// The same for output rows [oh0, oh1) only: row (r*S + s) gets (oh1 - oh0)*OW values, output row oh
+// at (oh - oh0)*OW (conv2d unfolds a large plane in chunks that stay in cache).
+template <typename T>
+void im2col_plane_rows(const Im2colGeom& g, const T* x, T* col, int64_t ld, int64_t oh0, int64_t oh1);
 
 // The adjoint of im2col_plane: dx (H, W) = sum of every row entry back at the input pixel it was
 // read from. Overwrites dx (zeroes it first).

@@ -137,6 +137,11 @@ TEST_CASE("conv2d fwd/bwd match the direct reference: hand-picked shapes (f64 an
       make(5, 3, 4, 4, 2, 3, 3, 1, 1, 0, 0, 1, 1, 1),      // 2x2 planes, N not a multiple of the block
       make(2, 2, 5, 5, 3, 5, 5, 1, 1, 0, 0, 1, 1, 1),      // kernel == input -> 1x1 output
       make(2, 2, 3, 3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 1),      // stride > kernel, pad-only windows
+      // unfolded in chunks of output rows (one image per block, C*R*S*P values above 512 KiB, chunks of
+      // at least 1024 columns): 34 x 81 outputs in chunks of 13 rows (the last 8), then 90 x 36 in
+      // chunks of 29 (the last 3) with groups and a dilation
+      make(2, 3, 67, 161, 5, 7, 7, 2, 2, 3, 3, 1, 1, 1),   // stem-like, chunked
+      make(2, 16, 90, 36, 8, 3, 3, 1, 1, 2, 1, 2, 1, 2),   // chunked, groups, dilation
   };
   for (const auto& d : cases) {
     INFO("N=", d.N, " C=", d.C, " H=", d.H, " W=", d.W, " K=", d.K, " R=", d.R, " S=", d.S, " G=", d.groups);
