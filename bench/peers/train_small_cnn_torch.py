@@ -6,11 +6,17 @@ per epoch, wall time and images/s. It is the side-by-side reference for `kiln tr
 
   /usr/bin/python3 bench/peers/train_small_cnn_torch.py [--data DIR] [--epochs 2] [--batch 128]
       [--optimizer sgd|adamw] [--lr 0.05] [--momentum 0.9] [--weight-decay 0] [--threads 2] [--seed 0]
-      [--limit N] [--wait-policy passive|active|default] [--spin 3000]
+      [--limit N] [--workers 1] [--wait-policy passive|active|default] [--spin 3000]
 
 Data: pixels / 255, then normalized with the mean and std of the training pixels; training order
 reshuffled every epoch from --seed; no augmentation. Evaluation: model.eval() on the whole test
 split after every epoch. images/s counts training images over training time (evaluation excluded).
+
+--data may also be a JPEG image folder (train/ and test/ or val/ of class subfolders: what
+`kiln export-images` writes, the main job's data): torchvision's ImageFolder then decodes every image
+each epoch with PIL in --workers DataLoader processes (kiln train --workers), as grayscale, normalized
+with Fashion-MNIST's training mean and std (0.2860, 0.3530: kiln's --normalize auto computes them once
+before training, outside the timed part); --limit takes N images drawn with --seed.
 
 Threads: libgomp's default wait policy (spin, then sleep) stalls every parallel region when a core is
 taken by another process: on the shared 2-core machine, batch 16 at --threads 2 ran at 26-28 img/s
@@ -91,6 +97,7 @@ def main():
     p.add_argument("--schedule", choices=["none", "cosine"], default="none",
                    help="per-step learning rate: none, or cosine from lr to 0 over the run (kiln's --schedule cosine)")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (smoke runs)")
+    p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes for a JPEG folder")
     p.add_argument("--wait-policy", choices=["passive", "active", "default"], default="passive",
                    help="OMP_WAIT_POLICY for torch's OpenMP threads (default: libgomp's own; an OMP_WAIT_POLICY "
                         "already in the environment wins)")
@@ -102,6 +109,8 @@ def main():
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     torch.manual_seed(args.seed)
+    if os.path.isdir(os.path.join(args.data, "train")):
+        return train_folder(args, t_start)
     xtr = read_idx(find(args.data, "train-images-idx3-ubyte"))
     ytr = read_idx(find(args.data, "train-labels-idx1-ubyte"))
     xte = read_idx(find(args.data, "t10k-images-idx3-ubyte"))
@@ -151,6 +160,61 @@ def main():
         accs.append(correct / len(xte))
     print(json.dumps({
         "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data,
+        "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
+        "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
+        "images_per_s": round(seen / train_s, 1),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default")}))
+
+
+def train_folder(args, t_start):
+    """The JPEG-folder path: ImageFolder + DataLoader, decoding every epoch (see the module doc)."""
+    import torchvision
+    import torchvision.transforms as T
+    tf = T.Compose([T.Grayscale(1), T.ToTensor(), T.Normalize((0.2860,), (0.3530,))])
+    train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transform=tf)
+    test_dir = next(os.path.join(args.data, d) for d in ("test", "val") if os.path.isdir(os.path.join(args.data, d)))
+    test = torchvision.datasets.ImageFolder(test_dir, transform=tf)
+    if args.limit:
+        pick = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed))[:args.limit]
+        train = torch.utils.data.Subset(train, pick.tolist())
+    gen = torch.Generator().manual_seed(args.seed)
+    loader = torch.utils.data.DataLoader(train, batch_size=args.batch, shuffle=True, generator=gen,
+                                         num_workers=args.workers, persistent_workers=args.workers > 0)
+    test_loader = torch.utils.data.DataLoader(test, batch_size=1000, num_workers=args.workers)
+    model = SmallCNN(num_classes=len(test.classes))
+    if args.optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    accs, losses, train_s, seen = [], [], 0.0, 0
+    total_steps, step = len(loader) * args.epochs, 0
+    for _ in range(args.epochs):
+        model.train()
+        t0 = time.perf_counter()
+        total, n = 0.0, 0
+        for x, y in loader:
+            if args.schedule == "cosine":
+                for g in opt.param_groups:
+                    g["lr"] = 0.5 * args.lr * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
+            step += 1
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(y)
+            n += len(y)
+        train_s += time.perf_counter() - t0
+        seen += n
+        losses.append(total / n)
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for x, y in test_loader:
+                correct += int((model(x).argmax(1) == y).sum())
+        accs.append(correct / len(test))
+    print(json.dumps({
+        "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data, "folder": True,
         "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
         "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
         "images_per_s": round(seen / train_s, 1),
