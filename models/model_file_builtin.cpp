@@ -1,6 +1,7 @@
 // Built-in models as model files (see model_file_builtin.h). The layouts mirror models/small_cnn.cpp
 // and models/resnet.cpp (torchvision's BasicBlock and Bottleneck ResNets) and models/unet.h (its names; no
-// modules are built); test_model_file.cpp checks both agree.
+// modules are built); test_model_file.cpp checks both agree. The files keep PyTorch's order, relu then max
+// pool, where small_cnn.cpp and resnet.cpp's stem run the relu after the pool (the same values: see there).
 #include "models/model_file_builtin.h"
 
 #include "engine/core/error.h"
