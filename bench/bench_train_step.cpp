@@ -2,7 +2,8 @@
 // forward, cross-entropy, backward, SGD momentum step, at batch 8 x 224 and batch 32 x 64 (3
 // channels, 1000 classes), or one shape given by --batch and --image-size. Prints the median step
 // time of each and the ratio kiln / torch, then one line "kiln <shape>: <images/s> images/s, peak
-// <bytes>" per shape (tools/gpu-check reads the last one).
+// <bytes>; step spread kiln <min>-<max> ms, torch <min>-<max> ms" per shape (tools/gpu-check reads the
+// last one).
 //   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
 //                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
 //                    [--cudnn-benchmark] [--recompute N] [--conv-algos]
@@ -169,22 +170,22 @@ std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warm
   return ms;
 }
 
-// Median ms of the torch peer, or -1 when it could not run.
-double time_torch(const std::string& script, Shape2 s, int threads, int steps, int warmup) {
+// The torch peer's step times (ms, warm-up excluded), or none when it could not run.
+std::vector<double> time_torch(const std::string& script, Shape2 s, int threads, int steps, int warmup) {
   const std::string cmd = "/usr/bin/python3 " + script + " --batch " + std::to_string(s.batch) + " --size " +
                           std::to_string(s.size) + " --threads " + std::to_string(threads) + " --steps " +
                           std::to_string(steps) + " --warmup " + std::to_string(warmup) + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
+  if (!p) return {};
   std::string out;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  if (::pclose(p) != 0) return -1;
+  if (::pclose(p) != 0) return {};
   try {
-    return nlohmann::json::parse(out.substr(out.rfind('{')))["median_ms"].get<double>();
+    return nlohmann::json::parse(out.substr(out.rfind('{')))["step_ms"].get<std::vector<double>>();
   } catch (...) {
-    return -1;
+    return {};
   }
 }
 
@@ -283,17 +284,23 @@ int main(int argc, char** argv) {
     std::printf("%-12s %12s %12s %8s %12s\n", "shape", "kiln ms", "torch ms", "ratio", "kiln peak");
     for (Shape2 s : shapes) {
       int64_t peak = -1;
-      const double k = median(time_kiln(s, d, mode, steps, warmup, &peak));
-      const double t = peer && d.is_cpu() ? time_torch(script, s, threads, steps, warmup) : -1;
+      const std::vector<double> ks = time_kiln(s, d, mode, steps, warmup, &peak);
+      const std::vector<double> ts = peer && d.is_cpu() ? time_torch(script, s, threads, steps, warmup) : std::vector<double>{};
+      const double k = median(ks), t = ts.empty() ? -1 : median(ts);
       char mem[32], shape[32], tcol[32], rcol[32];
       std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
       std::snprintf(tcol, sizeof tcol, t > 0 ? "%.1f" : "n/a", t);
       std::snprintf(rcol, sizeof rcol, t > 0 ? "%.2fx" : "n/a", k / t);
       std::printf("%-12s %12.1f %12s %8s %12s\n", shape, k, tcol, rcol, format_bytes(peak, mem, sizeof mem));
       std::fflush(stdout);
-      char line[160];
-      std::snprintf(line, sizeof line, "kiln %s: %.0f images/s, peak %s", shape, k > 0 ? 1000.0 * (double)s.batch / k : 0.0,
-                    mem);
+      char line[256];
+      const auto [kmin, kmax] = std::minmax_element(ks.begin(), ks.end());
+      int len = std::snprintf(line, sizeof line, "kiln %s: %.0f images/s, peak %s; step spread kiln %.1f-%.1f ms", shape,
+                              k > 0 ? 1000.0 * (double)s.batch / k : 0.0, mem, *kmin, *kmax);
+      if (!ts.empty()) {
+        const auto [tmin, tmax] = std::minmax_element(ts.begin(), ts.end());
+        std::snprintf(line + len, sizeof line - (size_t)len, ", torch %.1f-%.1f ms", *tmin, *tmax);
+      }
       summary.push_back(line);
     }
     for (const std::string& l : summary) std::printf("%s\n", l.c_str());
