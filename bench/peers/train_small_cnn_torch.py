@@ -123,43 +123,57 @@ def main():
     xte = ((torch.from_numpy(xte.astype(np.float32) / 255.0) - mean) / std).unsqueeze(1)
     ytr, yte = torch.from_numpy(ytr.astype(np.int64)), torch.from_numpy(yte.astype(np.int64))
 
-    model = SmallCNN(num_classes=10)
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def train_batches():  # one epoch, reshuffled from --seed
+        order = torch.randperm(len(xtr), generator=gen)
+        for i in range(0, len(order), args.batch):
+            idx = order[i:i + args.batch]
+            yield xtr[idx], ytr[idx]
+
+    def test_batches():
+        for i in range(0, len(xte), 1000):
+            yield xte[i:i + 1000], yte[i:i + 1000]
+
+    fit(args, t_start, 10, train_batches, (len(xtr) + args.batch - 1) // args.batch, test_batches, len(xte), {})
+
+
+def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches, n_test, extra):
+    """Trains the small CNN for --epochs over train_batches() (one epoch each call), evaluates on
+    test_batches() after every epoch, and prints the JSON line (extra: more keys)."""
+    model = SmallCNN(num_classes=num_classes)
     if args.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    gen = torch.Generator().manual_seed(args.seed)
     accs, losses, train_s, seen = [], [], 0.0, 0
-    steps_per_epoch = (len(xtr) + args.batch - 1) // args.batch
     total_steps, step = steps_per_epoch * args.epochs, 0
     for _ in range(args.epochs):
         model.train()
         t0 = time.perf_counter()
-        order = torch.randperm(len(xtr), generator=gen)
         total, n = 0.0, 0
-        for i in range(0, len(order), args.batch):
-            idx = order[i:i + args.batch]
+        for x, y in train_batches():
             if args.schedule == "cosine":  # the lr of step `step`, set before it, as kiln does
                 for g in opt.param_groups:
                     g["lr"] = 0.5 * args.lr * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
             step += 1
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+            loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
-            n += len(idx)
+            total += float(loss) * len(y)
+            n += len(y)
         train_s += time.perf_counter() - t0
         seen += n
         losses.append(total / n)
         model.eval()
         correct = 0
         with torch.no_grad():
-            for i in range(0, len(xte), 1000):
-                correct += int((model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum())
-        accs.append(correct / len(xte))
+            for x, y in test_batches():
+                correct += int((model(x).argmax(1) == y).sum())
+        accs.append(correct / n_test)
     print(json.dumps({
-        "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data,
+        "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data, **extra,
         "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
         "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
         "images_per_s": round(seen / train_s, 1),
@@ -182,44 +196,8 @@ def train_folder(args, t_start):
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch, shuffle=True, generator=gen,
                                          num_workers=args.workers, persistent_workers=args.workers > 0)
     test_loader = torch.utils.data.DataLoader(test, batch_size=1000, num_workers=args.workers)
-    model = SmallCNN(num_classes=len(test.classes))
-    if args.optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    accs, losses, train_s, seen = [], [], 0.0, 0
-    total_steps, step = len(loader) * args.epochs, 0
-    for _ in range(args.epochs):
-        model.train()
-        t0 = time.perf_counter()
-        total, n = 0.0, 0
-        for x, y in loader:
-            if args.schedule == "cosine":
-                for g in opt.param_groups:
-                    g["lr"] = 0.5 * args.lr * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
-            step += 1
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            total += float(loss) * len(y)
-            n += len(y)
-        train_s += time.perf_counter() - t0
-        seen += n
-        losses.append(total / n)
-        model.eval()
-        correct = 0
-        with torch.no_grad():
-            for x, y in test_loader:
-                correct += int((model(x).argmax(1) == y).sum())
-        accs.append(correct / len(test))
-    print(json.dumps({
-        "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data, "folder": True,
-        "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
-        "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
-        "images_per_s": round(seen / train_s, 1),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
-        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default")}))
+    fit(args, t_start, len(test.classes), lambda: loader, len(loader), lambda: test_loader, len(test),
+        {"folder": True})
 
 
 if __name__ == "__main__":
