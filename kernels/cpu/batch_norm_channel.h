@@ -5,75 +5,32 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "kernels/cpu/lanes.h"
 
 namespace kiln::cpu::bn_channel {
 
-// The channel sums below run kLanes independent double accumulators (element i of a run goes to lane
-// i % kLanes), added together in a fixed order at the end: one dependency chain per lane instead of one
-// for the whole channel, so the adds pipeline and vectorize (measured: the single chain cost one add per
-// ~4 cycles, 11-16% of a small-CNN step in batch norm). The order is fixed, so the result does not depend
-// on the thread count; it differs from a left-to-right sum by double rounding only.
-// The lanes are one GCC vector of 8 doubles, loaded 8 values at a time and converted as a vector: written
-// as an array of 8 scalars, GCC built each vector from 8 scalar loads and inserts (grad_sums was ~10% of
-// a small-CNN step). Vector extensions are lane-wise IEEE operations on every instruction set (SSE2 gets
-// four 2-wide ops), so each lane computes the same bits as the scalar loop did.
-constexpr int kLanes = 8;
-typedef double Lanes __attribute__((vector_size(8 * sizeof(double))));
-
-inline double fold_lanes(const Lanes& acc) {
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// v = the 8 values p[0..8) as doubles
-template <typename T>
-inline void load_lanes(const T* p, Lanes& v) {
-  if constexpr (sizeof(T) == sizeof(float)) {
-    typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
-    F8 f;
-    std::memcpy(&f, p, sizeof f);
-    v = __builtin_convertvector(f, Lanes);
-  } else {
-    std::memcpy(&v, p, sizeof v);
-  }
-}
+// The channel sums run in 8 double lanes (kernels/cpu/lanes.h): the same bits at any thread count and on
+// every instruction set.
+using lanes::fold;
+using lanes::kLanes;
+using lanes::Lanes;
+using lanes::load;
 
 // sum of x over channel c, in double
 template <typename T>
 inline double sum(int64_t N, int64_t C, int64_t HW, const T* x, int64_t c) {
   Lanes acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xp = x + (n * C + c) * HW;
-    int64_t i = 0;
-    for (; i + kLanes <= HW; i += kLanes) {
-      Lanes v;
-      load_lanes(xp + i, v);
-      acc += v;
-    }
-    for (int j = 0; i < HW; ++i, ++j) acc[j] += (double)xp[i];
-  }
-  return fold_lanes(acc);
+  for (int64_t n = 0; n < N; ++n) lanes::add_run(x + (n * C + c) * HW, HW, acc);
+  return fold(acc);
 }
 
 // sum of (x - mean)^2 over channel c, in double (the second pass of the variance)
 template <typename T>
 inline double centered_squares(int64_t N, int64_t C, int64_t HW, const T* x, int64_t c, double mean) {
   Lanes acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xp = x + (n * C + c) * HW;
-    int64_t i = 0;
-    for (; i + kLanes <= HW; i += kLanes) {
-      Lanes v;
-      load_lanes(xp + i, v);
-      const Lanes dlt = v - mean;
-      acc += dlt * dlt;
-    }
-    for (int j = 0; i < HW; ++i, ++j) {
-      const double dlt = (double)xp[i] - mean;
-      acc[j] += dlt * dlt;
-    }
-  }
-  return fold_lanes(acc);
+  for (int64_t n = 0; n < N; ++n) lanes::add_centered_squares(x + (n * C + c) * HW, HW, mean, acc);
+  return fold(acc);
 }
 
 // Given the channel's mean and biased var over M values: save_mean / save_invstd, the running stats
@@ -108,8 +65,8 @@ inline void grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x,
     int64_t i = 0;
     for (; i + kLanes <= HW; i += kLanes) {
       Lanes gv, xv;
-      load_lanes(g + i, gv);
-      load_lanes(xp + i, xv);
+      load(g + i, gv);
+      load(xp + i, xv);
       a += gv;
       b += gv * (xv - mean);
     }
@@ -118,8 +75,8 @@ inline void grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x,
       b[j] += (double)g[i] * ((double)xp[i] - mean);
     }
   }
-  *sum_dy = fold_lanes(a);
-  *sum_dy_xmu = fold_lanes(b);
+  *sum_dy = fold(a);
+  *sum_dy_xmu = fold(b);
 }
 
 // dx = k * (dy - mean_dy - (x - mean) * proj), k = gamma * invstd, mean_dy = sum_dy / M,

@@ -31,6 +31,7 @@
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/im2col.h"
+#include "kernels/cpu/lanes.h"
 
 namespace kiln::cpu {
 
@@ -205,6 +206,16 @@ int64_t rows_per_chunk(const Conv2dDesc& d, const Plan& p, size_t elem_size) {
   return std::max<int64_t>(1, std::min(OH, rows));
 }
 
+// y (K, P) of one image += bias[k] on each channel's plane.
+template <typename T>
+void add_bias(const Conv2dDesc& d, const Plan& p, const T* bias, T* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < d.K; ++k) {
+    T* dst = y + k * p.P;
+    for (int64_t i = 0; i < p.P; ++i) dst[i] += bias[k];
+  }
+}
+
 // im2col of output rows [oh0, oh1) of image n into col (C*R*S, (oh1 - oh0)*OW).
 template <typename T>
 void im2col_rows(const Conv2dDesc& d, const Plan& p, const T* x, int64_t n, int64_t oh0, int64_t oh1, T* col) {
@@ -232,13 +243,7 @@ void forward_one(const Conv2dDesc& d, const T* U, const T* x, const T* w, const 
           gemm<T>(false, false, p.Kg, ld, p.CRSg, T(1), w + g * p.Kg * p.CRSg, p.CRSg, s.col + g * p.CRSg * ld, ld,
                   T(0), y + (n * d.K + g * p.Kg) * p.P + oh0 * OW, p.P);
       }
-      if (bias) {
-#pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < d.K; ++k) {
-          T* dst = y + (n * d.K + k) * p.P;
-          for (int64_t i = 0; i < p.P; ++i) dst[i] += bias[k];
-        }
-      }
+      if (bias) add_bias(d, p, bias, y + n * d.K * p.P);
     }
     return;
   }
@@ -261,11 +266,7 @@ void forward_one(const Conv2dDesc& d, const T* U, const T* x, const T* w, const 
           for (int64_t i = 0; i < p.P; ++i) dst[i] = src[i] + bk;
         }
     } else if (bias) {
-#pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < d.K; ++k) {
-        T* dst = y + (n0 * d.K + k) * p.P;
-        for (int64_t i = 0; i < p.P; ++i) dst[i] += bias[k];
-      }
+      add_bias(d, p, bias, y + n0 * d.K * p.P);
     }
   }
 }
@@ -471,21 +472,14 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
     }
   }
   if (dbias) {
-    // Summed in double per channel (N*P terms of mixed sign lose digits in float), in 8 lanes (value i
-    // of a run to lane i % 8, lanes added in a fixed order): one add chain per lane, so the adds
-    // pipeline and vectorize (the single chain was 3.7% of a small-CNN step at batch 64).
+    // Summed in double per channel (N*P terms of mixed sign lose digits in float), in 8 lanes
+    // (kernels/cpu/lanes.h: the single chain was 3.7% of a small-CNN step at batch 64).
     const int64_t N = d.N, K = d.K, P = p.P;
 #pragma omp parallel for schedule(static) firstprivate(N, K, P, dy, dbias)
     for (int64_t k = 0; k < K; ++k) {
-      double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t n = 0; n < N; ++n) {
-        const T* src = dy + (n * K + k) * P;
-        int64_t i = 0;
-        for (; i + 8 <= P; i += 8)
-          for (int j = 0; j < 8; ++j) acc[j] += (double)src[i + j];
-        for (int j = 0; i < P; ++i, ++j) acc[j] += (double)src[i];
-      }
-      dbias[k] = (T)(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
+      lanes::Lanes acc = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t n = 0; n < N; ++n) lanes::add_run(dy + (n * K + k) * P, P, acc);
+      dbias[k] = (T)lanes::fold(acc);
     }
   }
 }

@@ -1,8 +1,9 @@
 // Fused optimizer updates on the CPU (see optim_update.h).
 // Both loops must vectorize (one pass over p, g and the state, SIMD-wide): the hyper-parameters are
 // firstprivate copies in each thread's body (a float store through p could otherwise alias h, so the
-// compiler reloaded h every element and gave up on vectors; a local copy shared with the OpenMP region
-// is read through a pointer as well: SGD ran scalar, with a branch per element, 6% of a ResNet18 step), SGD's "no momentum buffer" case is its own loop (a
+// compiler reloaded h every element and gave up on vectors; a local copy shared with the OpenMP
+// region is read through a pointer as well: SGD ran scalar, with a branch per element, 6% of a
+// ResNet18 step), SGD's "no momentum buffer" case is its own loop (a
 // reference to either the buffer or a dummy is not a vector operand), and this file is built with
 // -fno-math-errno (CMakeLists.txt: sqrtf may then be a SIMD square root; IEEE sqrt is correctly
 // rounded either way, so every element's result is the same bits as the scalar loop's). Measured

@@ -2,59 +2,30 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <type_traits>
 #include <limits>
 
 #include "engine/core/error.h"
 #include "engine/core/half.h"
+#include "kernels/cpu/lanes.h"
 
 namespace kiln::cpu {
 namespace {
 
-// Sums run kLanes independent double accumulators (element i of a run goes to lane i % kLanes), added
-// in a fixed order at the end: one dependency chain per lane, so the adds pipeline and vectorize (the
-// single chain cost one add per ~4 cycles: the f32 step's finite check, a sum over all 11.7M ResNet18
-// gradients, took 18 ms of a 360 ms step at 32x64). A row longer than 2 * kChunk is cut into chunks
+// Sums run in 8 double lanes (kernels/cpu/lanes.h). A row longer than 2 * kChunk is cut into chunks
 // whose length depends only on the row's length; the chunks' sums are added in order, so the result
-// does not depend on the thread count. It differs from a left-to-right double sum by rounding only.
-constexpr int kLanes = 8;
+// does not depend on the thread count (the f32 step's finite check, a sum over all 11.7M ResNet18
+// gradients, ran as one add chain: 18 ms of a 360 ms step at 32x64). It differs from a left-to-right
+// double sum by rounding only.
 constexpr int64_t kChunk = 1 << 15;
 constexpr int64_t kMaxChunks = 256;
-
-// The 8 lanes are one GCC vector of doubles (lane-wise IEEE operations on every instruction set): an
-// array of 8 scalars was built from scalar loads and inserts.
-typedef double Lanes __attribute__((vector_size(kLanes * sizeof(double))));
 
 // sum of (p[i] - shift)^2 when Squares, else of p[i], over n values, in double
 template <bool Squares, typename T>
 double lane_sum(const T* p, int64_t n, double shift) {
-  Lanes acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Lanes v;
-    if constexpr (std::is_same_v<T, float>) {
-      typedef float F8 __attribute__((vector_size(kLanes * sizeof(float))));
-      F8 f;
-      std::memcpy(&f, p + i, sizeof f);
-      v = __builtin_convertvector(f, Lanes);
-    } else if constexpr (std::is_same_v<T, double>) {
-      std::memcpy(&v, p + i, sizeof v);
-    } else {
-      for (int j = 0; j < kLanes; ++j) v[j] = (double)p[i + j];
-    }
-    if constexpr (Squares) {
-      v -= shift;
-      acc += v * v;
-    } else {
-      acc += v;
-    }
-  }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double v = (double)p[i] - (Squares ? shift : 0.0);
-    acc[j] += Squares ? v * v : v;
-  }
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  lanes::Lanes acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  if constexpr (Squares) lanes::add_centered_squares(p, n, shift, acc);
+  else lanes::add_run(p, n, acc);
+  return lanes::fold(acc);
 }
 
 // lane_sum over a whole row; a long row in chunks, summed by the threads when `parallel`
