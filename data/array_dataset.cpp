@@ -278,8 +278,8 @@ ArrayDataset load_inference_data(const std::string& path, int64_t num_classes, c
   return d;
 }
 
-Batch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices, int64_t begin, int64_t end,
-                   Device device) {
+SourceBatch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices, int64_t begin, int64_t end,
+                         Device device) {
   KILN_CHECK(0 <= begin && begin <= end && end <= (int64_t)indices.size(), "gather_batch: range [", begin, ", ",
              end, ") outside ", indices.size(), " indices");
   MemoryScope scope(MemoryTag::data);
@@ -294,8 +294,11 @@ Batch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices
     std::memcpy(xp + i * per, data.images.data() + s * per, (size_t)per * sizeof(float));
     yp[i] = data.labels[(size_t)s];
   }
-  if (!device.is_cpu()) return {to_device(x, device), to_device(y, device)};
-  return {x, y};
+  SourceBatch out;
+  out.x = device.is_cpu() ? x : to_device(x, device);
+  out.y = device.is_cpu() ? y : to_device(y, device);
+  out.indices.assign(indices.begin() + begin, indices.begin() + end);
+  return out;
 }
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "data/data_source.h"
 #include "engine/tensor/tensor.h"
 
 namespace kiln {
@@ -66,16 +67,10 @@ ArrayDataset load_inference_data(const std::string& path, int64_t num_classes, c
 // num_classes > 0, >= num_classes. For callers that learn the class count after loading.
 void check_labels(const ArrayDataset& d, int64_t num_classes);
 
-// x: (B, C, H, W) f32 and y: (B) i64 on `device`, samples data.images[indices[begin..end)].
-struct Batch {
-  Tensor x, y;
-  // Data-parallel with accumulation (engine/dist/shard.h's shard_pieces): the rows of each of this rank's
-  // micro-batches, consecutive in x (a micro-batch may have no row); empty: the step cuts x by the
-  // micro-batch rule itself.
-  std::vector<int64_t> micro_rows;
-};
-Batch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices, int64_t begin, int64_t end,
-                   Device device = Device::cpu());
+// x: (B, C, H, W) f32 and y: (B) i64 on `device` (tagged data), samples data.images[indices[begin..end)],
+// with their indices.
+SourceBatch gather_batch(const ArrayDataset& data, const std::vector<int64_t>& indices, int64_t begin, int64_t end,
+                         Device device = Device::cpu());
 
 // 0..n-1 shuffled by a Fisher-Yates pass over Philox words keyed by `seed` at a stream offset
 // derived from `epoch` (independent of kiln's global generator).

@@ -39,10 +39,10 @@ class ArraySource : public DataSource {
     std::vector<int64_t> rows;
     for (int64_t k : (train_ ? shard_ : dist::RankShard{}).places(end - pos_, &out->micro_rows))
       rows.push_back(order_[(size_t)(pos_ + k)]);
-    Batch b = gather_batch(d_, rows, 0, (int64_t)rows.size(), device_);
+    SourceBatch b = gather_batch(d_, rows, 0, (int64_t)rows.size(), device_);
     out->x = b.x;
     out->y = b.y;
-    out->indices = std::move(rows);
+    out->indices = std::move(b.indices);
     pos_ = end;
     return true;
   }

@@ -18,7 +18,7 @@ namespace kiln {
 struct SourceBatch {
   Tensor x, y;                   // (B, C, H, W) f32 and (B) i64 on the device
   std::vector<int64_t> indices;  // data set index of each row
-  std::vector<int64_t> micro_rows;  // sharded with accum > 1: rows of each micro-batch's share (Batch::micro_rows)
+  std::vector<int64_t> micro_rows;  // sharded with accum > 1: rows of each micro-batch's share (engine/train/batch.h's Batch::micro_rows)
 };
 
 class DataSource {

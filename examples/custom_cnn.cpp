@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <string>
 
-#include "data/jpeg_encode.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;

@@ -6,13 +6,13 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/cli_checks.h"
-#include "tools/alloc_flags.h"
+#include "engine/run/alloc_options.h"
 #include "data/data_report.h"
 #include "data/export_images.h"
 #include "data/export_segmentation.h"
 #include "data/image_options.h"
-#include "tools/train_config.h"
-#include "tools/train_loop.h"
+#include "engine/run/run_config.h"
+#include "engine/run/run.h"
 
 namespace kiln_cli {
 
@@ -55,7 +55,7 @@ int run_report_command(const ReportOptions& o);
 
 // kiln train --report PATH and --curve-every N; the hook rewrites the report after each ledger record
 // of an epoch and at the end (empty without --report).
-void add_train_report_options(CLI::App* train, kiln::TrainConfig& c);
-kiln::LedgerHook train_report_hook(const kiln::TrainConfig& c);
+void add_train_report_options(CLI::App* train, kiln::RunConfig& c);
+kiln::LedgerHook train_report_hook(const kiln::RunConfig& c);
 
 }  // namespace kiln_cli

@@ -52,7 +52,7 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
   return m;
 }
 
-void add_train_memory_options(CLI::App* t, TrainConfig& c) {
+void add_train_memory_options(CLI::App* t, RunConfig& c) {
   t->add_option("--recompute,--checkpoint", c.recompute,
                 "recompute-on-backward segments N (0: off) or auto (the fewest recomputed stages that fit "
                 "--device-memory or the device); --checkpoint is the old name (training state: --checkpoint-every)")

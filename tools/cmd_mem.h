@@ -5,11 +5,11 @@
 
 #include "tools/cli_checks.h"
 #include "tools/mem_command.h"
-#include "tools/train_config.h"
+#include "engine/run/run_config.h"
 
 namespace kiln {
 
 CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o);
-void add_train_memory_options(CLI::App* train, TrainConfig& c);
+void add_train_memory_options(CLI::App* train, RunConfig& c);
 
 }  // namespace kiln

@@ -13,7 +13,7 @@
 #include "models/model_file.h"
 #include "models/model_file_builtin.h"
 #include "tools/cli_checks.h"
-#include "tools/train_components.h"
+#include "engine/run/run_model.h"
 
 namespace kiln {
 
@@ -91,7 +91,7 @@ void run_model_show(const ModelShowOptions& o, std::ostream& out) {
     po.input_shape = {in.in_channels, in.image_size, in.image_size};
     // A segmenter (unet*): per-pixel logits, one class-index mask per sample.
     if (!file && models::is_segmentation_model(o.model)) po.target_shape = {in.image_size, in.image_size};
-    TrainConfig tc;  // kiln train's defaults: plain SGD
+    RunConfig tc;  // kiln train's defaults: plain SGD
     // A built-in model's own modules (in-place adds and ReLUs): the numbers of `kiln mem --model NAME`.
     mem = train::predict_step_memory(
         [&] {

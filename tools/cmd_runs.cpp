@@ -78,7 +78,7 @@ int run_report_command(const ReportOptions& o) {
   return 0;
 }
 
-void add_train_report_options(CLI::App* train, kiln::TrainConfig& c) {
+void add_train_report_options(CLI::App* train, kiln::RunConfig& c) {
   train->add_option("--report", c.report,
                     "write the training report (HTML: curves, memory timeline, the runs of OUT/runs.jsonl) "
                     "after each epoch and at the end");
@@ -87,7 +87,7 @@ void add_train_report_options(CLI::App* train, kiln::TrainConfig& c) {
       ->capture_default_str();
 }
 
-kiln::LedgerHook train_report_hook(const kiln::TrainConfig& c) {
+kiln::LedgerHook train_report_hook(const kiln::RunConfig& c) {
   if (c.report.empty()) return {};
   KILN_USAGE_CHECK(!c.out.empty(), "train --report: the report is drawn from OUT/runs.jsonl, so --out must not be empty");
   const std::string path = c.report;

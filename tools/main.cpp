@@ -27,8 +27,10 @@
 #include "tools/launch_ranks.h"
 #include "engine/core/devices.h"
 #include "tools/predict.h"
-#include "tools/train_config.h"
-#include "tools/train_loop.h"
+#include "engine/run/run_config.h"
+#include "tools/train_command.h"
+
+#include <unistd.h>
 
 namespace {
 
@@ -67,7 +69,7 @@ std::string model_list() {
   return list;
 }
 
-void add_train_options(CLI::App* t, kiln::TrainConfig& c, std::string& class_weights, std::string& checkpoint_every) {
+void add_train_options(CLI::App* t, kiln::RunConfig& c, std::string& class_weights, std::string& checkpoint_every) {
   t->add_option("--model", c.model, "model name: " + model_list() + ", or a model file NAME.json")->required();
   t->add_option("--task", c.task,
                 "classify (labels, (N, K) logits) or segment (masks (N, H, W) with 255 = ignore, (N, K, H, W) "
@@ -179,7 +181,7 @@ int main(int argc, char** argv) {
   app.name("kiln");
   app.require_subcommand(1);
 
-  kiln::TrainConfig tc;
+  kiln::RunConfig tc;
   std::string class_weights, checkpoint_every = "1";
   CLI::App* train = app.add_subcommand("train", "train a model on a data set");
   add_train_options(train, tc, class_weights, checkpoint_every);
@@ -285,7 +287,7 @@ int main(int argc, char** argv) {
         throw;
       }
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
-      kiln::run_training(tc, std::cout, std::cerr, kiln_cli::train_report_hook(tc));
+      kiln_cli::run_train_command(tc, std::cout, std::cerr, ::isatty(2), kiln_cli::train_report_hook(tc));
       if (!tc.report.empty() && kiln::dist::world().rank() == 0) std::cout << "report: " << tc.report << "\n";
     } else if (mem->parsed()) {
       kiln::run_mem_command(mo, std::cout);

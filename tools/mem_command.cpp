@@ -26,7 +26,7 @@ std::string human(int64_t b) {
 }
 
 void print_text(const MemPrediction& p, std::ostream& out) {
-  const TrainConfig& t = p.config.train;
+  const RunConfig& t = p.config.train;
   char line[256];
   out << "kiln mem: " << t.model << ", batch " << t.batch << " (accum " << t.accum << "), " << p.config.in_channels
       << "x" << p.config.image_size << "x" << p.config.image_size << ", "
@@ -167,15 +167,6 @@ void print_cuda(const MemPrediction& p, const CudaExtras& e, int64_t budget, std
 }
 
 }  // namespace
-
-int parse_recompute_option(const std::string& text) {
-  if (text == "auto") return -1;
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  KILN_USAGE_CHECK(!text.empty() && end == text.c_str() + text.size() && v >= 0 && v <= 1000, "--checkpoint '", text,
-             "': expected a segment count >= 0 or auto");
-  return (int)v;
-}
 
 void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
   MemConfig c = o.config;

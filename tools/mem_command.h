@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include "tools/mem_predict.h"
+#include "engine/run/mem_predict.h"
 
 namespace kiln {
 
@@ -18,9 +18,6 @@ struct MemCommandOptions {
   double margin = 0.2;
   std::string report;  // HTML path
 };
-
-// "0", "4" or "auto" -> segments (-1 for auto); throws kiln::Error naming the option otherwise.
-int parse_recompute_option(const std::string& text);
 
 void run_mem_command(const MemCommandOptions& o, std::ostream& out);
 

@@ -17,8 +17,8 @@
 #include "engine/train/train_state.h"
 #include "models/model_file.h"
 #include "tools/predict_segment.h"
-#include "tools/train_components.h"
-#include "tools/train_data.h"
+#include "engine/run/run_model.h"
+#include "engine/run/run_data.h"
 
 namespace kiln {
 

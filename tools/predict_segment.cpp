@@ -19,8 +19,8 @@
 #include "engine/ops/ops.h"
 #include "engine/train/segment_task.h"
 #include "models/model_file.h"
-#include "tools/train_components.h"
-#include "tools/train_data.h"
+#include "engine/run/run_model.h"
+#include "engine/run/run_data.h"
 
 namespace kiln {
 namespace fs = std::filesystem;

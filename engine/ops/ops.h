@@ -9,7 +9,7 @@
 #include "engine/core/generator.h"
 #include "engine/tensor/memory_format.h"
 #include "engine/tensor/tensor.h"
-#include "kernels/common/nn_desc.h"
+#include "engine/core/op_modes.h"
 
 namespace kiln {
 

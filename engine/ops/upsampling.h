@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/ops/ops.h"
-#include "kernels/common/upsample_math.h"
+#include "engine/core/op_modes.h"
 
 namespace kiln {
 

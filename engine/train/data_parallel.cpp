@@ -1,6 +1,8 @@
 // Gradient buckets and the start-up broadcast of data-parallel training (see data_parallel.h).
 #include "engine/train/data_parallel.h"
 
+#include "engine/core/generator.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -200,6 +202,49 @@ double DataParallel::reduce(size_t b) {
                         group_.stall_reason(), " (--dist-timeout ", group_.timeout(), ")"));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void DataParallel::plan_step(StepPlan& p) {
+  const int64_t micro = p.size();
+  p.ranks = size();
+  p.rank = rank();
+  p.rows_of.assign((size_t)(micro * p.ranks), 0);
+  p.live.assign((size_t)micro, 0);
+  for (int64_t k = 0; k < micro; ++k) {
+    p.rows_of[(size_t)(k * p.ranks + p.rank)] = p.micro[(size_t)k].size;
+    p.live[(size_t)k] = p.micro[(size_t)k].runs() ? 1 : 0;
+  }
+  // Every rank has the same number of micro-batches (shard_pieces of the same global batch, or accum of
+  // its own rows), so the counts line up: [used, rows, rows (k, rank)..., live k...].
+  std::vector<int64_t> counts = {p.used, p.samples};
+  counts.insert(counts.end(), p.rows_of.begin(), p.rows_of.end());
+  counts.insert(counts.end(), p.live.begin(), p.live.end());
+  group_.all_reduce_sum(counts.data(), (int64_t)counts.size());
+  p.used = counts[0];
+  p.samples = counts[1];
+  std::copy(counts.begin() + 2, counts.begin() + 2 + micro * p.ranks, p.rows_of.begin());
+  std::copy(counts.begin() + 2 + micro * p.ranks, counts.end(), p.live.begin());
+  p.undefined_micro_batches = 0;  // the global micro-batches with rows and no rank to run them
+  for (int64_t k = 0; k < micro; ++k) {
+    int64_t rows = 0;
+    for (int q = 0; q < p.ranks; ++q) rows += p.rows_of[(size_t)(k * p.ranks + q)];
+    if (rows > 0 && p.live[(size_t)k] == 0) ++p.undefined_micro_batches;
+    if (p.live[(size_t)k] != 0 && p.live[(size_t)k] != p.ranks) p.same_forwards = false;
+  }
+  // With --sync-bn every rank runs every micro-batch that some rank runs (its rows, maybe none or left
+  // out, with a backward of weight 0), so the ranks make the same batch-norm reductions in the same order.
+  p.join_all = sync_bn_;
+  p.last_backward_hook = backward_hook();
+}
+
+void DataParallel::end_backward(const StepPlan& p) {
+  all_reduce_gradients();  // gradients of the global batch from here on, the same on every rank
+  // After the buckets landed (the communication thread is idle): rank 0's generator offset everywhere.
+  if (!p.join_all && !p.same_forwards) {
+    int64_t offset = rank() == 0 ? (int64_t)global_rng().offset : 0;
+    group_.all_reduce_sum(&offset, 1);
+    global_rng().offset = (uint64_t)offset;
+  }
 }
 
 void DataParallel::begin_step() {

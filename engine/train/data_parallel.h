@@ -51,6 +51,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/nn/module.h"
 #include "engine/train/device_buckets.h"
+#include "engine/train/step_plan.h"
 
 namespace kiln::train {
 
@@ -83,8 +84,19 @@ class DataParallel {
 
   // Every parameter and buffer of the model takes root's values.
   void broadcast_state(int root = 0);
+  // train_step's named points, in order:
+  // plan_step: completes a rank's plan over all ranks in one small all-reduce (rows and used rows of the
+  // global batch, each micro-batch's rows per rank and the ranks that run it with a loss; --sync-bn: run
+  // every micro-batch some rank runs), and sets the hook that starts the buckets during the last backward.
+  void plan_step(StepPlan& plan);
   // Starts a step: no bucket started, no gradient seen (train_step calls it after zero_grad).
   void begin_step();
+  // After the step's last backward: the gradients of the global batch on every rank (all_reduce_gradients),
+  // and, when the ranks ran different forwards without --sync-bn (so dropout may have reserved
+  // differently), every rank takes rank 0's generator offset.
+  void end_backward(const StepPlan& plan);
+  // The step's read-back values (loss and metric sums) summed over the ranks.
+  void sum_step_values(double* values, int64_t n) { group_.all_reduce_sum(values, n); }
   // The hook to install (GradAccumulatedHookGuard) around the step's last backward; null without overlap.
   GradAccumulatedHook backward_hook();
   // The sum over ranks of every trainable parameter's gradient (see the header comment).

@@ -1,6 +1,8 @@
 // Evaluation over a data set (see evaluate.h).
 #include "engine/train/evaluate.h"
 
+#include "engine/train/batch.h"
+
 #include "engine/autograd/grad_mode.h"
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"

@@ -244,30 +244,52 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
   return r;
 }
 
+int64_t largest_fitting_batch(int64_t cap, const std::function<bool(int64_t)>& fits, int64_t guess) {
+  if (cap < 1 || !fits(1)) return 0;
+  guess = std::min(std::max<int64_t>(guess, 1), cap);
+  int64_t lo = 1, hi = cap + 1;  // lo fits; hi does not (cap + 1: past the cap)
+  if (guess > 1 && !fits(guess)) {
+    hi = guess;  // gallop down from the guess
+    for (int64_t step = 1;; step *= 2) {
+      const int64_t n = hi - step;
+      if (n <= 1) break;
+      if (fits(n)) {
+        lo = n;
+        break;
+      }
+      hi = n;
+    }
+  } else {
+    lo = guess;  // gallop up from the guess
+    for (int64_t step = 1;; step *= 2) {
+      const int64_t n = std::min(lo + step, cap);
+      if (n == lo) return cap;  // lo is the cap
+      if (!fits(n)) {
+        hi = n;
+        break;
+      }
+      lo = n;
+    }
+  }
+  while (hi - lo > 1) {  // bisection: lo fits, hi does not
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
 MaxBatchResult max_batch_for_budget(const std::function<int64_t(int64_t)>& peak_of, int64_t budget, double margin) {
   KILN_CHECK(margin >= 0 && margin < 1, "--margin must be in [0, 1), got ", margin);
   const double limit = (double)budget * (1.0 - margin);
   MaxBatchResult r;
-  auto fits = [&](int64_t b, int64_t* peak) {
-    *peak = peak_of(b);
-    r.probes.emplace_back(b, *peak);
-    return (double)*peak <= limit;
-  };
-  int64_t peak = 0;
-  if (!fits(1, &peak)) return r;
-  int64_t lo = 1, lo_peak = peak, hi = 2;
-  const int64_t cap = int64_t(1) << 24;
-  while (hi <= cap && fits(hi, &peak)) {
-    lo = hi, lo_peak = peak;
-    hi *= 2;
-  }
-  while (hi - lo > 1) {  // lo fits, hi does not
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (fits(mid, &peak)) lo = mid, lo_peak = peak;
-    else hi = mid;
-  }
-  r.batch = lo;
-  r.peak_reserved = lo_peak;
+  r.batch = largest_fitting_batch(int64_t(1) << 24, [&](int64_t b) {
+    const int64_t peak = peak_of(b);
+    r.probes.emplace_back(b, peak);
+    return (double)peak <= limit;
+  });
+  for (const auto& [b, peak] : r.probes)
+    if (b == r.batch) r.peak_reserved = peak;
   return r;
 }
 

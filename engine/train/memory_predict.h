@@ -91,8 +91,13 @@ struct PredictOptions {
 StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFactory& make_optimizer,
                                const PredictOptions& options);
 
-// Largest batch whose peak (peak_of(batch), bytes) is <= budget * (1 - margin): doubling from 1,
-// then a binary search. batch 0 when even batch 1 does not fit.
+// The one search for "the largest batch that fits" (--max-batch, the memory remedies, --batch-memory's
+// buckets): the largest batch in [1, cap] with fits(batch) true, for a fits that is true up to some batch
+// and false after: from the guess, galloping (steps 1, 2, 4, ...) up while it fits or down until it
+// does, then bisection. 0 when fits(1) is false. A good guess costs two probes (guess, guess + 1).
+int64_t largest_fitting_batch(int64_t cap, const std::function<bool(int64_t)>& fits, int64_t guess = 1);
+
+// Largest batch whose peak (peak_of(batch), bytes) is <= budget * (1 - margin), by largest_fitting_batch.
 struct MaxBatchResult {
   int64_t batch = 0;
   int64_t peak_reserved = 0;   // at that batch

@@ -13,7 +13,7 @@
 #include "engine/nn/module.h"
 #include "engine/train/evaluate.h"
 #include "engine/train/train_step.h"
-#include "kernels/common/nn_desc.h"
+#include "engine/core/op_modes.h"
 
 namespace kiln::train {
 

@@ -1,36 +1,24 @@
 // One optimizer step of training, the single definition that `fit` runs on real tensors and the
 // memory predictor runs on meta tensors (shapes only), so the prediction cannot drift from the
-// trainer. Order of one step (the allocation order the predictor measures):
+// trainer. The step's skeleton (train_step.cpp reads as it):
+//   plan the micro-batches (engine/train/step_plan.h; data-parallel: over all ranks);
 //   zero grads;
-//   per micro-batch (options.accum of them, or batch.micro_rows's; views of the step's batch):
-//     [channels_last copy of the input]; under MemoryScope(temporary) and autocast (when
-//     options.autocast): output = model(x), loss = options.loss(output, y);  -> hooks.after_forward
-//     (a micro-batch whose loss is undefined by construction, options.loss_undefined(y), is left
-//      out: no forward, no backward; N counts the rows of the others; all left out: no step);
-//     scaler.scale(loss * m / N).backward();
-//     the loss (and options.metric) added on the device, no host read;          -> hooks.after_backward
-//   (not meta) the step's one host read: the summed loss and metric, with the loss scaler's
-//     found_inf or, without a scaler (options.check_finite), the sum of every gradient; without a
-//     scaler a non-finite loss goes to hooks.on_non_finite with the first non-finite micro-batch
-//     (default: throw NonFiniteStep), a non-finite gradient throws NonFiniteStep, before anything
-//     is updated;
-//   hooks.on_grad_ready per parameter (after the last micro-batch's backward, parameter order);
-//   clip (options.clip > 0): scaler.unscale_ then clip_grad_norm;
-//   lr (options.lr >= 0) into every parameter group; scaler.step(optimizer step), scaler.update();
-//   hooks.on_step_end (per-step metrics; the place to save training state mid-epoch).
-// Data-parallel (options.data_parallel set, engine/train/data_parallel.h): `batch` is this rank's shard
-// of the global batch (engine/dist/shard.h; it may have no row), with accum > 1 its shares of one
-// process's micro-batches (batch.micro_rows, some maybe empty); the rows, used rows and each micro-batch's
-// rows per rank are summed over the ranks first (one small all-reduce), each micro-batch's loss is
-// weighted m / (the global used rows), the gradients are summed over the ranks after the last
-// backward (before on_grad_ready, the finite check, clipping and the loss scaler), and the step's
-// read-back sums (loss, metric) are summed too: StepResult then describes the global batch, the same
-// on every rank. Every rank must call train_step for every step, rows or not. Each data-parallel forward
-// keys its random rows (dropout) by the rows' place in the global micro-batch (engine/core/rng_rows.h).
-// With DataParallel::sync_batch_norm() (--sync-bn; accum > 1 needs batch.micro_rows) every rank runs
-// every micro-batch that some rank runs, over its rows there (maybe none, maybe left out) with a backward
-// of weight 0 where it has no loss, to join the batch-norm reductions; without it, a step whose ranks
-// ran different forwards ends with every rank on rank 0's generator offset.
+//   per micro-batch (views of the step's batch): [channels-last copy]; under MemoryScope(temporary) and
+//     autocast: output = model(x), loss = options.loss(output, y)            -> hooks.after_forward
+//     scaler.scale(loss * m / N).backward(); loss (and metric) summed on the device -> hooks.after_backward
+//   (data-parallel: DataParallel::end_backward, the gradients summed over the ranks)
+//   hooks.on_grad_ready per parameter; unscale (amp); clip (options.clip > 0);
+//   the step's ONE host read: loss and metric sums with found_inf (amp) or the sum of every gradient
+//     (f32: a non-finite loss or gradient stops the step before anything is updated: hooks.on_non_finite,
+//     default throw NonFiniteStep);
+//   lr into every parameter group; scaler.step(optimizer step), scaler.update()  -> hooks.on_step_end
+// A micro-batch whose loss is undefined by construction (options.loss_undefined: every target ignored) is
+// left out (N counts the rows of the others; all left out: no step).
+// Data-parallel (options.data_parallel, engine/train/data_parallel.h): `batch` is this rank's shard of the
+// global batch (engine/dist/shard.h; it may have no row), and the step's numbers (StepResult) describe the
+// global batch, the same on every rank; every rank must call train_step for every step. What differs per
+// rank (the global row counts, keyed random rows, --sync-bn's weight-0 micro-batches, the gradient buckets,
+// the generator offset) lives in StepPlan and DataParallel's named calls, not in the step.
 // It must not read data on the meta device, own any state between steps, or know the CLI.
 #pragma once
 #include <cstdint>
@@ -38,7 +26,7 @@
 #include <limits>
 #include <string>
 
-#include "data/array_dataset.h"
+#include "engine/train/batch.h"
 #include "engine/autograd/anomaly_mode.h"
 #include "engine/nn/module.h"
 #include "engine/optim/loss_scaler.h"

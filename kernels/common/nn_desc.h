@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/core/host_device.h"
+#include "engine/core/op_modes.h"
 
 namespace kiln {
 
@@ -75,6 +76,5 @@ KILN_HOST_DEVICE int64_t adaptive_end(int64_t o, int64_t in, int64_t out) {
 }
 
 // Loss reductions, as torch's reduction= strings.
-enum class Reduction { none, mean, sum };
 
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "engine/core/host_device.h"
+#include "engine/core/op_modes.h"
 
 namespace kiln {
 
@@ -109,8 +110,6 @@ KILN_HOST_DEVICE A convt_weight_grad_at(const ConvTranspose2dDesc& d, const T* x
 }
 
 // ---- interpolate ----
-
-enum class InterpMode { nearest, bilinear };
 
 // x: (N, C, H, W) -> y: (N, C, OH, OW). scale_h / scale_w: the user's scale factors when the output
 // size came from them (torch passes them to the kernel), else 0 (the kernel then uses in / out).

@@ -17,7 +17,7 @@
 #include "engine/ops/ops.h"
 #include "fuzz/fuzz_support.h"
 #include "engine/train/train_state.h"
-#include "tools/train_components.h"
+#include "engine/run/run_model.h"
 
 using namespace kiln;
 
@@ -27,7 +27,7 @@ const char* kModelName = "fuzz_tiny";
 constexpr int64_t kClasses = 2;
 
 struct Run {
-  TrainConfig config;
+  RunConfig config;
   std::shared_ptr<nn::Sequential> model;
   std::unique_ptr<optim::Optimizer> opt;
   Run() {

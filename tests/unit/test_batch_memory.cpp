@@ -13,8 +13,8 @@
 #include "data/bucketed_image_source.h"
 #include "data/jpeg_encode.h"
 #include "support/cli/run_kiln.h"
-#include "tools/batch_memory.h"
-#include "tools/resume_check.h"
+#include "engine/run/batch_memory.h"
+#include "engine/run/resume_check.h"
 
 TEST_CASE("batch plan: buckets by the shorter side rounded down to 32 px") {
   CHECK(kiln::bucket_size_for(64, 80) == 64);
@@ -159,7 +159,7 @@ TEST_CASE("bucketed image source: one size per batch, every image once, a skippe
 }
 
 TEST_CASE("--resume: a different --batch-memory is a difference that restarts the interrupted epoch") {
-  kiln::TrainConfig saved, now;
+  kiln::RunConfig saved, now;
   saved.batch_memory = "300M";
   now.batch_memory = "300M";
   CHECK(kiln::resume_differences(saved.to_json(), now).empty());
@@ -172,7 +172,7 @@ TEST_CASE("--resume: a different --batch-memory is a difference that restarts th
   REQUIRE(d.size() == 1);
   CHECK(d[0].rfind("batch_memory: saved 300M, now ", 0) == 0);
   // A state saved before --batch-memory existed (no key) against a run without it: no difference.
-  nlohmann::json old = kiln::TrainConfig().to_json();
+  nlohmann::json old = kiln::RunConfig().to_json();
   old.erase("batch_memory");
-  CHECK(kiln::resume_differences(old, kiln::TrainConfig()).empty());
+  CHECK(kiln::resume_differences(old, kiln::RunConfig()).empty());
 }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "data/array_dataset.h"
+#include "engine/train/batch.h"
 #include "support/cli/run_kiln.h"
 
 using namespace kiln;

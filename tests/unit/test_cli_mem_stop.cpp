@@ -12,7 +12,7 @@
 #include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
 #include "engine/memory/alloc_config.h"
-#include "tools/mem_remedies.h"
+#include "engine/run/mem_remedies.h"
 
 using kiln_test::contains;
 using kiln_test::run_kiln;

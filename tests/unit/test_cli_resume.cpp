@@ -21,7 +21,7 @@
 #include "engine/io/safetensors.h"
 #include "support/cli/image_folder.h"
 #include "support/cli/run_kiln.h"
-#include "tools/train_config.h"
+#include "engine/run/run_config.h"
 
 using kiln_test::contains;
 using kiln_test::run_kiln;
@@ -86,7 +86,7 @@ const Reference& reference() {
 }  // namespace
 
 TEST_CASE("--checkpoint-every: N and Nep are epochs, Nsteps optimizer steps, both with a comma") {
-  kiln::TrainConfig c;
+  kiln::RunConfig c;
   kiln::parse_checkpoint_every("2", &c);
   CHECK((c.checkpoint_every == 2 && c.checkpoint_steps == 0));
   kiln::parse_checkpoint_every("0", &c);

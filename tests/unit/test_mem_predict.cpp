@@ -14,7 +14,7 @@
 #include "kernels/cpu/threads.h"
 #include "support/cli/run_kiln.h"
 #include "tools/mem_command.h"
-#include "tools/mem_predict.h"
+#include "engine/run/mem_predict.h"
 
 using kiln_test::contains;
 using kiln_test::last_ledger_line;

@@ -163,7 +163,7 @@ std::vector<TimelinePoint> timeline_from_trace(const nlohmann::json& trace) {
 
 std::string render_memory_report(const MemPrediction& p, const MemMeasured& m) {
   std::ostringstream o;
-  const TrainConfig& t = p.config.train;
+  const RunConfig& t = p.config.train;
   o << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>kiln memory report: " << esc(t.model)
     << "</title>\n<style>\nbody{font:14px/1.4 sans-serif;margin:24px;color:#222;background:#fff}\n"
        "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}\n"

@@ -9,18 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tools/mem_predict.h"
+#include "engine/run/mem_predict.h"
 
 namespace kiln {
-
-// What a real run measured (kiln train); absent for kiln mem.
-struct MemMeasured {
-  bool present = false;
-  std::string when;  // "first step", "epoch 1"
-  int64_t peak_allocated = 0, peak_reserved = 0;
-  TagBytes tag_peak{};
-  nlohmann::json trace;  // the measured step's Chrome trace (may be null: the predicted one is drawn)
-};
 
 // Live bytes per tag after each counter event of a Chrome trace written by
 // CachingAllocator::chrome_trace(), in event order.

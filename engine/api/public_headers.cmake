@@ -1,0 +1,31 @@
+# kiln_public_headers(<out-var> <source-dir>): the public headers (engine/api/*.h) and every header they
+# include, transitively (`#include "..."`, resolved next to the includer first, then from the source
+# root), as paths relative to the source root, sorted. CMakeLists.txt installs exactly this list
+# (engine/api/X.h as include/kiln/X.h, the others under include/kiln/ at their path), and the test
+# `slow:install and examples` checks that the installed tree equals it and holds no kernels/ or tools/ header.
+function(kiln_public_headers out src)
+  file(GLOB todo RELATIVE "${src}" "${src}/engine/api/*.h")
+  set(seen)
+  while(todo)
+    list(POP_FRONT todo f)
+    if(f IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen "${f}")
+    file(STRINGS "${src}/${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    get_filename_component(dir "${f}" DIRECTORY)
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" inc "${line}")
+      if(EXISTS "${src}/${dir}/${inc}")
+        cmake_path(SET p NORMALIZE "${dir}/${inc}")
+      elseif(EXISTS "${src}/${inc}")
+        set(p "${inc}")
+      else()
+        message(FATAL_ERROR "kiln_public_headers: ${f} includes \"${inc}\", which is neither next to it nor under ${src}")
+      endif()
+      list(APPEND todo "${p}")
+    endforeach()
+  endwhile()
+  list(SORT seen)
+  set(${out} "${seen}" PARENT_SCOPE)
+endfunction()

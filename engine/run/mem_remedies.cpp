@@ -1,0 +1,195 @@
+// Remedies for a step that does not fit its memory budget (see mem_remedies.h).
+#include "engine/run/mem_remedies.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/memory/alloc_config.h"
+
+namespace kiln {
+
+namespace {
+
+int64_t peak_of(MemConfig k) {
+  k.detail = false;
+  return predict_memory(k).peak_reserved;
+}
+
+std::string fits_text(int64_t peak, int64_t budget) {
+  return format_bytes((double)peak) + (peak <= budget ? " (fits)" : " (does not fit)");
+}
+
+void append_remedies(std::ostringstream& o, const std::vector<MemRemedy>& remedies, int64_t budget) {
+  for (const MemRemedy& r : remedies) {
+    o << "\n  " << r.option << ": " << fits_text(r.peak_reserved, budget);
+    if (!r.note.empty()) o << "; " << r.note;
+  }
+}
+
+}  // namespace
+
+std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies,
+                                            const StepMemory* predicted) {
+  std::vector<MemRemedy> out;
+  if (predicted) {
+    // A lower bound of every remedy's peak: each keeps the model's f32 weights, their gradients and
+    // the optimizer's state (--amp adds f16 copies to them).
+    const int64_t fixed = predicted->params + predicted->grads + predicted->optimizer;
+    if (fixed > budget) {
+      out.push_back({"--batch, --accum, --amp, --recompute, --image-size",
+                     "none can fit: parameters + gradients + optimizer state alone take " +
+                         format_bytes((double)fixed) + " (a smaller model, SGD without momentum or a larger device)",
+                     fixed, false});
+      return out;
+    }
+  }
+  const int64_t batch = c.train.batch, accum = c.train.accum;
+
+  // The largest batch (same --accum, capped at the batch).
+  const MaxBatchResult mb = find_max_batch(c, budget, 0.0);
+  if (mb.batch >= 1) {
+    std::string opt = "--batch " + std::to_string(mb.batch);
+    if (accum > mb.batch) opt += " --accum " + std::to_string(mb.batch);  // accum <= batch
+    MemRemedy r{opt, "", mb.peak_reserved, true};
+    for (const auto& [b, p] : mb.probes)
+      if (b == mb.batch + 1) r.note = "--batch " + std::to_string(b) + " would need " + format_bytes((double)p);
+    out.push_back(r);
+  } else {
+    out.push_back({"--batch 1", "even one sample does not fit",
+                   mb.probes.empty() ? 0 : mb.probes.front().second, false});
+  }
+
+  // --accum at the same effective batch: the fewest micro-batches that fit (doubling, then the batch).
+  if (batch > accum) {
+    std::vector<int64_t> tries;
+    for (int64_t a = accum * 2; a < batch; a *= 2) tries.push_back(a);
+    tries.push_back(batch);
+    MemRemedy last;
+    bool found = false;
+    for (int64_t a : tries) {
+      MemConfig k = c;
+      k.train.accum = a;
+      const int64_t p = peak_of(k);
+      last = {"--accum " + std::to_string(a),
+              "batch " + std::to_string(batch) + " as " + std::to_string(a) + " micro-batches", p, p <= budget};
+      if (last.fits) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) last.note += "; no --accum fits";
+    out.push_back(last);
+  }
+
+  // --amp.
+  if (!c.train.amp) {
+    MemConfig k = c;
+    k.train.amp = true;
+    const int64_t p = peak_of(k);
+    out.push_back({"--amp", "f16 autocast", p, p <= budget});
+  }
+
+  // --recompute auto: the fewest recomputed stages that fit.
+  if (c.recompute == 0 && model_num_stages(c) >= 2) {
+    std::vector<std::pair<int, int64_t>> tried;
+    try {
+      const int s = choose_recompute(c, budget, &tried);
+      int64_t p = 0;
+      for (const auto& [seg, peak] : tried)
+        if (seg == s) p = peak;
+      out.push_back({"--recompute auto", std::to_string(s) + " segments", p, true});
+    } catch (const Error&) {
+      int best = 0;
+      int64_t p = INT64_MAX;
+      for (const auto& [seg, peak] : tried)
+        if (peak < p) p = peak, best = seg;
+      out.push_back({"--recompute auto",
+                     best == 0 ? "no segment count lowers the peak"
+                               : "no segment count fits; the lowest peak is with " + std::to_string(best) + " segments",
+                     p, false});
+    }
+  }
+
+  // A smaller --image-size: the largest multiple of 8 below the current size that fits (bisection).
+  if (image_size_applies && c.image_size > 8) {
+    auto fits_at = [&](int64_t s, int64_t* peak) {
+      MemConfig k = c;
+      k.image_size = s;
+      try {
+        *peak = peak_of(k);
+      } catch (const Error&) {  // too small for the model
+        *peak = INT64_MAX;
+      }
+      return *peak <= budget;
+    };
+    int64_t lo = 0, hi = (c.image_size - 1) / 8 + 1, lo_peak = 0, p = 0;  // lo*8 fits (0: none), hi*8 does not
+    int64_t smallest_peak = INT64_MAX;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (fits_at(mid * 8, &p)) lo = mid, lo_peak = p;
+      else hi = mid, smallest_peak = std::min(smallest_peak, p);
+    }
+    if (lo >= 1) {
+      out.push_back({"--image-size " + std::to_string(lo * 8), "", lo_peak, true});
+    } else if (smallest_peak != INT64_MAX) {
+      out.push_back({"--image-size 8", "no smaller image size fits", smallest_peak, false});
+    }
+  }
+  return out;
+}
+
+std::string format_memory_stop(const MemConfig& c, const StepMemory& p, int64_t budget, const std::string& budget_what,
+                               const std::vector<MemRemedy>& remedies) {
+  const int64_t predicted = p.peak_reserved, fixed = p.params + p.grads + p.optimizer;
+  std::ostringstream o;
+  o << "memory: the predicted peak of one training step, " << format_bytes((double)predicted)
+    << " reserved (meta run: " << c.train.model << ", batch " << c.train.batch;
+  if (c.train.accum > 1) o << " in " << c.train.accum << " micro-batches";
+  o << ", " << c.in_channels << "x" << c.image_size << "x" << c.image_size << ", " << c.train.device
+    << " allocator policy), does not fit the budget of " << format_bytes((double)budget) << " (" << budget_what
+    << "); stopped before the first step (the model is not built yet).\n"
+    << "parameters + gradients + optimizer state take " << format_bytes((double)fixed)
+    << " of it whatever the batch" << (fixed > budget ? " (more than the budget by themselves)" : "") << ".\n"
+    << "remedies (each alone, predicted peak reserved from a meta run of the same step):";
+  append_remedies(o, remedies, budget);
+  o << "\n  --force: run anyway (it will likely run out of memory)";
+  return o.str();
+}
+
+std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
+                                int64_t capacity, int64_t held, bool image_size_applies) {
+  // The allocator's account up to its proportional suggestions.
+  const size_t cut = account.find("  what to try:");
+  std::string head = account.substr(0, cut);
+  while (!head.empty() && head.back() == '\n') head.pop_back();
+  const bool predicted_fits = p.peak_reserved <= capacity;
+  const int64_t budget = predicted_fits ? held : capacity;
+  std::ostringstream o;
+  o << head << "\n";
+  if (predicted_fits)
+    o << "  the predicted peak, " << format_bytes((double)p.peak_reserved) << " reserved, fits the capacity of "
+      << format_bytes((double)capacity) << ": memory was taken outside kiln's allocator (another process, a "
+      << "changed limit); kiln held " << format_bytes((double)held) << " when it failed\n";
+  else
+    o << "  the predicted peak, " << format_bytes((double)p.peak_reserved) << " reserved, exceeds the capacity of "
+      << format_bytes((double)capacity) << " (this run was started with --force)\n";
+  o << "  remedies for a budget of " << format_bytes((double)budget)
+    << " (each alone, predicted peak reserved from a meta run of the same step: " << c.train.model << ", batch "
+    << c.train.batch;
+  if (c.train.accum > 1) o << " in " << c.train.accum << " micro-batches";
+  o << ", " << c.in_channels << "x" << c.image_size << "x" << c.image_size << "):";
+  std::vector<MemRemedy> remedies;
+  try {
+    MemConfig k = c;
+    k.detail = false;
+    remedies = find_memory_remedies(k, budget, image_size_applies, &p);
+  } catch (const Error& e) {  // a meta run that cannot be built (e.g. the CPU is short of memory too)
+    o << "\n  (no remedies: the meta runs failed: " << e.what() << ")";
+    return o.str();
+  }
+  append_remedies(o, remedies, budget);
+  return o.str();
+}
+
+}  // namespace kiln

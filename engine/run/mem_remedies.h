@@ -1,0 +1,44 @@
+// What to change when a run's predicted peak does not fit the memory budget: each
+// remedy (a largest --batch, --accum at the same effective batch, --amp, --recompute auto, a
+// smaller --image-size) with its own predicted peak reserved bytes, every number from a meta run
+// of the same step (engine/run/mem_predict.h), none from proportional guesses. The searches are
+// bounded (doubling + bisection, a few runs each). Must not allocate on the target device and must
+// not run a real step.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/run/mem_predict.h"
+
+namespace kiln {
+
+struct MemRemedy {
+  std::string option;        // e.g. "--batch 20", "--accum 4", "--amp", "--recompute auto (3 segments)"
+  std::string note;          // e.g. "--batch 21 would need 65.0 MiB"
+  int64_t peak_reserved = 0; // predicted, bytes
+  bool fits = false;
+};
+
+// The remedies that apply to `c` (image_size_applies: the data is resized, an image folder or a
+// CSV list). Each is a single change from `c`. `predicted` (c's own prediction, optional): when its
+// parameters + gradients + optimizer state alone exceed the budget, no remedy here can fit (each
+// keeps them), so none is searched and one entry says so.
+std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies,
+                                            const StepMemory* predicted = nullptr);
+
+// The stop message: predicted vs budget, the remedies, and --force. `budget_what` names where the
+// budget comes from ("--device-memory", "the device's memory").
+std::string format_memory_stop(const MemConfig& c, const StepMemory& predicted, int64_t budget,
+                               const std::string& budget_what, const std::vector<MemRemedy>& remedies);
+
+// The message of a step that ran out of memory during training (--force past the stop, a budget
+// that shrank, another process): the allocator's `account` (engine/memory/oom_message.h) with its
+// proportional "what to try" replaced by the remedies of find_memory_remedies, every number from a
+// meta run. The budget they are for: `capacity` (the allocator's, at the failure) when the
+// prediction `p` does not fit it; otherwise memory went elsewhere (another process, a changed
+// limit), said so, and the budget is `held`, what kiln's allocator had reserved when it failed.
+std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
+                                int64_t capacity, int64_t held, bool image_size_applies);
+
+}  // namespace kiln

@@ -1,0 +1,194 @@
+// Prediction vs measurement for `kiln train` (see mem_train.h).
+#include "engine/run/run_memory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/run/mem_remedies.h"
+#include "engine/dist/process_group.h"
+#include "engine/memory/caching_allocator.h"
+#include "engine/train/memory_peak.h"
+
+namespace kiln {
+
+namespace {
+std::string human(int64_t b) {
+  char buf[32];
+  return format_bytes(b, buf, sizeof buf);
+}
+nlohmann::json tags_json(const TagBytes& b) {
+  nlohmann::json j;
+  for (int t = 0; t < kNumMemoryTags; ++t) j[tag_name((MemoryTag)t)] = b[t];
+  return j;
+}
+}  // namespace
+
+TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, int64_t channels, int64_t height,
+                                       int64_t width, Device device, bool image_size_applies, std::ostream& log)
+    : config_(c), device_(device) {
+  MemConfig mc;
+  mc.train = c;
+  mc.train.num_classes = num_classes;
+  mc.train.device = device.str();
+  mc.image_size = height;
+  mc.in_channels = channels;
+  mc.num_classes = num_classes;
+  mc.ranks = dist::world_is_distributed() ? dist::world().size() : 1;  // one rank's step and its buckets
+  int ck = parse_recompute_option(c.recompute);
+  if (!c.batch_memory.empty()) {  // per size bucket, by engine/run/batch_memory.h (which refuses auto)
+    segments_ = std::max(ck, 0);
+    per_bucket_ = true;
+    return;
+  }
+  if (ck < 0) {
+    KILN_CHECK(height == width, "--checkpoint auto needs square images, got ", height, "x", width);
+    const int64_t budget = device_budget(device);
+    ck = choose_recompute(mc, budget);
+    log << "checkpoint auto: " << ck << " segments (budget " << human(budget) << ")\n";
+  }
+  segments_ = ck;
+  mc.recompute = ck;
+  if (height != width) {
+    log << "memory: no prediction for non-square images (" << height << "x" << width << ")\n";
+    return;
+  }
+  mc.detail = !c.memory_report.empty();
+  mem_config_ = mc;
+  mem_config_.detail = false;
+  image_size_applies_ = image_size_applies;
+  prediction_ = predict_memory(mc);
+  have_prediction_ = true;
+  log << "memory predicted (meta run): peak allocated " << human(prediction_.peak_allocated) << " (first step "
+      << human(prediction_.first.allocated) << "), reserved " << human(prediction_.peak_reserved)
+      << "; params " << human(prediction_.params) << ", activations " << human(prediction_.activations) << "\n";
+  if (image_size_applies)  // the loader's batch buffers: how many are live depends on its workers' timing
+    log << "memory: image data: the loader holds 1 to --prefetch + 2 = " << c.image.prefetch + 2 << " batch buffers of "
+        << human(prediction_.data) << " (the prediction counts 1), so the measured peak allocated may exceed the "
+        << "prediction by up to " << human((c.image.prefetch + 1) * prediction_.data) << "\n";
+  // Stop before the real model is built when the step cannot fit (--force runs anyway).
+  const int64_t budget = device_budget(device);
+  if (prediction_.peak_reserved > budget) {
+    const std::string what =
+        c.alloc.device_memory.empty() ? "the device's memory" : "--device-memory " + c.alloc.device_memory;
+    if (c.force) {
+      log << "memory: predicted peak reserved " << human(prediction_.peak_reserved) << " exceeds the budget of "
+          << human(budget) << " (" << what << "); running anyway (--force)\n";
+    } else {
+      mc.detail = false;
+      throw Error(format_memory_stop(mc, prediction_, budget, what,
+                                     find_memory_remedies(mc, budget, image_size_applies, &prediction_)));
+    }
+  }
+}
+
+void TrainMemoryMonitor::apply(nn::Module& model) const {
+  if (segments_ > 0) model.set_recompute_segments(segments_);
+}
+
+void TrainMemoryMonitor::before_step() {
+  if (steps_seen_ == 0 && !config_.memory_report.empty())
+    if (CachingAllocator* a = caching_allocator_for(device_)) a->enable_trace(size_t(1) << 20);
+}
+
+MemMeasured TrainMemoryMonitor::measure(const std::string& when) const {
+  MemMeasured m;
+  CachingAllocator* a = caching_allocator_for(device_);
+  if (!a) return m;
+  const MemoryStats s = a->stats();
+  m.present = true;
+  m.when = when;
+  m.peak_allocated = s.total.allocated.peak;
+  m.peak_reserved = s.total.reserved.peak;
+  for (int t = 0; t < kNumMemoryTags; ++t) m.tag_peak[t] = s.tag_allocated[t].peak;
+  return m;
+}
+
+void TrainMemoryMonitor::compare(const MemMeasured& m, const StepPeak& p, int64_t predicted_reserved,
+                                 std::ostream& log) {
+  char line[200];
+  std::snprintf(line, sizeof line, "memory %s: peak allocated measured %s, predicted %s (%+.2f%%); reserved %s vs %s\n",
+                m.when.c_str(), human(m.peak_allocated).c_str(), human(p.allocated).c_str(),
+                m.peak_allocated ? 100.0 * (double)(p.allocated - m.peak_allocated) / (double)m.peak_allocated : 0.0,
+                human(m.peak_reserved).c_str(), human(predicted_reserved).c_str());
+  log << line << "  per tag (measured / predicted):";
+  for (int t = 0; t < kNumMemoryTags; ++t)
+    if (m.tag_peak[t] || p.tag_peak[t])
+      log << " " << tag_name((MemoryTag)t) << " " << human(m.tag_peak[t]) << " / " << human(p.tag_peak[t]) << ";";
+  log << "\n";
+}
+
+void TrainMemoryMonitor::after_step(std::ostream& log, const FirstStepMemory& on_first_step) {
+  ++steps_seen_;
+  last_epoch_ = measure("epoch");
+  if (steps_seen_ != 1 || !last_epoch_.present) return;
+  first_ = measure("first step");
+  if (CachingAllocator* a = caching_allocator_for(device_); a && !config_.memory_report.empty()) {
+    first_.trace = a->chrome_trace();
+    a->enable_trace(0);
+  }
+  if (!have_prediction_) return;
+  compare(first_, prediction_.first, prediction_.first.reserved, log);
+  if (on_first_step) on_first_step(prediction_, first_);
+}
+
+void TrainMemoryMonitor::after_epoch(int64_t epoch, std::ostream& log) {
+  if (!last_epoch_.present || per_bucket_) return;  // --batch-memory: peaks are reset every step
+  last_epoch_.when = "epoch " + std::to_string(epoch);
+  nlohmann::json e = {{"epoch", epoch},
+                      {"measured_peak_allocated", last_epoch_.peak_allocated},
+                      {"measured_peak_reserved", last_epoch_.peak_reserved},
+                      {"measured_tag_peak", tags_json(last_epoch_.tag_peak)}};
+  epochs_.push_back(e);
+  if (!have_prediction_) return;
+  const StepPeak& p = prediction_.first.allocated >= prediction_.steady.allocated ? prediction_.first
+                                                                                   : prediction_.steady;
+  compare(last_epoch_, p, prediction_.peak_reserved, log);
+}
+
+std::string TrainMemoryMonitor::out_of_memory(const std::string& account, const std::function<void()>& release) const {
+  CachingAllocator* a = caching_allocator_for(device_);
+  if (!have_prediction_ || !a) {
+    if (release) release();
+    return account;
+  }
+  const MemoryStats s = a->stats();  // reserved as at the failure: unwinding frees into the cache
+  const int64_t capacity = (int64_t)s.capacity, held = s.total.reserved.current;
+  if (release) release();
+  a->empty_cache();
+  return format_oom_remedies(account, mem_config_, prediction_, capacity, held, image_size_applies_);
+}
+
+nlohmann::json TrainMemoryMonitor::to_json() const {
+  nlohmann::json j;
+  j["checkpoint_segments"] = segments_;
+  j["predicted"] = have_prediction_ ? prediction_.to_json() : nlohmann::json();
+  if (first_.present)
+    j["measured_first_step"] = {{"peak_allocated", first_.peak_allocated},
+                                {"peak_reserved", first_.peak_reserved},
+                                {"tag_peak", tags_json(first_.tag_peak)}};
+  j["measured_epochs"] = epochs_;
+  return j;
+}
+
+RunPlan TrainMemoryMonitor::plan() const {
+  RunPlan p;
+  p.device = device_.str();
+  p.budget = device_budget(device_);
+  if (per_bucket_) {
+    p.why_not = "--batch-memory: each size bucket's batch is planned by its own meta runs";
+    return p;
+  }
+  if (!have_prediction_) {
+    p.why_not = "non-square images";
+    return p;
+  }
+  p.planned = true;
+  const int64_t size = mem_config_.image_size, batch = mem_config_.train.batch;
+  p.phases.push_back({"first step", batch, size, prediction_.first.allocated, prediction_.first.reserved});
+  p.phases.push_back({"steady step", batch, size, prediction_.steady.allocated, prediction_.steady.reserved});
+  p.peak_allocated = prediction_.peak_allocated;
+  p.peak_reserved = prediction_.peak_reserved;
+  return p;
+}
+
+}  // namespace kiln

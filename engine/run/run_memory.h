@@ -1,0 +1,65 @@
+// A run's memory side: resolves its recompute segments (N or auto) and applies them to the model,
+// predicts the run's step on the meta device at startup, and prints after the first step and
+// after each epoch the measured peak per tag (from the device's caching allocator) beside the
+// prediction; writes both to the run ledger and hands the first step's to the caller (the HTML page).
+// The training loop calls it at five points; it must not change what the loop computes.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/nn/module.h"
+#include "engine/run/mem_predict.h"
+#include "engine/run/run_plan.h"
+#include "engine/run/mem_predict.h"
+#include "engine/run/run_plan.h"
+
+namespace kiln {
+
+class TrainMemoryMonitor {
+ public:
+  // Predicts for images of channels x size x size (no prediction, with a note, for non-square
+  // images). Throws kiln::Error for a bad --checkpoint or when auto finds nothing that fits, and,
+  // unless c.force, when the predicted peak reserved bytes exceed the device's budget: the message
+  // lists the remedies with their predicted peaks (engine/run/mem_remedies.h; image_size_applies:
+  // --image-size is among them). With --batch-memory it only keeps --recompute N.
+  TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, int64_t channels, int64_t height, int64_t width,
+                     Device device, bool image_size_applies, std::ostream& log);
+  // Sets the model's recompute segments (--checkpoint).
+  void apply(nn::Module& model) const;
+  void before_step();
+  // After each step; after the first one (with a prediction) it prints the comparison and calls
+  // on_first_step with the prediction and the measurement (kiln train --memory-report draws them).
+  using FirstStepMemory = std::function<void(const MemPrediction&, const MemMeasured&)>;
+  void after_step(std::ostream& log, const FirstStepMemory& on_first_step = {});
+  void after_epoch(int64_t epoch, std::ostream& log);
+  nlohmann::json to_json() const;
+  // The run's memory plan (engine/run/run_plan.h) from the predictions made at construction.
+  RunPlan plan() const;
+  // After a step ran out of memory: `account` (the OutOfMemory text) with remedies from meta runs in
+  // place of its proportional guesses (format_oom_remedies; unchanged without a prediction).
+  // `release` runs after the allocator's numbers are read and before the meta runs: it frees the
+  // real model and optimizer, whose host memory a simulated device shares with the meta runs' model.
+  std::string out_of_memory(const std::string& account, const std::function<void()>& release) const;
+  int recompute_segments() const { return segments_; }
+
+ private:
+  MemMeasured measure(const std::string& when) const;
+  void compare(const MemMeasured& m, const StepPeak& predicted, int64_t predicted_reserved, std::ostream& log);
+
+  RunConfig config_;
+  Device device_;
+  MemConfig mem_config_;  // the predicted configuration (with the resolved checkpoint)
+  bool image_size_applies_ = false;
+  int segments_ = 0;
+  bool have_prediction_ = false;
+  bool per_bucket_ = false;  // --batch-memory: predicted and measured per step by engine/run/batch_memory.h
+  MemPrediction prediction_;
+  int64_t steps_seen_ = 0;
+  MemMeasured first_, last_epoch_;
+  nlohmann::json epochs_ = nlohmann::json::array();
+};
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// The words and JSON of a run's memory plan (see run_plan.h).
+#include "engine/run/run_plan.h"
+
+#include <cstdio>
+
+#include "engine/memory/alloc_config.h"
+
+namespace kiln {
+
+std::string RunPlan::text() const {
+  if (!planned) return "memory plan: none (" + why_not + ")\n";
+  std::string out = "memory plan (" + device + ", meta-device replay of the run's steps):\n";
+  for (const PhasePlan& p : phases) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-24s batch %lld x %lld px  peak allocated %s  reserved %s\n", p.name.c_str(),
+                  (long long)p.batch, (long long)p.image_size, format_bytes((double)p.peak_allocated).c_str(),
+                  format_bytes((double)p.peak_reserved).c_str());
+    out += line;
+  }
+  out += "  whole run: peak allocated " + format_bytes((double)peak_allocated) + ", reserved " +
+         format_bytes((double)peak_reserved) + "; budget " + format_bytes((double)budget) +
+         (fits() ? ": fits\n" : ": does NOT fit\n");
+  return out;
+}
+
+nlohmann::json RunPlan::to_json() const {
+  nlohmann::json j = {{"planned", planned}, {"device", device}, {"budget", budget}, {"fits", fits()}};
+  if (!planned) {
+    j["why_not"] = why_not;
+    return j;
+  }
+  j["peak_allocated"] = peak_allocated;
+  j["peak_reserved"] = peak_reserved;
+  j["phases"] = nlohmann::json::array();
+  for (const PhasePlan& p : phases)
+    j["phases"].push_back({{"name", p.name}, {"batch", p.batch}, {"image_size", p.image_size},
+                           {"peak_allocated", p.peak_allocated}, {"peak_reserved", p.peak_reserved}});
+  return j;
+}
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+// The memory plan of a run: each phase's predicted peak allocated and reserved bytes on the run's
+// device, the whole run's peaks, and the budget they are held against. engine/run/run_memory.h builds it
+// from the run's own description (RunConfig) by replaying the trainer's step on the meta device; this
+// file only holds and words it. Must not run models.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+struct PhasePlan {
+  std::string name;          // "first step", "steady step", ...
+  int64_t batch = 0;         // rows of the step's batch (one rank's)
+  int64_t image_size = 0;    // H = W of its inputs
+  int64_t peak_allocated = 0, peak_reserved = 0;
+};
+
+struct RunPlan {
+  bool planned = false;      // false: no plan was made (why_not says why)
+  std::string why_not;
+  std::string device;        // the device planned for ("cpu", "cuda:0")
+  std::vector<PhasePlan> phases;
+  int64_t peak_allocated = 0, peak_reserved = 0;  // the whole run's (the largest over the phases)
+  int64_t budget = 0;        // the device's memory budget (bytes)
+
+  bool fits() const { return !planned || peak_reserved <= budget; }
+  // A few lines: one per phase ("steady step  batch 16 x 64 px  peak allocated 161.00 MiB  reserved
+  // 162.00 MiB"), then the whole run against the budget.
+  std::string text() const;
+  // {"planned", "device", "budget", "peak_allocated", "peak_reserved", "fits", "phases": [...]} (bytes).
+  nlohmann::json to_json() const;
+};
+
+}  // namespace kiln
