@@ -27,7 +27,7 @@ std::string read_text(const fs::path& p) {
 
 // Quoted includes, resolved next to the includer first, then from the root (as the compiler does).
 std::set<std::string> include_closure(const fs::path& root, std::vector<std::string> todo) {
-  const std::regex inc(R"(^\s*#\s*include\s*"([^"]+)")");
+  const std::regex inc(R"re(^\s*#\s*include\s*"([^"]+)")re");
   std::set<std::string> seen;
   while (!todo.empty()) {
     const std::string f = todo.back();
@@ -75,7 +75,7 @@ TEST_CASE("public headers: the include closure of <kiln/*.h> holds no kernels/ o
 
 TEST_CASE("public headers: the examples include kiln only as <kiln/...>") {
   const fs::path root = KILN_SOURCE_DIR;
-  const std::regex quoted(R"(^\s*#\s*include\s*")"), kiln_angle(R"(^\s*#\s*include\s*<kiln/([a-z_]+\.h)>)"),
+  const std::regex quoted(R"re(^\s*#\s*include\s*")re"), kiln_angle(R"(^\s*#\s*include\s*<kiln/([a-z_]+\.h)>)"),
       internal(R"(^\s*#\s*include\s*<(engine|data|models|kernels|tools)/)");
   std::set<std::string> api;
   for (const std::string& h : public_headers(root)) api.insert(fs::path(h).filename().string());
