@@ -18,6 +18,7 @@ class ArraySource : public DataSource {
   int64_t size() const override { return d_.n; }
   int64_t channels() const override { return d_.channels; }
   int64_t image_size(int64_t) const override { return d_.height; }
+  std::vector<int64_t> sample_shape(int64_t) const override { return {d_.channels, d_.height, d_.width}; }
   int64_t max_label() const override { return d_.max_label(); }
   int64_t label(int64_t i) const override { return d_.labels[(size_t)i]; }
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override {
@@ -39,6 +40,7 @@ class ArraySource : public DataSource {
     std::vector<int64_t> rows;
     for (int64_t k : (train_ ? shard_ : dist::RankShard{}).places(end - pos_, &out->micro_rows))
       rows.push_back(order_[(size_t)(pos_ + k)]);
+    out->release();
     SourceBatch b = gather_batch(d_, rows, 0, (int64_t)rows.size(), device_);
     out->x = b.x;
     out->y = b.y;
@@ -46,6 +48,7 @@ class ArraySource : public DataSource {
     pos_ = end;
     return true;
   }
+  bool can_shard() const override { return true; }
   bool shard(int rank, int ranks, int64_t accum) override {
     shard_ = {rank, ranks, accum};
     return true;

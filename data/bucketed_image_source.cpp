@@ -154,6 +154,13 @@ void BucketedImageSource::skip_batches(int64_t n) {
   loader_->start_epoch((uint64_t)epoch_, loader_->batches_delivered() + (size_t)n);
 }
 
+std::vector<BatchShape> BucketedImageSource::epoch_batches(int64_t epoch, int64_t, bool train) const {
+  std::vector<BatchShape> v;
+  for (const PlannedStep& p : plan_epoch(buckets_, seed_, (uint64_t)epoch, train))
+    v.push_back({(int64_t)p.indices.size(), buckets_[p.bucket].size});
+  return v;
+}
+
 bool BucketedImageSource::next(SourceBatch* out) {
   ImageBatch ib;
   if (!loader_->next(ib)) {
@@ -163,10 +170,10 @@ bool BucketedImageSource::next(SourceBatch* out) {
   collect_bad();
   current_bucket_ = ib.index < plan_.size() ? plan_[ib.index].bucket : 0;
   const Shape shape{ib.n, ib.c, ib.h, ib.w};
+  out->release();  // the previous batch goes back first
   if (ib.n == 0 || device_.is_cpu()) {
     {
       MemoryScope scope(MemoryTag::data);
-      out->x = Tensor();  // the previous batch goes back first
       out->x = empty(shape, DType::f32, device_);
     }
     if (ib.n > 0) std::memcpy(out->x.data_ptr(), ib.buffer.get(), (size_t)out->x.nbytes());
@@ -175,7 +182,6 @@ bool BucketedImageSource::next(SourceBatch* out) {
   }
   {
     MemoryScope scope(MemoryTag::data);
-    out->y = Tensor();
     Tensor y = ib.n > 0 ? tensor_from(ib.labels, {ib.n}) : empty({0}, DType::i64, Device::cpu());
     out->y = device_.is_cpu() ? y : to_device(y, device_);
   }

@@ -55,6 +55,8 @@ class BucketedImageSource : public DataSource {
   int64_t planned_steps_per_epoch() const override { return planned_batches(buckets_); }
   // `batch` is unused: the plan decides.
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override;
+  std::vector<BatchShape> epoch_batches(int64_t epoch, int64_t batch, bool train) const override;
+  bool can_shard() const override { return true; }
   bool next(SourceBatch* out) override;
   void skip_batches(int64_t n) override;
   // Data-parallel: each planned batch is a global batch; this rank decodes and delivers its share

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -59,6 +60,7 @@ class ImageSource : public DataSource {
   }
 
   // Data-parallel: training epochs decode only this rank's rows of each global batch (ImageLoader's shard).
+  bool can_shard() const override { return true; }
   bool shard(int rank, int ranks, int64_t accum) override {
     shard_ = {rank, ranks, accum};
     loader_.reset();  // the next start_epoch makes a loader with the shard
@@ -79,17 +81,21 @@ class ImageSource : public DataSource {
     }
     collect_bad();
     out->micro_rows = ib.micro_rows;
-    if (ib.n == 0) {  // training: every sample of this batch was bad; fit counts it as a step, left out
+    out->release();
+    const DType xt = ib.dtype == PixelDType::f16 ? DType::f16 : DType::f32;
+    if (ib.n == 0 || device_.is_cpu()) {
+      // On the CPU (and for an empty batch) the loader's host buffer is copied into the allocator here, on the
+      // training thread: the workers never allocate from it, so a run's allocations do not depend on their
+      // timing (training: every sample of an empty batch was bad; fit counts it as a step, left out).
       MemoryScope scope(MemoryTag::data);
-      out->x = empty({0, ib.c, ib.h, ib.w}, ib.dtype == PixelDType::f16 ? DType::f16 : DType::f32, device_);
-      out->y = empty({0}, DType::i64, device_);
-      out->indices.clear();
-      return true;
+      out->x = empty({ib.n, ib.c, ib.h, ib.w}, xt, device_);
+      if (ib.n > 0) std::memcpy(out->x.data_ptr(), ib.buffer.get(), (size_t)out->x.nbytes());
+    } else {
+      out->x = batch_to_device(ib.buffer.get(), {ib.n, ib.c, ib.h, ib.w}, ib.buffer, device_, mem_.pinned);
     }
-    out->x = batch_to_device(ib.buffer.get(), {ib.n, ib.c, ib.h, ib.w}, ib.buffer, device_, mem_.pinned);
     {
       MemoryScope scope(MemoryTag::data);
-      Tensor y = tensor_from(ib.labels, {ib.n});
+      Tensor y = ib.n > 0 ? tensor_from(ib.labels, {ib.n}) : empty({0}, DType::i64, Device::cpu());
       out->y = device_.is_cpu() ? y : to_device(y, device_);
     }
     out->indices.assign(ib.indices.begin(), ib.indices.end());
@@ -110,8 +116,10 @@ class ImageSource : public DataSource {
     lo.seed = seed_ ^ 0x5bd1e9955bd1e995ULL;  // augmentation: a key apart from the sampler's
     lo.workers = o_.workers;
     lo.prefetch_batches = o_.prefetch;
-    lo.alloc = mem_.alloc;
-    lo.release = mem_.release;
+    if (!device_.is_cpu()) {  // on the CPU: plain host buffers, copied into the allocator in next()
+      lo.alloc = mem_.alloc;
+      lo.release = mem_.release;
+    }
     lo.on_bad_sample = [](const std::string&, const std::string&) {};  // reported from the main thread
     // Training: an all-bad batch is still a step of the epoch (train::fit leaves it out and counts it),
     // so a state saved after step k resumes at the loader's batch k (skip_batches).

@@ -107,6 +107,8 @@ class MaskArraySource : public DataSource {
   int64_t size() const override { return d_.n; }
   int64_t channels() const override { return d_.channels; }
   int64_t image_size(int64_t) const override { return d_.height; }
+  std::vector<int64_t> sample_shape(int64_t) const override { return {d_.channels, d_.height, d_.width}; }
+  std::vector<int64_t> target_shape(int64_t) const override { return {d_.height, d_.width}; }
   int64_t max_label() const override { return d_.max_class(); }
   int64_t label(int64_t i) const override { return labels_[(size_t)i]; }
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override {
@@ -130,6 +132,7 @@ class MaskArraySource : public DataSource {
       rows.push_back(order_[(size_t)(pos_ + k)]);
     const int64_t b = (int64_t)rows.size();
     const int64_t chw = d_.channels * d_.height * d_.width, hw = d_.height * d_.width;
+    out->release();
     MemoryScope scope(MemoryTag::data);  // as gather_batch: the batch is the step's data
     Tensor x = empty({b, d_.channels, d_.height, d_.width}, DType::f32, Device::cpu());
     Tensor y = empty({b, d_.height, d_.width}, DType::i64, Device::cpu());
@@ -144,6 +147,7 @@ class MaskArraySource : public DataSource {
     pos_ = end;
     return true;
   }
+  bool can_shard() const override { return true; }
   bool shard(int rank, int ranks, int64_t accum) override {
     shard_ = {rank, ranks, accum};
     return true;

@@ -43,6 +43,10 @@ class SegmentationSource : public DataSource {
   int64_t size() const override { return (int64_t)ds_.size(); }
   int64_t channels() const override { return o_.channels; }
   int64_t image_size(int64_t epoch) const override { return sizes_.at_epoch(epoch); }
+  std::vector<int64_t> target_shape(int64_t epoch) const override {
+    if (!has_masks_) return {};
+    return {image_size(epoch), image_size(epoch)};
+  }
   int64_t max_label() const override { return num_classes_ - 1; }
   int64_t label(int64_t) const override { return 0; }  // no per-image label: the labels are the masks
   std::string path(int64_t i) const override { return ds_.samples[(size_t)i].image; }
@@ -64,6 +68,7 @@ class SegmentationSource : public DataSource {
 
   // Data-parallel: training batches decode only this rank's rows of each global batch (its shares of
   // `accum` micro-batches, engine/dist/shard.h), each with the augmentation draws of its place in the epoch.
+  bool can_shard() const override { return true; }
   bool shard(int rank, int ranks, int64_t accum) override {
     drop_ahead();
     shard_ = {rank, ranks, accum};
@@ -219,6 +224,7 @@ class SegmentationSource : public DataSource {
       kept.push_back((int64_t)idx[k]);
     }
     const int64_t m = (int64_t)kept.size(), H = t_.image.out_h, W = t_.image.out_w;
+    out->release();
     MemoryScope scope(MemoryTag::data);
     Tensor x = empty({m, (int64_t)C, H, W}, DType::f32, Device::cpu());
     if (m) std::memcpy(x.data<float>(), xs.data(), (size_t)m * C * S * sizeof(float));

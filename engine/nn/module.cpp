@@ -182,10 +182,11 @@ Module& Module::train(bool on) {
   return *this;
 }
 
-// Swaps t's data for a copy on d, keeping the handle (and its autograd flags) valid.
-static void move_in_place(const Tensor& t, Device d) {
-  if (t.device() == d) return;
-  Tensor moved = to_device(t.detach(), d);
+// Swaps t's data for a copy on d, keeping the handle (and its autograd flags) valid; `always`: a copy even
+// when t is already on d.
+static void move_in_place(const Tensor& t, Device d, bool always = false) {
+  if (t.device() == d && !always) return;
+  Tensor moved = t.device() == d ? clone(t.detach()) : to_device(t.detach(), d);
   TensorImpl* dst = t.impl();
   TensorImpl* src = moved.impl();
   dst->storage = src->storage;
@@ -207,6 +208,21 @@ Module& Module::to(Device d) {
     move_in_place(t, d);
   }
   for (auto& [n, m] : children_) m->to(d);
+  return *this;
+}
+
+Module& Module::rehome(Device d) {
+  NoGradGuard ng;
+  for (auto& [n, t] : params_) {
+    t.zero_grad();
+    MemoryScope ms(MemoryTag::param);
+    move_in_place(t, d, true);
+  }
+  for (auto& [n, t] : buffers_) {
+    MemoryScope ms(MemoryTag::param);
+    move_in_place(t, d, true);
+  }
+  for (auto& [n, m] : children_) m->rehome(d);
   return *this;
 }
 

@@ -75,6 +75,11 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
   // Moves every parameter and buffer to d in place (the Tensor handles stay valid; grads dropped).
   Module& to(Device d);
+  // Copies every parameter and buffer into d's allocator now, even when it is already on d, in
+  // registration order (own parameters, own buffers, then each child's), tagged param: a fresh, compact
+  // layout whose allocation sequence does not depend on how the model was built (a run builds and
+  // initializes it elsewhere, engine/memory/host_scratch.h, and keeps only this). Handles stay valid.
+  Module& rehome(Device d);
   // Casts every floating parameter and buffer to dt in place (integer buffers such as
   // num_batches_tracked keep their dtype); f64 modules are what gradient checks run on.
   Module& to(DType dt);

@@ -26,13 +26,7 @@ AdamW::AdamW(const NamedTensors& params, const AdamWOptions& o, const NoDecayFn&
 void AdamW::update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) {
   Tensor& m = state(name, "exp_avg", p);
   Tensor& v = state(name, "exp_avg_sq", p);
-  Tensor* step_t = find_state(name, "step");
-  if (!step_t) {
-    MemoryScope ms(MemoryTag::optimizer);
-    const Device host = p.device().is_meta() && meta_target().is_cpu() ? Device::meta() : Device::cpu();
-    state_[name]["step"] = zeros({}, DType::i64, host);
-    step_t = find_state(name, "step");
-  }
+  Tensor* step_t = &state(name, "step", p);  // on the parameter's host (Optimizer::make_state)
   const int64_t step = step_t->device().is_meta() ? 1 : (int64_t)step_t->item() + 1;  // meta: no value
   fill_(*step_t, (double)step);
 

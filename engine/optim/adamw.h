@@ -20,6 +20,7 @@ class AdamW : public Optimizer {
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) override;
+  std::vector<std::string> state_keys() const override { return {"exp_avg", "exp_avg_sq", "step"}; }
 
  private:
   AdamWOptions o_;

@@ -76,7 +76,40 @@ Tensor& Optimizer::state(const std::string& param, const std::string& key, const
   if (created) *created = (t == nullptr);
   if (t) return *t;
   MemoryScope ms(MemoryTag::optimizer);
-  return state_[param][key] = zeros(like.sizes(), like.dtype(), like.device());
+  return state_[param][key] = make_state(key, like);
+}
+
+// A step counter lives on the host of its parameter's device: the CPU (a GPU's host too), or the meta device
+// when it imitates the CPU (a plan of a CPU run counts them; one of a GPU run does not).
+static Device host_of(Device d) {
+  if (d.is_meta()) return meta_target().is_cpu() ? Device::meta() : Device::cpu();
+  return d.is_cuda() ? Device::cpu() : d;
+}
+
+Tensor Optimizer::make_state(const std::string& key, const Tensor& p) const {
+  if (key == "step") return zeros({}, DType::i64, host_of(p.device()));
+  return zeros(p.sizes(), p.dtype(), p.device());
+}
+
+void Optimizer::create_state() {
+  NoGradGuard ng;
+  MemoryScope ms(MemoryTag::optimizer);
+  for (const auto& g : groups_)
+    for (const auto& [name, p] : g.params)
+      for (const std::string& key : state_keys())
+        if (!find_state(name, key)) state_[name][key] = make_state(key, p);
+}
+
+void Optimizer::rehome(Device device) {
+  NoGradGuard ng;
+  MemoryScope ms(MemoryTag::optimizer);
+  for (const auto& g : groups_)
+    for (const auto& [name, p] : g.params)
+      for (const std::string& key : state_keys())
+        if (Tensor* t = find_state(name, key)) {
+          const Device d = key == "step" ? host_of(device) : device;
+          *t = t->device() == d ? clone(*t) : to_device(*t, d);
+        }
 }
 
 bool Optimizer::use_fused(const Tensor& p, const Tensor& g) const {
@@ -134,6 +167,7 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
       Tensor dst = scalar ? empty({}, t.dtype(), Device::cpu()) : empty(p.sizes(), p.dtype(), p.device());
       copy_(dst, t);
       fresh[param][key] = dst;
+      written_.insert(param);
     } else {
       throw Error(str_cat(type_, ".load_state_dict: unexpected key '", name, "'"));
     }

@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,17 @@ class Optimizer {
   // Restores the above; parameter names and state shapes must match (errors name them).
   void load_state_dict(const NamedTensors& state);
 
+  // Every state tensor of every parameter, created now (zero-filled, group and parameter order, each
+  // parameter's keys in state_keys() order, under the optimizer tag) where it does not exist yet, so no step
+  // allocates state and a run's allocation sequence does not depend on which step is its first. A state made
+  // here is not yet written: the first update initialises it as a lazily made one (SGD's momentum buffer =
+  // the first gradient). Without this call the state is made by the first update, as before.
+  void create_state();
+  // Every state tensor copied into `device`'s allocator now, in create_state()'s order (AdamW's step
+  // counters stay on their host: the CPU, or the meta device when it imitates the CPU): with
+  // nn::Module::rehome, the fixed layout a run keeps after its set-up.
+  void rehome(Device device);
+
  protected:
   // One parameter's update; g is its gradient (same shape, device and dtype).
   virtual void update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) = 0;
@@ -61,8 +73,15 @@ class Optimizer {
   Tensor& state(const std::string& param, const std::string& key, const Tensor& like, bool* created = nullptr);
   Tensor* find_state(const std::string& param, const std::string& key);
   bool use_fused(const Tensor& p, const Tensor& g) const;
+  // The state keys of a parameter, in creation order, and a fresh zero-filled state tensor for one.
+  virtual std::vector<std::string> state_keys() const = 0;
+  virtual Tensor make_state(const std::string& key, const Tensor& p) const;
+  // Whether an update (or a loaded state) has written this parameter's state; an update marks it.
+  bool written(const std::string& param) const { return written_.count(param) != 0; }
+  void mark_written(const std::string& param) { written_.insert(param); }
 
   std::map<std::string, std::map<std::string, Tensor>> state_;
+  std::set<std::string> written_;
 
  private:
   std::string type_;

@@ -21,14 +21,21 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& opts) : Optimizer("SG
 SGD::SGD(const NamedTensors& params, const SGDOptions& opts, const NoDecayFn& no_decay)
     : SGD(make_param_groups(params, opts.lr, opts.weight_decay, no_decay), opts) {}
 
+std::vector<std::string> SGD::state_keys() const {
+  if (o_.momentum == 0) return {};
+  return {"momentum_buffer"};
+}
+
 void SGD::update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) {
   const double lr = group.lr, wd = group.weight_decay, m = o_.momentum;
-  bool first = false;
+  // The first update of a parameter sets its momentum buffer to the update direction (PyTorch's rule),
+  // into the buffer create_state() made, or a new one.
+  const bool first = m != 0 && !written(name);
   Tensor* buf = nullptr;
   if (m != 0) {
     buf = find_state(name, "momentum_buffer");
-    first = (buf == nullptr);
-    if (first && use_fused(p, g)) buf = &state(name, "momentum_buffer", p);
+    if (!buf && use_fused(p, g)) buf = &state(name, "momentum_buffer", p);
+    mark_written(name);
   }
   if (use_fused(p, g) && (buf == nullptr || buf->is_contiguous())) {
     SgdParams h{(float)lr, (float)m, (float)o_.dampening, (float)wd, o_.nesterov};
@@ -38,7 +45,9 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, const Para
   // Generic path (any device): the same formula with in-place ops.
   Tensor d = wd != 0 ? add(g, p, wd) : g;
   if (m != 0) {
-    if (first) {
+    if (first && buf) {
+      copy_(*buf, d);
+    } else if (first) {
       MemoryScope ms(MemoryTag::optimizer);
       state_[name]["momentum_buffer"] = clone(d);
       buf = find_state(name, "momentum_buffer");

@@ -23,6 +23,7 @@ class SGD : public Optimizer {
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group) override;
+  std::vector<std::string> state_keys() const override;
 
  private:
   SGDOptions o_;

@@ -182,7 +182,6 @@ BatchMemoryRun::BatchMemoryRun(const RunConfig& c, int64_t num_classes, Bucketed
   for (auto& [key, p] : cache) short_.emplace(key, std::make_pair(p.first.allocated, p.steady.allocated));
 }
 
-void BatchMemoryRun::before_step() { reset_peak_memory(device_); }
 
 void BatchMemoryRun::after_step(const train::FitStep& fs) {
   const size_t k = train_.current_bucket();

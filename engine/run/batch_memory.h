@@ -59,7 +59,6 @@ class BatchMemoryRun {
   BatchMemoryRun(const RunConfig& c, int64_t num_classes, BucketedImageSource& train, BucketedImageSource* val,
                  Device device, std::ostream& log);
 
-  void before_step();                                // resets the device's peak counters
   void after_step(const train::FitStep& step);       // measures the step just run
   std::string progress_text() const;                 // "  batch 12 x 96px"
   int64_t take_epoch_peak();                         // the epoch's largest step peak (then restarts)

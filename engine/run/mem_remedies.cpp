@@ -157,6 +157,28 @@ std::string format_memory_stop(const MemConfig& c, const StepMemory& p, int64_t 
   return o.str();
 }
 
+std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what,
+                             const std::vector<MemRemedy>& remedies) {
+  std::ostringstream o;
+  o << "memory: the run's plan (its training replayed on the meta device, " << plan.device
+    << " allocator policy) does not fit the budget of " << format_bytes((double)plan.budget) << " (" << budget_what
+    << "): ";
+  if (!plan.oom_where.empty()) {
+    o << "it runs out of memory at " << plan.oom_where;
+  } else {
+    const PhasePlan* worst = nullptr;
+    for (const PhasePlan& p : plan.phases)
+      if (!worst || p.peak_reserved > worst->peak_reserved) worst = &p;
+    o << "peak reserved " << format_bytes((double)plan.peak_reserved);
+    if (worst) o << " in its phase '" << worst->name << "'";
+  }
+  o << "; stopped before the first step (the model is not built yet).\n" << plan.text()
+    << "remedies (each alone, predicted peak reserved from a meta run of one step):";
+  append_remedies(o, remedies, plan.budget);
+  o << "\n  --force: run anyway (it will run out of memory where the plan says)";
+  return o.str();
+}
+
 std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
                                 int64_t capacity, int64_t held, bool image_size_applies) {
   // The allocator's account up to its proportional suggestions.

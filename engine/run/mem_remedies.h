@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/run/mem_predict.h"
+#include "engine/run/run_plan.h"
 
 namespace kiln {
 
@@ -31,6 +32,11 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
 // budget comes from ("--device-memory", "the device's memory").
 std::string format_memory_stop(const MemConfig& c, const StepMemory& predicted, int64_t budget,
                                const std::string& budget_what, const std::vector<MemRemedy>& remedies);
+
+// The stop message of a run whose plan (engine/run/plan_run.h) does not fit: where it would run out (the
+// replay's out-of-memory, or the phase whose reserved bytes pass the budget), the plan, the remedies, --force.
+std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what,
+                             const std::vector<MemRemedy>& remedies);
 
 // The message of a step that ran out of memory during training (--force past the stop, a budget
 // that shrank, another process): the allocator's `account` (engine/memory/oom_message.h) with its

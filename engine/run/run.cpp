@@ -30,6 +30,8 @@
 #include "engine/dist/shard.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
+#include "engine/memory/alloc_config.h"
+#include "engine/memory/host_scratch.h"
 #include "engine/ops/ops.h"
 #include "engine/run/alloc_options.h"
 #include "engine/run/amp_training.h"
@@ -38,6 +40,8 @@
 #include "engine/run/run_data.h"
 #include "engine/run/run_memory.h"
 #include "engine/run/run_model.h"
+#include "engine/run/run_peaks.h"
+#include "engine/run/run_setup.h"
 #include "engine/run/run_ranks.h"
 #include "engine/run/run_record.h"
 #include "engine/train/data_parallel.h"
@@ -95,6 +99,20 @@ void check_output_folders(const RunConfig& c) {
   }
 }
 
+// "memory: whole run: peak allocated 161.00 MiB (planned 161.00 MiB, exact), reserved 162.00 MiB (planned ...)".
+std::string whole_run_line(const RunPeaks& peaks, const RunPlan& plan) {
+  if (peaks.allocated() < 0) return "memory: whole run: no statistics on this device";
+  auto one = [&](int64_t measured, int64_t planned) {
+    std::string t = format_bytes((double)measured);
+    if (!plan.planned) return t;
+    t += " (planned " + format_bytes((double)planned);
+    t += measured == planned ? ", exact)" : str_cat(", measured - planned = ", measured - planned, " bytes)");
+    return t;
+  };
+  return "memory: whole run: peak allocated " + one(peaks.allocated(), plan.peak_allocated) + ", peak reserved " +
+         one(peaks.reserved(), plan.peak_reserved);
+}
+
 }  // namespace
 
 void record_refused_run(const RunConfig& c, const std::string& error, const LedgerHook& on_ledger) {
@@ -131,15 +149,17 @@ struct Run::State {
   std::unique_ptr<TrainMemoryMonitor> memory;
   RunPlan plan;
   // train()
-  nn::ModulePtr model;
-  std::unique_ptr<optim::Optimizer> opt;
-  std::unique_ptr<train::DataParallel> data_parallel;
-  std::unique_ptr<AmpTraining> amp;
+  RunSetup setup;  // model, optimizer, data-parallel buckets, class weights, loss scaler
+  nn::ModulePtr& model = setup.model;
+  std::unique_ptr<optim::Optimizer>& opt = setup.opt;
+  std::unique_ptr<train::DataParallel>& data_parallel = setup.data_parallel;
+  std::unique_ptr<AmpTraining>& amp = setup.amp;
   std::unique_ptr<train::RunLedger> ledger;
   std::unique_ptr<train::CurveRecorder> curve;
   std::unique_ptr<FirstStepRecorder> first_step;
-  Tensor class_weights;
+  Tensor& class_weights = setup.class_weights;
   int64_t steps_per_epoch = 0, step = 0;
+  RunPeaks peaks;  // the run's whole peaks on its device, measured
   ResumePoint start;
   int64_t train_bad = 0;  // bad training samples over the ranks, at the last epoch end
   train::DataParallel::CommTimes comm_before;  // data-parallel totals at the last epoch's end
@@ -255,24 +275,12 @@ void Run::State::plan_memory() {
   if (!c.batch_memory.empty())
     batch_memory = std::make_unique<BatchMemoryRun>(c, num_classes, dynamic_cast<BucketedImageSource&>(train),
                                                     dynamic_cast<BucketedImageSource*>(data.val.get()), device, log);
-  memory = std::make_unique<TrainMemoryMonitor>(c, num_classes, train.channels(), train.image_size(0),
-                                                train.image_size(0), device, data.format == "images", log);
+  memory = std::make_unique<TrainMemoryMonitor>(c, num_classes, train, data.val.get(), train_size, device,
+                                                data.format == "images", log);
   plan = memory->plan();
 }
 
 void Run::State::build() {
-  manual_seed(c.seed);
-  model = build_model(c.model, num_classes, data.train->channels(), train_size);
-  model->to(device);
-  if (init_file) {
-    NamedTensors state;
-    for (const NamedArray& a : init_file->tensors) state.emplace_back(a.name, from_host_array(a.array, device));
-    init_file.reset();
-    model->load_state_dict(state, true);
-    log << "init: loaded " << c.init << "\n";
-  }
-  memory->apply(*model);
-  opt = build_optimizer(c, *model);
   DataSource& train = *data.train;
   // --batch is per rank (PyTorch DDP's rule); an epoch counts global batches of --batch x ranks.
   const int64_t global_batch = dist::global_batch(c.batch, group.size());
@@ -284,28 +292,35 @@ void Run::State::build() {
   if (c.warmup > steps_per_epoch * c.epochs)
     log << "warning: --warmup " << c.warmup << " is longer than the run (" << steps_per_epoch * c.epochs
         << " steps): the LR never reaches --lr " << c.lr << "\n";
-  start = restore_resume_state(resume, c, *model, *opt, device, steps_per_epoch, log);
+  // From here on the device's allocator holds only what the run keeps: its cache starts empty, its peaks
+  // count from now (the plan replays the same from a fresh allocator).
+  peaks.start(device);
+  manual_seed(c.seed);
+  const ModelShape shape{num_classes, train.channels(), train_size, memory->recompute_segments()};
+  build_model_and_optimizer(setup, c, shape, device, [this](nn::Module& m, optim::Optimizer& o) {
+    if (init_file) {
+      NamedTensors state;
+      for (const NamedArray& a : init_file->tensors) state.emplace_back(a.name, from_host_array(a.array, Device::cpu()));
+      init_file.reset();
+      m.load_state_dict(state, true);
+      log << "init: loaded " << c.init << "\n";
+    }
+    start = restore_resume_state(resume, c, m, o, Device::cpu(), steps_per_epoch, log);
+  });
   step = start.step;
-  if (!c.class_weights.empty()) {
-    std::vector<float> w(c.class_weights.begin(), c.class_weights.end());
-    class_weights = to_device(tensor_from(w, {num_classes}), device);
-  }
 }
 
 void Run::State::join_ranks() {
   const int ranks = group.size();
-  if (ranks <= 1) return;
+  if (ranks <= 1) return make_class_weights(setup, c, num_classes, device);
   if (batch_memory) {  // every rank planned its batches from its own meta runs: they must agree
     int64_t mine = 0, place = 0;
     for (const BucketMemory& b : batch_memory->buckets()) mine += ++place * b.batch;
     KILN_CHECK(group.sum(mine) == mine * ranks, "train: --batch-memory: the ranks planned different batches "
                "(rank ", group.rank(), "'s: a different device budget or build?)");
   }
-  train::DataParallelOptions dpo;
-  dpo.bucket_bytes = std::max<int64_t>(1, std::llround(c.bucket_mb * (1 << 20)));
-  dpo.first_bucket_bytes = std::min<int64_t>(dpo.bucket_bytes, 1 << 20);
   group.set_timeout(c.dist_timeout);
-  data_parallel = std::make_unique<train::DataParallel>(group, *model, dpo);
+  make_data_parallel(setup, c, &group);
   data_parallel->set_steps_done(step);
   data_parallel->broadcast_state(0);  // rank 0's weights and buffers (fresh, --init or --resume) everywhere
   log << "data-parallel: " << ranks << " ranks (" << group.backend() << "), "
@@ -313,6 +328,7 @@ void Run::State::join_ranks() {
                        : str_cat("batch ", c.batch, " per rank, ", dist::global_batch(c.batch, ranks), " per step"))
       << "; gradients all-reduced in " << data_parallel->buckets().size() << " buckets of up to " << c.bucket_mb
       << " MiB" << (data_parallel->overlaps() ? ", during backward" : ", after backward") << "\n";
+  make_class_weights(setup, c, num_classes, device);
   if (c.sync_bn) {
     data_parallel->sync_batch_norm();
     log << "data-parallel: --sync-bn: BatchNorm statistics summed over the " << ranks << " ranks\n";
@@ -330,7 +346,7 @@ void Run::State::start_ledger() {
   log << "model: " << c.model << ", " << model->num_parameters() << " parameters, " << num_classes << " classes"
       << (segment ? " (task segment)" : "") << "; device " << device.str() << ", " << cpu::num_threads()
       << " threads; " << steps_per_epoch << " steps/epoch\n";
-  amp = std::make_unique<AmpTraining>(c, device);
+  make_loss_scaler(setup, c, device);
   if (amp->enabled() && start.saved.has_amp) {
     amp->load_state(start.saved.amp_scale, start.saved.amp_growth_tracker, start.saved.amp_skipped_steps);
   } else if (amp->enabled() && !c.resume.empty()) {
@@ -354,38 +370,14 @@ void Run::State::start_ledger() {
 }
 
 train::FitOptions Run::State::fit_options() {
-  train::FitOptions fo;
-  fo.epochs = c.epochs;
-  fo.batch = c.batch;
-  fo.drop_last = c.drop_last;
+  train::FitOptions fo = run_fit_options(c, setup);
   fo.start_epoch = start.epoch;
   fo.start_step = start.step;
   fo.start_step_in_epoch = start.step_in_epoch;
   fo.start_sums = start.sums;
-  const LrSchedule schedule = LrSchedule::parse(c.schedule, c.warmup);
-  auto factor = std::make_shared<optim::LRSchedulePtr>();  // built on fit's first step, when it knows the run's steps
-  fo.lr_at = [this, schedule, factor](int64_t at, int64_t per_epoch, int64_t total) {
-    if (!*factor) *factor = schedule.build(per_epoch, total);
-    return c.lr * (*factor)->factor(at);
-  };
-  fo.class_weights = class_weights;
-  if (segment) {  // per-pixel loss and pixel counts; validation = the whole set's confusion matrix
-    fo.classification = false;
-    train::use_segmentation_step(&fo.step, class_weights, c.loss);
-    fo.evaluate = [this](nn::Module& m, DataSource& val, int64_t epoch) {
-      return train::evaluate_segmentation(m, val, c.batch, epoch, class_weights, c.ignore_background);
-    };
-  }
-  fo.step.accum = c.accum;
-  fo.step.clip = c.clip;
-  fo.step.autocast = amp->enabled();
-  fo.step.channels_last = c.channels_last;
-  fo.step.data_parallel = data_parallel.get();
-  fo.detect_anomaly = c.detect_anomaly;
-  fo.max_skipped_steps = c.max_skipped_steps;
   if (c.detect_anomaly) log << "detect-anomaly: every op's output and gradient is checked for inf/NaN (slow)\n";
   fo.callbacks.on_epoch_begin = [this](int64_t epoch, int64_t per_epoch) {
-    reset_peak_memory(device);
+    peaks.restart();
     curve->epoch_begin();
     if (!first_step->done()) first_step->begin();
     if (o.events.on_epoch_begin) o.events.on_epoch_begin(epoch + 1, c.epochs, per_epoch);
@@ -401,7 +393,7 @@ void Run::State::before_step(const train::FitStep& fs) {
   if (o.events.before_step) o.events.before_step(fs);
   report_bad(*data.train);
   memory->before_step();
-  if (batch_memory) batch_memory->before_step();
+  if (batch_memory) peaks.restart();  // --batch-memory measures each step's peak
 }
 
 // The training state after `step` optimizer steps: `epoch` epochs done plus `step_in_epoch` steps of the next.
@@ -419,6 +411,7 @@ void Run::State::save_state(int64_t epoch, int64_t step_in_epoch, const train::E
     st.amp_growth_tracker = amp->scaler().growth_tracker();
     st.amp_skipped_steps = amp->skipped_steps();
   }
+  HostScratchScope scratch;  // the file's host copies stay out of the device's allocator (and the plan)
   save_checkpoint(state_path, *model, *opt, st, c.model, num_classes, c.to_json(), &card);
 }
 
@@ -505,6 +498,7 @@ void Run::State::record_failure(const std::string& error) {
 void Run::State::finish() {
   result.steps = step;
   if (!c.save.empty()) {
+    HostScratchScope scratch;
     save_weights(c.save, *model, card);
     log << "saved weights to " << c.save << "\n";
   }
@@ -549,6 +543,10 @@ void Run::State::finish() {
   }
   j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();
+  // The run's two memory figures, measured over the whole run, and the plan's for the same (run_peaks.h).
+  j["peak_allocated"] = peaks.allocated();
+  j["peak_reserved"] = peaks.reserved();
+  j["plan"] = plan.to_json();
   j["wall_s"] = result.wall_s;
   j["memory"] = memory->to_json();
   j["amp"] = amp->ledger_json();
@@ -560,6 +558,7 @@ void Run::State::finish() {
                           {"comm_wait_ms_per_step", 1e3 * t.mean_wait_s()},
                           {"all_reduce_ms_per_step", 1e3 * t.mean_all_reduce_s()}};
   }
+  log << whole_run_line(peaks, plan) << "\n";
   ledger->finish(j, "ok");
   j["record"] = "end";
   j["run"] = ledger->run_id();

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "engine/run/mem_remedies.h"
+#include "engine/run/plan_run.h"
 #include "engine/dist/process_group.h"
 #include "engine/memory/caching_allocator.h"
 #include "engine/train/memory_peak.h"
@@ -23,9 +24,13 @@ nlohmann::json tags_json(const TagBytes& b) {
 }
 }  // namespace
 
-TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, int64_t channels, int64_t height,
-                                       int64_t width, Device device, bool image_size_applies, std::ostream& log)
+TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, const DataSource& train,
+                                       const DataSource* val, int64_t model_size, Device device,
+                                       bool image_size_applies, std::ostream& log)
     : config_(c), device_(device) {
+  const int64_t channels = train.channels(), height = train.image_size(0);
+  const std::vector<int64_t> sample = train.sample_shape(0);
+  const int64_t width = sample.size() == 3 ? sample[2] : height;
   MemConfig mc;
   mc.train = c;
   mc.train.num_classes = num_classes;
@@ -33,52 +38,49 @@ TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, 
   mc.image_size = height;
   mc.in_channels = channels;
   mc.num_classes = num_classes;
-  mc.ranks = dist::world_is_distributed() ? dist::world().size() : 1;  // one rank's step and its buckets
+  mc.ranks = (int)c.ranks;  // one rank's step and its buckets
   int ck = parse_recompute_option(c.recompute);
   if (!c.batch_memory.empty()) {  // per size bucket, by engine/run/batch_memory.h (which refuses auto)
     segments_ = std::max(ck, 0);
     per_bucket_ = true;
-    return;
-  }
-  if (ck < 0) {
+  } else if (ck < 0) {
     KILN_CHECK(height == width, "--checkpoint auto needs square images, got ", height, "x", width);
     const int64_t budget = device_budget(device);
     ck = choose_recompute(mc, budget);
     log << "checkpoint auto: " << ck << " segments (budget " << human(budget) << ")\n";
   }
-  segments_ = ck;
-  mc.recompute = ck;
-  if (height != width) {
-    log << "memory: no prediction for non-square images (" << height << "x" << width << ")\n";
+  segments_ = std::max(ck, 0);
+  mc.recompute = segments_;
+  // The whole run's plan: its own training replayed on the meta device (engine/run/plan_run.h).
+  PlanInputs in;
+  in.config = &config_;
+  in.train = &train;
+  in.val = val;
+  in.model = {num_classes, channels, model_size, segments_};
+  in.device = device;
+  in.budget = device_budget(device);
+  plan_ = plan_run(in);
+  log << plan_.text();
+  if (height == width && !per_bucket_) {  // the step's own accounts: per tag, per layer (the memory report)
+    mc.detail = !c.memory_report.empty();
+    mem_config_ = mc;
+    mem_config_.detail = false;
+    image_size_applies_ = image_size_applies;
+    prediction_ = predict_memory(mc);
+    have_prediction_ = true;
+  }
+  // Stop before the real model is built when the run cannot fit (--force runs anyway).
+  if (plan_.fits()) return;
+  const std::string what =
+      c.alloc.device_memory.empty() ? "the device's memory" : "--device-memory " + c.alloc.device_memory;
+  if (c.force) {
+    log << "memory: the plan does not fit the budget of " << human(plan_.budget) << " (" << what
+        << "); running anyway (--force)\n";
     return;
   }
-  mc.detail = !c.memory_report.empty();
-  mem_config_ = mc;
-  mem_config_.detail = false;
-  image_size_applies_ = image_size_applies;
-  prediction_ = predict_memory(mc);
-  have_prediction_ = true;
-  log << "memory predicted (meta run): peak allocated " << human(prediction_.peak_allocated) << " (first step "
-      << human(prediction_.first.allocated) << "), reserved " << human(prediction_.peak_reserved)
-      << "; params " << human(prediction_.params) << ", activations " << human(prediction_.activations) << "\n";
-  if (image_size_applies)  // the loader's batch buffers: how many are live depends on its workers' timing
-    log << "memory: image data: the loader holds 1 to --prefetch + 2 = " << c.image.prefetch + 2 << " batch buffers of "
-        << human(prediction_.data) << " (the prediction counts 1), so the measured peak allocated may exceed the "
-        << "prediction by up to " << human((c.image.prefetch + 1) * prediction_.data) << "\n";
-  // Stop before the real model is built when the step cannot fit (--force runs anyway).
-  const int64_t budget = device_budget(device);
-  if (prediction_.peak_reserved > budget) {
-    const std::string what =
-        c.alloc.device_memory.empty() ? "the device's memory" : "--device-memory " + c.alloc.device_memory;
-    if (c.force) {
-      log << "memory: predicted peak reserved " << human(prediction_.peak_reserved) << " exceeds the budget of "
-          << human(budget) << " (" << what << "); running anyway (--force)\n";
-    } else {
-      mc.detail = false;
-      throw Error(format_memory_stop(mc, prediction_, budget, what,
-                                     find_memory_remedies(mc, budget, image_size_applies, &prediction_)));
-    }
-  }
+  std::vector<MemRemedy> remedies;
+  if (have_prediction_) remedies = find_memory_remedies(mem_config_, plan_.budget, image_size_applies, &prediction_);
+  throw Error(format_plan_stop(plan_, what, remedies));
 }
 
 void TrainMemoryMonitor::apply(nn::Module& model) const {
@@ -168,27 +170,6 @@ nlohmann::json TrainMemoryMonitor::to_json() const {
                                 {"tag_peak", tags_json(first_.tag_peak)}};
   j["measured_epochs"] = epochs_;
   return j;
-}
-
-RunPlan TrainMemoryMonitor::plan() const {
-  RunPlan p;
-  p.device = device_.str();
-  p.budget = device_budget(device_);
-  if (per_bucket_) {
-    p.why_not = "--batch-memory: each size bucket's batch is planned by its own meta runs";
-    return p;
-  }
-  if (!have_prediction_) {
-    p.why_not = "non-square images";
-    return p;
-  }
-  p.planned = true;
-  const int64_t size = mem_config_.image_size, batch = mem_config_.train.batch;
-  p.phases.push_back({"first step", batch, size, prediction_.first.allocated, prediction_.first.reserved});
-  p.phases.push_back({"steady step", batch, size, prediction_.steady.allocated, prediction_.steady.reserved});
-  p.peak_allocated = prediction_.peak_allocated;
-  p.peak_reserved = prediction_.peak_reserved;
-  return p;
 }
 
 }  // namespace kiln

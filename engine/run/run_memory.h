@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/data_source.h"
 #include "engine/nn/module.h"
 #include "engine/run/mem_predict.h"
 #include "engine/run/run_plan.h"
@@ -25,8 +26,8 @@ class TrainMemoryMonitor {
   // unless c.force, when the predicted peak reserved bytes exceed the device's budget: the message
   // lists the remedies with their predicted peaks (engine/run/mem_remedies.h; image_size_applies:
   // --image-size is among them). With --batch-memory it only keeps --recompute N.
-  TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, int64_t channels, int64_t height, int64_t width,
-                     Device device, bool image_size_applies, std::ostream& log);
+  TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, const DataSource& train, const DataSource* val,
+                     int64_t model_size, Device device, bool image_size_applies, std::ostream& log);
   // Sets the model's recompute segments (--checkpoint).
   void apply(nn::Module& model) const;
   void before_step();
@@ -36,8 +37,8 @@ class TrainMemoryMonitor {
   void after_step(std::ostream& log, const FirstStepMemory& on_first_step = {});
   void after_epoch(int64_t epoch, std::ostream& log);
   nlohmann::json to_json() const;
-  // The run's memory plan (engine/run/run_plan.h) from the predictions made at construction.
-  RunPlan plan() const;
+  // The run's memory plan (engine/run/plan_run.h), made at construction.
+  const RunPlan& plan() const { return plan_; }
   // After a step ran out of memory: `account` (the OutOfMemory text) with remedies from meta runs in
   // place of its proportional guesses (format_oom_remedies; unchanged without a prediction).
   // `release` runs after the allocator's numbers are read and before the meta runs: it frees the
@@ -57,6 +58,7 @@ class TrainMemoryMonitor {
   bool have_prediction_ = false;
   bool per_bucket_ = false;  // --batch-memory: predicted and measured per step by engine/run/batch_memory.h
   MemPrediction prediction_;
+  RunPlan plan_;
   int64_t steps_seen_ = 0;
   MemMeasured first_, last_epoch_;
   nlohmann::json epochs_ = nlohmann::json::array();

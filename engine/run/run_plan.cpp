@@ -12,11 +12,11 @@ std::string RunPlan::text() const {
   std::string out = "memory plan (" + device + ", meta-device replay of the run's steps):\n";
   for (const PhasePlan& p : phases) {
     char line[256];
-    std::snprintf(line, sizeof line, "  %-24s batch %lld x %lld px  peak allocated %s  reserved %s\n", p.name.c_str(),
-                  (long long)p.batch, (long long)p.image_size, format_bytes((double)p.peak_allocated).c_str(),
-                  format_bytes((double)p.peak_reserved).c_str());
+    std::snprintf(line, sizeof line, "  %-36s peak allocated %10s  reserved %10s\n", p.name.c_str(),
+                  format_bytes((double)p.peak_allocated).c_str(), format_bytes((double)p.peak_reserved).c_str());
     out += line;
   }
+  for (const std::string& n : notes) out += "  (" + n + ")\n";
   out += "  whole run: peak allocated " + format_bytes((double)peak_allocated) + ", reserved " +
          format_bytes((double)peak_reserved) + "; budget " + format_bytes((double)budget) +
          (fits() ? ": fits\n" : ": does NOT fit\n");

@@ -64,21 +64,25 @@ EvalResult evaluate_source(nn::Module& model, DataSource& data, int64_t batch, i
   NoGradGuard no_grad;
   data.start_epoch(epoch, batch, false);
   EvalResult r;
-  double loss_sum = 0;
-  int64_t correct = 0;
+  Tensor sums;  // (2) f64 on the device: [sum of loss * rows, correct predictions], read once at the end
   SourceBatch b;
   while (data.next(&b)) {
     const int64_t n = b.x.size(0);
+    if (n == 0) continue;
     MemoryScope scope(MemoryTag::temporary);
     Tensor logits = model(b.x);
     Tensor loss = cross_entropy(logits, b.y, class_weights);
-    loss_sum += to_device(loss, Device::cpu()).item() * (double)n;  // item() reads host memory only
-    correct += count_correct(logits, b.y);
+    Tensor part = cat({reshape(mul(to_dtype(loss, DType::f64), (double)n), {1}),
+                       reshape(count_correct_tensor(logits, b.y), {1})});
+    sums = sums.defined() ? add(sums, part) : part;
     r.n += n;
-    if (on_batch) on_batch(contiguous(to_device(logits, Device::cpu())), b);
+    if (on_batch && !logits.device().is_meta()) on_batch(contiguous(to_device(logits, Device::cpu())), b);
   }
-  r.loss = r.n ? loss_sum / (double)r.n : 0.0;
-  r.accuracy = r.n ? (double)correct / (double)r.n : 0.0;
+  // The set's one read (none on the meta device: a memory plan replays the allocations only).
+  if (!sums.defined() || sums.device().is_meta()) return r;
+  const std::vector<double> v = to_device(sums, Device::cpu()).to_vector<double>();
+  r.loss = v[0] / (double)r.n;
+  r.accuracy = v[1] / (double)r.n;
   return r;
 }
 

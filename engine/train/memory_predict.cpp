@@ -13,67 +13,13 @@
 #include "engine/memory/device_present.h"
 #include "engine/memory/provider.h"
 #include "engine/ops/ops.h"
+#include "engine/memory/host_scratch.h"
+#include "engine/train/meta_session.h"
 #include "engine/train/segment_task.h"
 
 namespace kiln::train {
 
 namespace {
-
-// The meta device's allocator for one prediction: a fresh CachingAllocator over virtual
-// addresses with the target's policy, installed with set_allocator(meta) while it lives. It
-// watches every allocation for the moment the total allocated bytes peak (the tags then) and,
-// when asked, snapshots the segment map the first time the total reaches a known peak.
-class MetaSession : public Allocator {
- public:
-  explicit MetaSession(const AllocatorConfig& cfg) : alloc_(Device::meta(), &provider_, cfg) {
-    set_allocator(Device::meta(), this);
-  }
-  ~MetaSession() override { set_allocator(Device::meta(), nullptr); }
-
-  Device device() const override { return Device::meta(); }
-  void* allocate(size_t nbytes, StreamId stream) override {
-    void* p = alloc_.allocate(nbytes, stream);
-    const MemoryStats s = alloc_.stats();
-    const int64_t cur = s.total.allocated.current;
-    if (cur > best_) {
-      best_ = cur;
-      for (int t = 0; t < kNumMemoryTags; ++t) at_best_[t] = s.tag_allocated[t].current;
-    }
-    if (capture_at_ > 0 && !captured_ && cur == capture_at_) {
-      segments_ = alloc_.segments();
-      captured_ = true;
-    }
-    return p;
-  }
-  void deallocate(void* p) override { alloc_.deallocate(p); }
-  void retag(void* p, MemoryTag t) override { alloc_.retag(p, t); }
-  void record_stream(void* p, StreamId s) override { alloc_.record_stream(p, s); }
-
-  // Starts a step: peaks restart from the live bytes.
-  void begin_step() {
-    alloc_.reset_peak();
-    best_ = alloc_.stats().total.allocated.current;
-    for (int t = 0; t < kNumMemoryTags; ++t) at_best_[t] = alloc_.stats().tag_allocated[t].current;
-  }
-  StepPeak end_step() const {
-    StepPeak p;
-    const MemoryStats s = alloc_.stats();
-    p.allocated = s.total.allocated.peak;
-    p.reserved = s.total.reserved.peak;
-    for (int t = 0; t < kNumMemoryTags; ++t) p.tag_peak[t] = s.tag_allocated[t].peak;
-    p.at_peak = at_best_;
-    return p;
-  }
-  void capture_segments_at(int64_t allocated) { capture_at_ = allocated, captured_ = false; }
-
-  VirtualProvider provider_;
-  CachingAllocator alloc_;
-  int64_t best_ = 0;
-  TagBytes at_best_{};
-  int64_t capture_at_ = 0;
-  bool captured_ = false;
-  std::vector<SegmentInfo> segments_;
-};
 
 // Activation bytes per module path among the live blocks, in the model's module order (pre-order,
 // which is forward order for kiln's models); paths outside the tree last.
@@ -117,19 +63,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
   StepMemory r;
   const Device target = o.target;
   r.target = target.str();
-  const Device policy_of = target.is_meta() ? Device::cpu() : target;
-  CachingAllocator* target_alloc = device_present(policy_of) ? caching_allocator_for(policy_of) : nullptr;
-  AllocatorConfig cfg = target_alloc ? target_alloc->config() : alloc_config_from_env();
-  if (!target_alloc && target.is_cuda()) {
-    // No such GPU here to ask (none in this machine, or a build without CUDA): the policy kiln's
-    // CUDA provider would give it (provider_cuda.h): the expandable arena over the driver's virtual
-    // memory in 2 MiB granules (the minimum granularity of current GPUs), or cudaMalloc segments
-    // when KILN_CUDA_VMM=0.
-    r.policy_assumed = true;
-    const char* vmm = std::getenv("KILN_CUDA_VMM");
-    if (vmm && std::string(vmm) == "0") cfg.expandable = false;
-    else cfg.granule = std::max(cfg.granule, size_t(2) << 20);
-  }
+  const AllocatorConfig cfg = meta_policy_for(target, &r.policy_assumed);
   MetaTargetScope imitate(target);
   const uint64_t seed_before = global_rng().seed, offset_before = global_rng().offset;
 
@@ -148,14 +82,18 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
   {
     // The model is built on the CPU (constructors initialize there) and moved; only the meta
     // copies stay.
-    nn::ModulePtr model = make_model();
+    nn::ModulePtr model;
+    {
+      HostScratchScope scratch;  // the CPU's own allocator sees none of the build
+      model = make_model();
+    }
     KILN_CHECK(model != nullptr, "predict memory: the model factory returned no model");
     r.num_stages = (int)model->stages().size();
-    model->to(Device::meta());
-    if (CachingAllocator* host = caching_allocator_for(Device::cpu())) host->empty_cache();
+    model->rehome(Device::meta());
     model->train();
     if (o.recompute > 0) model->set_recompute_segments(o.recompute);
     std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model);
+    opt->create_state();  // as a run makes it: every state tensor at construction, none in a step
     // A data-parallel rank: the trainer's DataParallel, made where the trainer makes it (after the
     // optimizer, before the class weights), over ranks that exist only in imitation. Its buckets are meta
     // tensors from the imitated allocator and the gradients live in them, as on a real rank.
@@ -233,7 +171,6 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     r.optimizer = s.tag_allocated[(int)MemoryTag::optimizer].current;
     r.data = std::max(r.first.tag_peak[(int)MemoryTag::data], r.steady.tag_peak[(int)MemoryTag::data]);
   }
-  if (CachingAllocator* host = caching_allocator_for(Device::cpu())) host->empty_cache();
   global_rng().seed = seed_before;
   global_rng().offset = offset_before;
   const StepPeak& hi = r.first.allocated >= r.steady.allocated ? r.first : r.steady;

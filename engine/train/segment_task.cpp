@@ -114,7 +114,7 @@ EvalResult evaluate_segmentation(nn::Module& model, DataSource& data, int64_t ba
     r.n += b.x.size(0);
     if (on_batch) on_batch(contiguous(to_device(out, Device::cpu())), b);
   }
-  if (!counts.defined()) return r;
+  if (!counts.defined() || counts.device().is_meta()) return r;  // meta: a memory plan, no values
   // The set's one read: the matrix and the loss sum.
   const std::vector<int64_t> c = to_device(counts, Device::cpu()).to_vector<int64_t>();
   const double ls = to_device(loss_sum, Device::cpu()).item();
