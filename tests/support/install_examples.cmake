@@ -88,7 +88,7 @@ message("---- train_run killed at byte ${kill_at} of its training-state writes (
 if(rc EQUAL 0 OR EXISTS "${runs}/b/weights.safetensors")
   message(FATAL_ERROR "train_run was not killed (exit ${rc})")
 endif()
-file(READ "${runs}/b/checkpoint.safetensors" head LIMIT 4096)
+file(READ "${runs}/b/checkpoint.safetensors" head OFFSET 8 LIMIT 65536)  # the JSON header after its length
 if(NOT head MATCHES "\"step_in_epoch\":\"5\"")
   message(FATAL_ERROR "train_run: the state left by the killed run is not the mid-epoch one of step 5")
 endif()
