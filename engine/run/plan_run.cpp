@@ -115,10 +115,11 @@ RunPlan plan_run(const PlanInputs& in) {
       // epochs up to the next image size (or the end) repeat it.
       uint64_t last_end = 0;
       bool have_end = false;
-      for (int64_t e = 0; e < c.epochs;) {
+      for (int64_t e = in.start_epoch; e < c.epochs;) {
         fo.start_epoch = e;
         fo.epochs = e + 1;
         fo.start_step = run_step;
+        fo.start_step_in_epoch = e == in.start_epoch ? in.start_step_in_epoch : 0;
         train::fit(*s.model, *s.opt, s.amp->scaler(), train, val ? &*val : nullptr, fo);
         phases.leave();
         plan.steps_replayed += train.delivered() - train.skipped();

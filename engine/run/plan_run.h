@@ -26,6 +26,8 @@ struct PlanInputs {
   ModelShape model;
   Device device = Device::cpu();        // the device planned for
   int64_t budget = 0;                   // its memory (bytes): the replay's capacity
+  // A resumed run starts here: epochs done, and steps of the next (its first batches are skipped).
+  int64_t start_epoch = 0, start_step_in_epoch = 0;
 };
 
 RunPlan plan_run(const PlanInputs& in);

@@ -20,6 +20,9 @@ struct ResumeState {
   std::optional<CheckpointFile> file;  // empty: no --resume
   bool load_optimizer = true;          // false: the saved optimizer state does not fit the new optimizer
   bool restart_epoch = false;          // the interrupted epoch's batches changed: it starts over
+  // Where the run will start: the state's epochs done and steps of the next (0 when that epoch starts over).
+  int64_t epoch() const { return file ? file->state.epoch : 0; }
+  int64_t step_in_epoch() const { return file && !restart_epoch ? file->state.step_in_epoch : 0; }
 };
 
 // Reads c.resume (when set) and checks it against c and num_classes; notes go to log.

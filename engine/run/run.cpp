@@ -276,7 +276,7 @@ void Run::State::plan_memory() {
     batch_memory = std::make_unique<BatchMemoryRun>(c, num_classes, dynamic_cast<BucketedImageSource&>(train),
                                                     dynamic_cast<BucketedImageSource*>(data.val.get()), device, log);
   memory = std::make_unique<TrainMemoryMonitor>(c, num_classes, train, data.val.get(), train_size, device,
-                                                data.format == "images", log);
+                                                data.format == "images", log, resume.epoch(), resume.step_in_epoch());
   plan = memory->plan();
 }
 

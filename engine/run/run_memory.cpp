@@ -26,7 +26,8 @@ nlohmann::json tags_json(const TagBytes& b) {
 
 TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, const DataSource& train,
                                        const DataSource* val, int64_t model_size, Device device,
-                                       bool image_size_applies, std::ostream& log)
+                                       bool image_size_applies, std::ostream& log, int64_t start_epoch,
+                                       int64_t start_step_in_epoch)
     : config_(c), device_(device) {
   const int64_t channels = train.channels(), height = train.image_size(0);
   const std::vector<int64_t> sample = train.sample_shape(0);
@@ -59,6 +60,8 @@ TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, 
   in.model = {num_classes, channels, model_size, segments_};
   in.device = device;
   in.budget = device_budget(device);
+  in.start_epoch = start_epoch;
+  in.start_step_in_epoch = start_step_in_epoch;
   plan_ = plan_run(in);
   log << plan_.text();
   if (height == width && !per_bucket_) {  // the step's own accounts: per tag, per layer (the memory report)

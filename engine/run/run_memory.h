@@ -27,7 +27,8 @@ class TrainMemoryMonitor {
   // lists the remedies with their predicted peaks (engine/run/mem_remedies.h; image_size_applies:
   // --image-size is among them). With --batch-memory it only keeps --recompute N.
   TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, const DataSource& train, const DataSource* val,
-                     int64_t model_size, Device device, bool image_size_applies, std::ostream& log);
+                     int64_t model_size, Device device, bool image_size_applies, std::ostream& log,
+                     int64_t start_epoch = 0, int64_t start_step_in_epoch = 0);
   // Sets the model's recompute segments (--checkpoint).
   void apply(nn::Module& model) const;
   void before_step();
