@@ -6,10 +6,26 @@
 
 namespace kiln {
 
-MetaSource::MetaSource(const DataSource& real) : real_(real) {}
+MetaSource::MetaSource(const DataSource& real, int64_t size) : real_(real), size_(size) {}
+
+std::vector<int64_t> MetaSource::sample_shape(int64_t epoch) const {
+  std::vector<int64_t> s = real_.sample_shape(epoch);
+  if (size_ > 0)
+    for (size_t k = 1; k < s.size(); ++k) s[k] = size_;
+  return s;
+}
+
+std::vector<int64_t> MetaSource::target_shape(int64_t epoch) const {
+  std::vector<int64_t> s = real_.target_shape(epoch);
+  if (size_ > 0)
+    for (int64_t& d : s) d = size_;
+  return s;
+}
 
 int64_t MetaSource::start_epoch(int64_t epoch, int64_t batch, bool train) {
   batches_ = real_.epoch_batches(epoch, batch, train);
+  if (size_ > 0)
+    for (BatchShape& b : batches_) b.size = size_;
   epoch_ = epoch;
   train_ = train;
   pos_ = 0;
@@ -49,8 +65,8 @@ bool MetaSource::next(SourceBatch* out) {
   const int64_t rows = train_ && real_shards_ ? (int64_t)shard_.places(b.rows, &out->micro_rows).size() : b.rows;
   if (!(train_ && real_shards_)) out->micro_rows.clear();
   std::vector<int64_t> xs = {rows}, ys = {rows};
-  for (int64_t d : real_.sample_shape(epoch_)) xs.push_back(d);
-  for (int64_t d : real_.target_shape(epoch_)) ys.push_back(d);
+  for (int64_t d : sample_shape(epoch_)) xs.push_back(d);
+  for (int64_t d : target_shape(epoch_)) ys.push_back(d);
   if (real_.planned_steps_per_epoch() > 0) {  // a planned batch: its own square size
     for (size_t k = 2; k < xs.size(); ++k) xs[k] = b.size;
     for (size_t k = 1; k < ys.size(); ++k) ys[k] = b.size;

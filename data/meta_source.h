@@ -18,21 +18,22 @@ namespace kiln {
 
 class MetaSource : public DataSource {
  public:
-  // `real` must outlive the twin; `device` is the meta device the plan replays on.
-  explicit MetaSource(const DataSource& real);
+  // `real` must outlive the twin. size > 0: every batch at size x size px instead of the real source's sizes
+  // (a plan of a smaller --image-size; image data only).
+  explicit MetaSource(const DataSource& real, int64_t size = 0);
 
   std::string source() const override { return "meta:" + real_.source(); }
   int64_t size() const override { return real_.size(); }
   int64_t channels() const override { return real_.channels(); }
-  int64_t image_size(int64_t epoch) const override { return real_.image_size(epoch); }
+  int64_t image_size(int64_t epoch) const override { return size_ > 0 ? size_ : real_.image_size(epoch); }
   int64_t max_label() const override { return real_.max_label(); }
   int64_t label(int64_t i) const override { return real_.label(i); }
   int64_t planned_steps_per_epoch() const override { return real_.planned_steps_per_epoch(); }
   std::vector<BatchShape> epoch_batches(int64_t epoch, int64_t batch, bool train) const override {
     return real_.epoch_batches(epoch, batch, train);
   }
-  std::vector<int64_t> sample_shape(int64_t epoch) const override { return real_.sample_shape(epoch); }
-  std::vector<int64_t> target_shape(int64_t epoch) const override { return real_.target_shape(epoch); }
+  std::vector<int64_t> sample_shape(int64_t epoch) const override;
+  std::vector<int64_t> target_shape(int64_t epoch) const override;
   int64_t start_epoch(int64_t epoch, int64_t batch, bool train) override;
   bool next(SourceBatch* out) override;
   // Shards when the real source does (it then reads only its rank's rows): the imitated rank's shares.
@@ -55,6 +56,7 @@ class MetaSource : public DataSource {
 
  private:
   const DataSource& real_;
+  int64_t size_ = 0;
   bool real_shards_ = false;
   dist::RankShard shard_;
   std::vector<BatchShape> batches_;

@@ -185,6 +185,13 @@ int main(int argc, char** argv) {
   std::string class_weights, checkpoint_every = "1";
   CLI::App* train = app.add_subcommand("train", "train a model on a data set");
   add_train_options(train, tc, class_weights, checkpoint_every);
+  bool dry_run = false, plan_json = false;
+  train->add_flag("--dry-run", dry_run,
+                  "plan the run and stop: it is prepared as training would prepare it (data, model, a --resume "
+                  "state) and replayed on the meta device; prints each phase's predicted peak allocated and "
+                  "reserved bytes, the whole run's, and whether it fits the budget (exit status 1 when not, with "
+                  "the remedies); trains nothing and writes no file");
+  train->add_flag("--json", plan_json, "with --dry-run: print the plan as one JSON object (bytes)");
   int nproc = 1;
   train->add_option("--nproc", nproc,
                     "train data-parallel with N processes on this machine: starts mpirun -n N kiln train <the other "
@@ -287,6 +294,8 @@ int main(int argc, char** argv) {
         throw;
       }
       if (tc.threads > 0) kiln::cpu::set_num_threads(tc.threads);
+      if (plan_json && !dry_run) return fail("--json applies to --dry-run (the plan) only", kExitUsage);
+      if (dry_run) return kiln_cli::run_plan_command(tc, plan_json, std::cout, std::cout);
       kiln_cli::run_train_command(tc, std::cout, std::cerr, ::isatty(2), kiln_cli::train_report_hook(tc));
       if (!tc.report.empty() && kiln::dist::world().rank() == 0) std::cout << "report: " << tc.report << "\n";
     } else if (mem->parsed()) {

@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/dist/process_group.h"
 #include "tools/epoch_line.h"
 #include "tools/progress.h"
@@ -40,6 +42,24 @@ kiln::RunResult run_train_command(const kiln::RunConfig& c, std::ostream& log, s
   o.events.on_ledger = on_ledger;
   kiln::Run run(c, std::move(o));
   return run.train();
+}
+
+int run_plan_command(const kiln::RunConfig& c, bool json, std::ostream& out, std::ostream& log) {
+  kiln::RunOptions o;
+  o.plan_only = true;
+  o.log = json ? nullptr : &log;  // the notes (data, model, warnings) only with the text form
+  kiln::Run run(c, std::move(o));
+  const kiln::RunPlan& plan = run.plan();
+  if (json) {
+    nlohmann::json j = plan.to_json();
+    if (!plan.fits()) j["refusal"] = run.plan_refusal();
+    out << j.dump(2) << "\n";
+  } else if (!plan.fits()) {
+    out << run.plan_refusal() << "\n";
+  } else {
+    out << "dry run: the plan fits; nothing was trained\n";
+  }
+  return plan.fits() ? 0 : 1;
 }
 
 }  // namespace kiln_cli

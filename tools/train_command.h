@@ -13,4 +13,10 @@ namespace kiln_cli {
 kiln::RunResult run_train_command(const kiln::RunConfig& c, std::ostream& log, std::ostream& progress,
                                   bool progress_tty, const kiln::LedgerHook& on_ledger = {});
 
+// `kiln train ... --dry-run [--json]`: the run prepared exactly as training would prepare it, its plan printed
+// (each phase's predicted peak allocated and reserved, the whole run's, the budget, whether it fits, and the
+// remedies when it does not), nothing trained, nothing written. With json: one JSON object whose top-level
+// peak_allocated and peak_reserved are the whole run's (bytes). Returns the exit status: 0 fits, 1 does not.
+int run_plan_command(const kiln::RunConfig& c, bool json, std::ostream& out, std::ostream& log);
+
 }  // namespace kiln_cli

@@ -102,13 +102,33 @@ BatchMemoryRun::BatchMemoryRun(const RunConfig& c, int64_t num_classes, Bucketed
     k.train.batch = batch;
     return cache.emplace(std::make_pair(size, batch), predict_memory(k)).first->second;
   };
+  // A batch too small for the model's batch norm (N x H x W = 1 at some layer: a training-mode batch norm has
+  // nothing to normalize over) is no batch at all: the search starts above it, and a bucket whose short last
+  // batch would be one is given another batch.
+  auto valid = [&](int size, int64_t b) {
+    try {
+      (void)predict(size, b);
+      return true;
+    } catch (const Error& e) {
+      if (!is_batch_too_small_for_batch_norm(e)) throw;
+      return false;
+    }
+  };
+  auto smallest_valid = [&](int size, int64_t cap) {
+    for (int64_t b = 1; b <= cap; ++b)
+      if (valid(size, b)) return b;
+    return cap + 1;
+  };
   auto fits = [&](int size) {
     return [&, size](int64_t b) { return predict(size, b).peak_allocated <= budget_; };
   };
-  // The largest size first: one image of it must fit, or nothing is planned.
+  // The largest size first: its smallest batch must fit, or nothing is planned.
   {
     const int s = sizes.back();
-    const MemPrediction& one = predict(s, 1);
+    const int64_t least = smallest_valid(s, 64);
+    KILN_CHECK(least <= 64, "--batch-memory: ", s, "x", s, " px images are too small for ", c.model,
+               "'s batch norm at any batch up to 64 (it normalizes over 1 value per channel)");
+    const MemPrediction& one = predict(s, least);
     KILN_CHECK(one.peak_allocated <= budget_, "--batch-memory ", c.batch_memory, ": one ", s, "x", s,
                " px image (the largest size bucket) does not fit: its predicted peak allocated is ",
                human(one.peak_allocated), " (params ", human(one.params), ", activations ", human(one.activations),
@@ -126,15 +146,38 @@ BatchMemoryRun::BatchMemoryRun(const RunConfig& c, int64_t num_classes, Bucketed
     cap = std::max<int64_t>(1, (cap + ranks_ - 1) / ranks_);  // per rank
     // First guess: peak allocated is close to affine in the batch (bytes per sample from batch 1
     // and 2); the search then settles the exact answer on the meta device.
-    int64_t guess = 1;
-    if (cap >= 2 && predict(s, 1).peak_allocated <= budget_) {
-      const int64_t p1 = predict(s, 1).peak_allocated, per = predict(s, 2).peak_allocated - p1;
-      guess = per > 0 ? 1 + (budget_ - p1) / per : cap;
+    const int64_t least = smallest_valid(s, cap);  // the smallest batch batch norm can train on
+    KILN_CHECK(least <= cap, "--batch-memory: the ", s, "x", s, " px bucket has ", cap, " images per rank, fewer "
+               "than the ", least, " that ", c.model, "'s batch norm needs at that size (it would normalize over 1 "
+               "value per channel): leave those images out or use larger ones");
+    int64_t guess = least;
+    if (cap >= least + 1 && predict(s, least).peak_allocated <= budget_) {
+      const int64_t p1 = predict(s, least).peak_allocated, per = predict(s, least + 1).peak_allocated - p1;
+      guess = per > 0 ? least + (budget_ - p1) / per : cap;
     }
-    const int64_t batch = largest_fitting_batch(cap, fits(s), guess);
-    KILN_CHECK(batch >= 1, "--batch-memory ", c.batch_memory, ": one ", s, "x", s, " px image does not fit: its "
-               "predicted peak allocated is ", human(predict(s, 1).peak_allocated), " against the budget of ",
-               human(budget_));
+    // The search over [least, cap], shifted to largest_fitting_batch's [1, n].
+    const auto fit = fits(s);
+    int64_t batch = largest_fitting_batch(
+        cap - least + 1, [&](int64_t k) { return fit(k + least - 1); }, guess - least + 1);
+    KILN_CHECK(batch >= 1, "--batch-memory ", c.batch_memory, ": ", least, " ", s, "x", s, " px image",
+               least > 1 ? "s (the fewest batch norm can train on) do" : " does", " not fit: the predicted peak "
+               "allocated is ", human(predict(s, least).peak_allocated), " against the budget of ", human(budget_));
+    batch += least - 1;
+    // Every bucket of this size must not end its epoch with a batch below `least` rows.
+    for (const SizeBucket& b : train.buckets()) {
+      if (b.size != s) continue;
+      const int64_t n = (int64_t)b.members.size();
+      int64_t t = batch;
+      while (t > least && n % t != 0 && n % t < least) --t;
+      if (n % t != 0 && n % t < least)
+        throw Error(str_cat("--batch-memory: the ", s, "x", s, " px bucket of ", n, " images ends every batch size "
+                            "from ", least, " to ", batch, " with a last batch too small for ", c.model,
+                            "'s batch norm (fewer than ", least, " images)"));
+      if (t != batch)
+        log << "batch-memory: " << s << "x" << s << " px: batch " << t << " instead of " << batch << ", so the "
+            << "epoch's last batch (" << n % t << " images) is not too small for batch norm\n";
+      batch = t;
+    }
     batch_of[s] = batch;
   }
   std::vector<int64_t> batches;

@@ -86,7 +86,14 @@ int recomputed_stages(int stages, int segments) {
   return (int)b.back().first;
 }
 
-int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried) {
+int64_t step_peak_of(const MemConfig& c) {
+  MemConfig k = c;
+  k.detail = false;
+  return predict_memory(k).peak_reserved;
+}
+
+int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried,
+                     const PeakOf& peak_of) {
   const int stages = model_num_stages(c);
   std::vector<int> candidates = {0};
   // A UNet's N counts resolution levels (models/unet.h): candidates 1 .. depth + 1, cost N.
@@ -98,7 +105,7 @@ int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<i
     MemConfig k = c;
     k.recompute = s;
     k.detail = false;
-    const int64_t peak = predict_memory(k).peak_reserved;
+    const int64_t peak = peak_of(k);
     if (tried) tried->emplace_back(s, peak);
     smallest = std::min(smallest, peak);
     const int cost = unet_levels > 0 ? s : recomputed_stages(stages, s);
@@ -113,16 +120,26 @@ int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<i
   return best;
 }
 
-MaxBatchResult find_max_batch(const MemConfig& c, int64_t budget, double margin) {
-  return train::max_batch_for_budget(
-      [&](int64_t b) {
-        MemConfig k = c;
-        k.train.batch = b;
-        k.train.accum = std::min<int64_t>(c.train.accum, b);
-        k.detail = false;
-        return predict_memory(k).peak_reserved;
-      },
-      budget, margin);
+MaxBatchResult find_max_batch(const MemConfig& c, int64_t budget, double margin, const PeakOf& peak_of, int64_t cap) {
+  KILN_CHECK(margin >= 0 && margin < 1, "--margin must be in [0, 1), got ", margin);
+  const double limit = (double)budget * (1.0 - margin);
+  MaxBatchResult r;
+  auto peak_at = [&](int64_t b) {
+    for (const auto& [pb, peak] : r.probes)
+      if (pb == b) return peak;
+    MemConfig k = c;
+    k.train.batch = b;
+    k.train.accum = std::min<int64_t>(c.train.accum, b);
+    k.detail = false;
+    const int64_t peak = peak_of(k);
+    r.probes.emplace_back(b, peak);
+    return peak;
+  };
+  r.batch = train::largest_fitting_batch(cap, [&](int64_t b) { return (double)peak_at(b) <= limit; });
+  // The search assumes the peak grows with the batch, which reserved bytes need not: the answer is checked
+  // on its own (it fits: the search only returns batches it saw fit).
+  if (r.batch >= 1) r.peak_reserved = peak_at(r.batch);
+  return r;
 }
 
 nlohmann::json MemPrediction::to_json() const {
@@ -166,6 +183,11 @@ nlohmann::json MemPrediction::to_json() const {
           {"layer_activations", layers},
           {"ranks", ranks},
           {"bucket_bytes", buckets}};
+}
+
+bool is_batch_too_small_for_batch_norm(const Error& e) {
+  // engine/ops/nn_norm.cpp's and nn_norm_sync.cpp's check, the one error a batch can give by its size alone.
+  return std::string(e.what()).find("expected more than 1 value per channel") != std::string::npos;
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,21 +48,33 @@ struct MemMeasured {
 
 MemPrediction predict_memory(const MemConfig& c);
 
+// The predicted peak reserved bytes of a configuration, for the searches below (recompute auto, the largest
+// batch, the remedies): by default predict_memory's (one step); a run gives its whole plan's
+// (engine/run/run_memory.h), a value above the budget meaning "does not fit".
+using PeakOf = std::function<int64_t(const MemConfig& c)>;
+int64_t step_peak_of(const MemConfig& c);
+
 // The number of recompute stages `model` splits into (0: it cannot be split).
 int model_num_stages(const MemConfig& c);
 
 // Chooses the checkpoint segment count (0 = off) with the least recomputation whose predicted peak
 // reserved bytes fit `budget`; checks 0, then 2..num_stages. Throws kiln::Error with the smallest
 // peak found when none fits. `tried` receives (segments, peak reserved) per candidate.
-int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried = nullptr);
+int choose_recompute(const MemConfig& c, int64_t budget, std::vector<std::pair<int, int64_t>>* tried = nullptr,
+                     const PeakOf& peak_of = step_peak_of);
 // Stages re-run in backward with `segments` segments over `stages` stages (all but the last segment).
 int recomputed_stages(int stages, int segments);
 
 // Largest batch whose predicted peak reserved bytes are <= budget * (1 - margin) (meta runs of c
 // at other batch sizes; engine/train's max_batch_for_budget).
 using MaxBatchResult = train::MaxBatchResult;
-MaxBatchResult find_max_batch(const MemConfig& c, int64_t budget, double margin);
+MaxBatchResult find_max_batch(const MemConfig& c, int64_t budget, double margin, const PeakOf& peak_of = step_peak_of,
+                              int64_t cap = int64_t(1) << 24);
 
 using train::device_budget;
+
+// True for the error of a training-mode batch norm given 1 value per channel (a batch too small for the
+// model at its image size): the batch searches skip such batches instead of failing.
+bool is_batch_too_small_for_batch_norm(const Error& e);
 
 }  // namespace kiln

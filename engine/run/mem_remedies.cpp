@@ -11,13 +11,8 @@ namespace kiln {
 
 namespace {
 
-int64_t peak_of(MemConfig k) {
-  k.detail = false;
-  return predict_memory(k).peak_reserved;
-}
-
 std::string fits_text(int64_t peak, int64_t budget) {
-  return format_bytes((double)peak) + (peak <= budget ? " (fits)" : " (does not fit)");
+  return peak <= budget ? format_bytes((double)peak) + " (fits)" : std::string("does not fit");
 }
 
 void append_remedies(std::ostringstream& o, const std::vector<MemRemedy>& remedies, int64_t budget) {
@@ -30,7 +25,7 @@ void append_remedies(std::ostringstream& o, const std::vector<MemRemedy>& remedi
 }  // namespace
 
 std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies,
-                                            const StepMemory* predicted) {
+                                            const StepMemory* predicted, const PeakOf& peak_of) {
   std::vector<MemRemedy> out;
   if (predicted) {
     // A lower bound of every remedy's peak: each keeps the model's f32 weights, their gradients and
@@ -46,18 +41,21 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
   }
   const int64_t batch = c.train.batch, accum = c.train.accum;
 
-  // The largest batch (same --accum, capped at the batch).
-  const MaxBatchResult mb = find_max_batch(c, budget, 0.0);
-  if (mb.batch >= 1) {
-    std::string opt = "--batch " + std::to_string(mb.batch);
-    if (accum > mb.batch) opt += " --accum " + std::to_string(mb.batch);  // accum <= batch
-    MemRemedy r{opt, "", mb.peak_reserved, true};
-    for (const auto& [b, p] : mb.probes)
-      if (b == mb.batch + 1) r.note = "--batch " + std::to_string(b) + " would need " + format_bytes((double)p);
-    out.push_back(r);
-  } else {
-    out.push_back({"--batch 1", "even one sample does not fit",
-                   mb.probes.empty() ? 0 : mb.probes.front().second, false});
+  // The largest batch below this one (same --accum, capped at the batch): never the failing batch or a larger.
+  if (batch > 1) {
+    const MaxBatchResult mb = find_max_batch(c, budget, 0.0, peak_of, batch - 1);
+    if (mb.batch >= 1) {
+      std::string opt = "--batch " + std::to_string(mb.batch);
+      if (accum > mb.batch) opt += " --accum " + std::to_string(mb.batch);  // accum <= batch
+      MemRemedy r{opt, "", mb.peak_reserved, true};
+      for (const auto& [b, p] : mb.probes)
+        if (b == mb.batch + 1 && b < batch && p > budget)
+          r.note = "--batch " + std::to_string(b) + " does not fit";
+      out.push_back(r);
+    } else {
+      out.push_back({"--batch 1", "even one sample does not fit", mb.probes.empty() ? 0 : mb.probes.front().second,
+                     false});
+    }
   }
 
   // --accum at the same effective batch: the fewest micro-batches that fit (doubling, then the batch).
@@ -90,15 +88,15 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
     out.push_back({"--amp", "f16 autocast", p, p <= budget});
   }
 
-  // --recompute auto: the fewest recomputed stages that fit.
+  // --recompute auto: the fewest recomputed stages that fit (not offered when that is no recompute at all).
   if (c.recompute == 0 && model_num_stages(c) >= 2) {
     std::vector<std::pair<int, int64_t>> tried;
     try {
-      const int s = choose_recompute(c, budget, &tried);
+      const int s = choose_recompute(c, budget, &tried, peak_of);
       int64_t p = 0;
       for (const auto& [seg, peak] : tried)
         if (seg == s) p = peak;
-      out.push_back({"--recompute auto", std::to_string(s) + " segments", p, true});
+      if (s > 0) out.push_back({"--recompute " + std::to_string(s), "recompute auto's choice", p, true});
     } catch (const Error&) {
       int best = 0;
       int64_t p = INT64_MAX;
@@ -158,7 +156,7 @@ std::string format_memory_stop(const MemConfig& c, const StepMemory& p, int64_t 
 }
 
 std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what,
-                             const std::vector<MemRemedy>& remedies) {
+                             const std::vector<MemRemedy>& remedies, const RunPlan& needs) {
   std::ostringstream o;
   o << "memory: the run's plan (its training replayed on the meta device, " << plan.device
     << " allocator policy) does not fit the budget of " << format_bytes((double)plan.budget) << " (" << budget_what
@@ -172,15 +170,17 @@ std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what
     o << "peak reserved " << format_bytes((double)plan.peak_reserved);
     if (worst) o << " in its phase '" << worst->name << "'";
   }
-  o << "; stopped before the first step (the model is not built yet).\n" << plan.text()
-    << "remedies (each alone, predicted peak reserved from a meta run of one step):";
+  o << "; without that limit it would take " << format_bytes((double)needs.peak_reserved) << " reserved ("
+    << format_bytes((double)needs.peak_allocated) << " allocated); stopped before the first step (the model is not "
+    << "built yet; the plan is above).\n"
+    << "remedies (each alone: the run's plan with that one change, replayed within the budget):";
   append_remedies(o, remedies, plan.budget);
   o << "\n  --force: run anyway (it will run out of memory where the plan says)";
   return o.str();
 }
 
 std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
-                                int64_t capacity, int64_t held, bool image_size_applies) {
+                                int64_t capacity, int64_t held, bool image_size_applies, const PeakOf& peak_of) {
   // The allocator's account up to its proportional suggestions.
   const size_t cut = account.find("  what to try:");
   std::string head = account.substr(0, cut);
@@ -205,7 +205,7 @@ std::string format_oom_remedies(const std::string& account, const MemConfig& c, 
   try {
     MemConfig k = c;
     k.detail = false;
-    remedies = find_memory_remedies(k, budget, image_size_applies, &p);
+    remedies = find_memory_remedies(k, budget, image_size_applies, &p, peak_of);
   } catch (const Error& e) {  // a meta run that cannot be built (e.g. the CPU is short of memory too)
     o << "\n  (no remedies: the meta runs failed: " << e.what() << ")";
     return o.str();

@@ -25,8 +25,11 @@ struct MemRemedy {
 // CSV list). Each is a single change from `c`. `predicted` (c's own prediction, optional): when its
 // parameters + gradients + optimizer state alone exceed the budget, no remedy here can fit (each
 // keeps them), so none is searched and one entry says so.
+// peak_of: how a candidate is predicted (default: one step, predict_memory; a run: its whole plan). Never
+// offers `c` itself: the largest batch is searched below c's batch, --recompute auto only when it changes c's
+// segments.
 std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies,
-                                            const StepMemory* predicted = nullptr);
+                                            const StepMemory* predicted = nullptr, const PeakOf& peak_of = step_peak_of);
 
 // The stop message: predicted vs budget, the remedies, and --force. `budget_what` names where the
 // budget comes from ("--device-memory", "the device's memory").
@@ -35,8 +38,9 @@ std::string format_memory_stop(const MemConfig& c, const StepMemory& predicted, 
 
 // The stop message of a run whose plan (engine/run/plan_run.h) does not fit: where it would run out (the
 // replay's out-of-memory, or the phase whose reserved bytes pass the budget), the plan, the remedies, --force.
+// `needs`: the same plan without the budget as capacity (what the run would take).
 std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what,
-                             const std::vector<MemRemedy>& remedies);
+                             const std::vector<MemRemedy>& remedies, const RunPlan& needs);
 
 // The message of a step that ran out of memory during training (--force past the stop, a budget
 // that shrank, another process): the allocator's `account` (engine/memory/oom_message.h) with its
@@ -45,6 +49,7 @@ std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what
 // prediction `p` does not fit it; otherwise memory went elsewhere (another process, a changed
 // limit), said so, and the budget is `held`, what kiln's allocator had reserved when it failed.
 std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
-                                int64_t capacity, int64_t held, bool image_size_applies);
+                                int64_t capacity, int64_t held, bool image_size_applies,
+                                const PeakOf& peak_of = step_peak_of);
 
 }  // namespace kiln

@@ -81,9 +81,9 @@ RunPlan plan_run(const PlanInputs& in) {
       make_loss_scaler(s, c, Device::meta());
       phases.leave();
 
-      MetaSource train(*in.train);
+      MetaSource train(*in.train, in.image_size);
       std::optional<MetaSource> val;
-      if (in.val) val.emplace(*in.val);
+      if (in.val) val.emplace(*in.val, in.image_size);
       auto digest = [&session] { return session.layout_digest(); };
       train.set_repeat_check(digest);
       if (val) val->set_repeat_check(digest);
@@ -92,20 +92,14 @@ RunPlan plan_run(const PlanInputs& in) {
       fo.watch_memory = false;
       int64_t run_step = 0;
       fo.callbacks.before_step = [&](const train::FitStep& fs) {
-        const BatchShape b = train.last_shape();
-        where = str_cat("epoch ", fs.epoch + 1, ", step ", fs.step_in_epoch + 1, " (batch ", b.rows, " x ",
-                        size_text(b.size), ")");
-        std::string name = run_step == 0           ? "first step"
-                           : train.at_short_last() ? "short last batch"
-                                                   : "steps";
-        name += str_cat(": batch ", b.rows, " x ", size_text(b.size));
-        phases.enter(name, b.rows, b.size);
+        where = str_cat("epoch ", fs.epoch + 1, ", step ", fs.step_in_epoch + 1, " (batch ", fs.rows, " x ",
+                        size_text(fs.size), ")");
+        phases.enter(step_phase_name(run_step == 0, train.at_short_last(), fs.rows, fs.size), fs.rows, fs.size);
         ++run_step;
       };
       fo.evaluate = [&, run_eval = fo.evaluate](nn::Module& m, DataSource& v, int64_t epoch) {
         where = str_cat("validation after epoch ", epoch + 1);
-        phases.enter(str_cat("validation: batch ", c.batch, " x ", size_text(v.image_size(epoch))), c.batch,
-                     v.image_size(epoch));
+        phases.enter(validation_phase_name(c.batch, v.image_size(epoch)), c.batch, v.image_size(epoch));
         EvalResult r = run_eval ? run_eval(m, v, epoch)
                                 : evaluate_source(m, v, c.batch, epoch, s.class_weights);
         phases.leave();
@@ -127,8 +121,8 @@ RunPlan plan_run(const PlanInputs& in) {
         const uint64_t end = session.layout_digest();
         int64_t next = e + 1;
         if (have_end && end == last_end) {
-          while (next < c.epochs && in.train->image_size(next) == in.train->image_size(e) &&
-                 (!in.val || in.val->image_size(next) == in.val->image_size(e)))
+          while (next < c.epochs && train.image_size(next) == train.image_size(e) &&
+                 (!val || val->image_size(next) == val->image_size(e)))
             ++next;
         }
         if (next > e + 1) plan.notes.push_back(str_cat("epochs ", e + 2, "-", next, " repeat epoch ", e + 1));
@@ -140,6 +134,15 @@ RunPlan plan_run(const PlanInputs& in) {
       phases.leave();
       plan.oom_where = where;
       plan.oom_message = e.what();
+    } catch (const Error& e) {
+      // Anything else the replay meets, the run would meet at the same step (a batch too small for batch
+      // norm, a model that does not take the size): one error naming where, before anything is built.
+      global_rng() = rng_before;
+      const bool short_last = phases.current().rfind("short last batch", 0) == 0;
+      throw Error(str_cat("the run's plan (its steps replayed on the meta device) fails at ", where, ": ", e.what(),
+                          short_last ? "; it is the epoch's short last batch: --drop-last leaves it out (or choose "
+                                       "another --batch)"
+                                     : ""));
     }
   }
   global_rng() = rng_before;

@@ -28,6 +28,8 @@ struct PlanInputs {
   int64_t budget = 0;                   // its memory (bytes): the replay's capacity
   // A resumed run starts here: epochs done, and steps of the next (its first batches are skipped).
   int64_t start_epoch = 0, start_step_in_epoch = 0;
+  // > 0: every batch at this image size (a plan of a smaller --image-size remedy; image data only).
+  int64_t image_size = 0;
 };
 
 RunPlan plan_run(const PlanInputs& in);

@@ -160,6 +160,7 @@ struct Run::State {
   Tensor& class_weights = setup.class_weights;
   int64_t steps_per_epoch = 0, step = 0;
   RunPeaks peaks;  // the run's whole peaks on its device, measured
+  std::string where_now, phase_now;  // the step or validation running now, and its plan phase (an OOM names them)
   ResumePoint start;
   int64_t train_bad = 0;  // bad training samples over the ranks, at the last epoch end
   train::DataParallel::CommTimes comm_before;  // data-parallel totals at the last epoch's end
@@ -195,6 +196,7 @@ std::ostream& log_of(const RunOptions& o) { return o.log ? *o.log : null_stream(
 RunOptions quiet(RunOptions o) {
   RunOptions q;
   q.events.before_step = std::move(o.events.before_step);
+  q.plan_only = o.plan_only;
   return q;
 }
 }  // namespace
@@ -211,7 +213,7 @@ Run::State::State(const RunConfig& config, RunOptions options)
 
 void Run::State::prepare() {
   check_options(c);
-  check_output_folders(c);  // before any data is read: a run must not train and then fail to save
+  if (!o.plan_only) check_output_folders(c);  // before any data is read: a run must not train and then fail to save
   apply_kernels_option(c.kernels, log);
   if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
   check_model_name(c.model);
@@ -276,7 +278,8 @@ void Run::State::plan_memory() {
     batch_memory = std::make_unique<BatchMemoryRun>(c, num_classes, dynamic_cast<BucketedImageSource&>(train),
                                                     dynamic_cast<BucketedImageSource*>(data.val.get()), device, log);
   memory = std::make_unique<TrainMemoryMonitor>(c, num_classes, train, data.val.get(), train_size, device,
-                                                data.format == "images", log, resume.epoch(), resume.step_in_epoch());
+                                                data.format == "images", log, resume.epoch(), resume.step_in_epoch(),
+                                                o.plan_only);
   plan = memory->plan();
 }
 
@@ -376,6 +379,11 @@ train::FitOptions Run::State::fit_options() {
   fo.start_step_in_epoch = start.step_in_epoch;
   fo.start_sums = start.sums;
   if (c.detect_anomaly) log << "detect-anomaly: every op's output and gradient is checked for inf/NaN (slow)\n";
+  fo.evaluate = [this, run_eval = fo.evaluate](nn::Module& m, DataSource& v, int64_t epoch) {
+    where_now = str_cat("validation after epoch ", epoch + 1);
+    phase_now = validation_phase_name(c.batch, v.image_size(epoch));
+    return run_eval ? run_eval(m, v, epoch) : evaluate_source(m, v, c.batch, epoch, class_weights);
+  };
   fo.callbacks.on_epoch_begin = [this](int64_t epoch, int64_t per_epoch) {
     peaks.restart();
     curve->epoch_begin();
@@ -390,6 +398,11 @@ train::FitOptions Run::State::fit_options() {
 }
 
 void Run::State::before_step(const train::FitStep& fs) {
+  const bool short_last = data.train->planned_steps_per_epoch() == 0 && fs.step_in_epoch + 1 == fs.steps_per_epoch &&
+                          fs.rows < c.batch;
+  phase_now = step_phase_name(fs.global_step == start.step, short_last, fs.rows, fs.size);
+  where_now = str_cat("epoch ", fs.epoch + 1, ", step ", fs.step_in_epoch + 1, " (batch ", fs.rows, " x ", fs.size,
+                      " px)");
   if (o.events.before_step) o.events.before_step(fs);
   report_bad(*data.train);
   memory->before_step();
@@ -571,7 +584,7 @@ Run::Run(const RunConfig& config, RunOptions options) : s_(std::make_unique<Stat
   try {
     s_->prepare();
   } catch (const std::exception& e) {
-    if (s_->group.rank() == 0) record_refused_run(s_->c, e.what(), s_->o.events.on_ledger);
+    if (s_->group.rank() == 0 && !s_->o.plan_only) record_refused_run(s_->c, e.what(), s_->o.events.on_ledger);
     throw;
   }
 }
@@ -580,10 +593,12 @@ Run::~Run() = default;
 
 const RunConfig& Run::config() const { return s_->c; }
 const RunPlan& Run::plan() const { return s_->plan; }
+const std::string& Run::plan_refusal() const { return s_->memory->stop_message(); }
 
 RunResult Run::train() {
   State& s = *s_;
   KILN_CHECK(!s.trained, "Run::train: this run has already trained (make a new Run to train again)");
+  KILN_CHECK(!s.o.plan_only, "Run::train: this run was made to plan only (RunOptions::plan_only)");
   s.trained = true;
   try {
     s.build();
@@ -600,7 +615,7 @@ RunResult Run::train() {
                     s.group.rank() == 0 ? s.data.val.get() : nullptr, s.fit_options());
   } catch (const OutOfMemory& e) {
     // The same remedies as the stop before the first step, from meta runs, not proportional guesses.
-    OutOfMemory full(s.memory->out_of_memory(e.what(), [&s] {
+    OutOfMemory full(s.memory->out_of_memory(e.what(), s.where_now, s.phase_now, [&s] {
       s.opt.reset();
       s.model.reset();
     }));

@@ -69,6 +69,9 @@ struct RunEvents {
 struct RunOptions {
   std::ostream* log = nullptr;  // the run's notes, one line each (null: none)
   RunEvents events;
+  // Prepare and plan only (`kiln train --dry-run`): no output folder is made, a plan over the budget is not
+  // refused (plan().fits() says so, plan_refusal() words it), and train() is refused.
+  bool plan_only = false;
 };
 
 class Run {
@@ -83,6 +86,8 @@ class Run {
 
   const RunConfig& config() const;
   const RunPlan& plan() const;
+  // Why the plan does not fit, with the remedies (each a plan of the run with one change); "" when it fits.
+  const std::string& plan_refusal() const;
   // Trains to config.epochs (once per Run). Throws what stops it (out of memory, a non-finite step, a
   // data error) after appending the run's end line with the error.
   RunResult train();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include "engine/run/mem_remedies.h"
 #include "engine/run/plan_run.h"
@@ -27,7 +28,7 @@ nlohmann::json tags_json(const TagBytes& b) {
 TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, const DataSource& train,
                                        const DataSource* val, int64_t model_size, Device device,
                                        bool image_size_applies, std::ostream& log, int64_t start_epoch,
-                                       int64_t start_step_in_epoch)
+                                       int64_t start_step_in_epoch, bool plan_only)
     : config_(c), device_(device) {
   const int64_t channels = train.channels(), height = train.image_size(0);
   const std::vector<int64_t> sample = train.sample_shape(0);
@@ -40,29 +41,29 @@ TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, 
   mc.in_channels = channels;
   mc.num_classes = num_classes;
   mc.ranks = (int)c.ranks;  // one rank's step and its buckets
+  // The whole run's plan: its own training replayed on the meta device (engine/run/plan_run.h), with the
+  // device's budget as the replay's capacity. Every other figure below (recompute auto, the remedies) is a
+  // plan of the run with one thing changed.
+  plan_in_.config = &config_;
+  plan_in_.train = &train;
+  plan_in_.val = val;
+  plan_in_.model = {num_classes, channels, model_size, 0};
+  plan_in_.device = device;
+  plan_in_.budget = device_budget(device);
+  plan_in_.start_epoch = start_epoch;
+  plan_in_.start_step_in_epoch = start_step_in_epoch;
   int ck = parse_recompute_option(c.recompute);
   if (!c.batch_memory.empty()) {  // per size bucket, by engine/run/batch_memory.h (which refuses auto)
-    segments_ = std::max(ck, 0);
     per_bucket_ = true;
   } else if (ck < 0) {
     KILN_CHECK(height == width, "--checkpoint auto needs square images, got ", height, "x", width);
-    const int64_t budget = device_budget(device);
-    ck = choose_recompute(mc, budget);
-    log << "checkpoint auto: " << ck << " segments (budget " << human(budget) << ")\n";
+    ck = choose_recompute(mc, plan_in_.budget, nullptr, plan_peak(-1));
+    log << "checkpoint auto: " << ck << " segments (budget " << human(plan_in_.budget) << ")\n";
   }
   segments_ = std::max(ck, 0);
   mc.recompute = segments_;
-  // The whole run's plan: its own training replayed on the meta device (engine/run/plan_run.h).
-  PlanInputs in;
-  in.config = &config_;
-  in.train = &train;
-  in.val = val;
-  in.model = {num_classes, channels, model_size, segments_};
-  in.device = device;
-  in.budget = device_budget(device);
-  in.start_epoch = start_epoch;
-  in.start_step_in_epoch = start_step_in_epoch;
-  plan_ = plan_run(in);
+  plan_in_.model.recompute_segments = segments_;
+  plan_ = plan_run(plan_in_);
   log << plan_.text();
   if (height == width && !per_bucket_) {  // the step's own accounts: per tag, per layer (the memory report)
     mc.detail = !c.memory_report.empty();
@@ -76,14 +77,42 @@ TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, 
   if (plan_.fits()) return;
   const std::string what =
       c.alloc.device_memory.empty() ? "the device's memory" : "--device-memory " + c.alloc.device_memory;
-  if (c.force) {
+  if (c.force && !plan_only) {
     log << "memory: the plan does not fit the budget of " << human(plan_.budget) << " (" << what
         << "); running anyway (--force)\n";
     return;
   }
   std::vector<MemRemedy> remedies;
-  if (have_prediction_) remedies = find_memory_remedies(mem_config_, plan_.budget, image_size_applies, &prediction_);
-  throw Error(format_plan_stop(plan_, what, remedies));
+  if (have_prediction_)
+    remedies = find_memory_remedies(mem_config_, plan_.budget, image_size_applies, &prediction_, plan_peak(-1));
+  stop_message_ = format_plan_stop(plan_, what, remedies, unlimited_plan());
+  if (!plan_only) throw Error(stop_message_);
+}
+
+PeakOf TrainMemoryMonitor::plan_peak(int64_t budget) const {
+  return [this, budget](const MemConfig& k) -> int64_t {
+    RunConfig rc = k.train;
+    rc.recompute = std::to_string(k.recompute);
+    PlanInputs p = plan_in_;
+    if (budget >= 0) p.budget = budget;
+    p.config = &rc;
+    p.model.recompute_segments = k.recompute;
+    if (k.image_size != config_image_size()) p.image_size = p.model.image_size = k.image_size;
+    try {
+      const RunPlan r = plan_run(p);
+      return r.fits() ? r.peak_reserved : p.budget + 1;  // past the budget: it runs out in the replay
+    } catch (const Error&) {  // no such run (a batch too small for batch norm, a size the model refuses)
+      return INT64_MAX;
+    }
+  };
+}
+
+int64_t TrainMemoryMonitor::config_image_size() const { return plan_in_.train->image_size(0); }
+
+RunPlan TrainMemoryMonitor::unlimited_plan() const {
+  PlanInputs p = plan_in_;
+  p.budget = 0;  // no capacity: what the run would take
+  return plan_run(p);
 }
 
 void TrainMemoryMonitor::apply(nn::Module& model) const {
@@ -150,9 +179,10 @@ void TrainMemoryMonitor::after_epoch(int64_t epoch, std::ostream& log) {
   compare(last_epoch_, p, prediction_.peak_reserved, log);
 }
 
-std::string TrainMemoryMonitor::out_of_memory(const std::string& account, const std::function<void()>& release) const {
+std::string TrainMemoryMonitor::out_of_memory(const std::string& account, const std::string& where,
+                                              const std::string& phase, const std::function<void()>& release) const {
   CachingAllocator* a = caching_allocator_for(device_);
-  if (!have_prediction_ || !a) {
+  if (!a) {
     if (release) release();
     return account;
   }
@@ -160,7 +190,44 @@ std::string TrainMemoryMonitor::out_of_memory(const std::string& account, const 
   const int64_t capacity = (int64_t)s.capacity, held = s.total.reserved.current;
   if (release) release();
   a->empty_cache();
-  return format_oom_remedies(account, mem_config_, prediction_, capacity, held, image_size_applies_);
+  // The allocator's account up to its proportional suggestions.
+  std::string head = account.substr(0, account.find("  what to try:"));
+  while (!head.empty() && head.back() == '\n') head.pop_back();
+  std::ostringstream o;
+  o << head << "\n  at " << (where.empty() ? "set-up" : where);
+  const PhasePlan* p = plan_.phase(phase);
+  const int64_t planned = p ? p->peak_reserved : plan_.peak_reserved;
+  if (plan_.planned)
+    o << "; the plan for this phase (" << (p ? p->name : "the whole run") << "): peak allocated "
+      << human(p ? p->peak_allocated : plan_.peak_allocated) << ", reserved " << human(planned) << "; kiln held "
+      << human(held) << " reserved when it failed (" << (held >= planned ? "+" : "-")
+      << human(held >= planned ? held - planned : planned - held) << ")\n";
+  int64_t budget = capacity;
+  if (!plan_.planned) {
+    o << "  (no plan was made for this run: " << plan_.why_not << ")\n";
+  } else if (!plan_.fits()) {
+    o << "  the plan did not fit the budget of " << human(plan_.budget) << " (this run was started with --force): "
+      << (plan_.oom_where.empty() ? "" : "it predicted running out at " + plan_.oom_where) << "\n";
+  } else if (held <= planned) {
+    o << "  kiln held no more than its plan: the memory went elsewhere (another process, or a limit lowered since "
+      << "the plan: " << human(capacity) << " now, " << human(plan_.budget) << " when planned)\n";
+    budget = std::min(capacity, held);
+  } else {
+    o << "  kiln held " << human(held - planned) << " more than its plan for this phase: the plan missed an "
+      << "allocation (a bug of kiln's plan; please report this message)\n";
+  }
+  if (!have_prediction_) return o.str();
+  o << "  remedies for a budget of " << human(budget) << " (each alone: the run's plan with that one change):";
+  try {
+    const std::vector<MemRemedy> remedies =
+        find_memory_remedies(mem_config_, budget, image_size_applies_, &prediction_, plan_peak(budget));
+    for (const MemRemedy& r : remedies)
+      o << "\n    " << r.option << ": " << (r.fits ? human(r.peak_reserved) + " (fits)" : std::string("does not fit"))
+        << (r.note.empty() ? "" : "; " + r.note);
+  } catch (const Error& e) {
+    o << "\n    (none: the plans failed: " << e.what() << ")";
+  }
+  return o.str();
 }
 
 nlohmann::json TrainMemoryMonitor::to_json() const {

@@ -13,8 +13,10 @@
 #include "data/data_source.h"
 #include "engine/nn/module.h"
 #include "engine/run/mem_predict.h"
+#include "engine/run/plan_run.h"
 #include "engine/run/run_plan.h"
 #include "engine/run/mem_predict.h"
+#include "engine/run/plan_run.h"
 #include "engine/run/run_plan.h"
 
 namespace kiln {
@@ -28,7 +30,9 @@ class TrainMemoryMonitor {
   // --image-size is among them). With --batch-memory it only keeps --recompute N.
   TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, const DataSource& train, const DataSource* val,
                      int64_t model_size, Device device, bool image_size_applies, std::ostream& log,
-                     int64_t start_epoch = 0, int64_t start_step_in_epoch = 0);
+                     int64_t start_epoch = 0, int64_t start_step_in_epoch = 0, bool plan_only = false);
+  // The refusal of a plan that does not fit (what the constructor throws unless c.force or plan_only); "" when it fits.
+  const std::string& stop_message() const { return stop_message_; }
   // Sets the model's recompute segments (--checkpoint).
   void apply(nn::Module& model) const;
   void before_step();
@@ -40,11 +44,14 @@ class TrainMemoryMonitor {
   nlohmann::json to_json() const;
   // The run's memory plan (engine/run/plan_run.h), made at construction.
   const RunPlan& plan() const { return plan_; }
-  // After a step ran out of memory: `account` (the OutOfMemory text) with remedies from meta runs in
-  // place of its proportional guesses (format_oom_remedies; unchanged without a prediction).
-  // `release` runs after the allocator's numbers are read and before the meta runs: it frees the
-  // real model and optimizer, whose host memory a simulated device shares with the meta runs' model.
-  std::string out_of_memory(const std::string& account, const std::function<void()>& release) const;
+  // After the run ran out of memory at `where` (its plan phase `phase`): the allocator's `account` with the
+  // truth about it: the plan's figures for that phase and what kiln held (the gap), the cause (the plan did
+  // not fit and the run was forced; or kiln held no more than its plan, so the memory went elsewhere; or kiln
+  // held more than its plan, a bug of the plan), and remedies, each a plan of the run with one change, for the
+  // budget the device has now. `release` runs after the allocator's numbers are read and before the plans:
+  // it frees the real model and optimizer.
+  std::string out_of_memory(const std::string& account, const std::string& where, const std::string& phase,
+                            const std::function<void()>& release) const;
   int recompute_segments() const { return segments_; }
 
  private:
@@ -60,6 +67,12 @@ class TrainMemoryMonitor {
   bool per_bucket_ = false;  // --batch-memory: predicted and measured per step by engine/run/batch_memory.h
   MemPrediction prediction_;
   RunPlan plan_;
+  std::string stop_message_;
+  PlanInputs plan_in_;  // the plan's inputs (the sources outlive the monitor)
+  // A configuration's whole-run plan within `budget` (< 0: the run's): its peak reserved, or > budget.
+  PeakOf plan_peak(int64_t budget) const;
+  RunPlan unlimited_plan() const;         // the plan without the budget as capacity: what the run needs
+  int64_t config_image_size() const;
   int64_t steps_seen_ = 0;
   MemMeasured first_, last_epoch_;
   nlohmann::json epochs_ = nlohmann::json::array();

@@ -7,6 +7,21 @@
 
 namespace kiln {
 
+std::string step_phase_name(bool first, bool short_last, int64_t rows, int64_t size) {
+  return std::string(first ? "first step" : short_last ? "short last batch" : "steps") + ": batch " +
+         std::to_string(rows) + " x " + std::to_string(size) + " px";
+}
+
+std::string validation_phase_name(int64_t batch, int64_t size) {
+  return "validation: batch " + std::to_string(batch) + " x " + std::to_string(size) + " px";
+}
+
+const PhasePlan* RunPlan::phase(const std::string& name) const {
+  for (const PhasePlan& p : phases)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
 std::string RunPlan::text() const {
   if (!planned) return "memory plan: none (" + why_not + ")\n";
   std::string out = "memory plan (" + device + ", meta-device replay of the run's steps):\n";

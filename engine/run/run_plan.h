@@ -18,6 +18,11 @@ struct PhasePlan {
   int64_t peak_allocated = 0, peak_reserved = 0;
 };
 
+// The names of a run's phases, the same in the plan and in the run that meets them (its out-of-memory report):
+// "first step: batch 16 x 64 px", "steps: ...", "short last batch: batch 12 x 64 px", "validation: ...".
+std::string step_phase_name(bool first, bool short_last, int64_t rows, int64_t size);
+std::string validation_phase_name(int64_t batch, int64_t size);
+
 struct RunPlan {
   bool planned = false;      // false: no plan was made (why_not says why)
   std::string why_not;
@@ -31,6 +36,7 @@ struct RunPlan {
   std::string oom_where, oom_message;
 
   bool fits() const { return !planned || (oom_where.empty() && peak_reserved <= budget); }
+  const PhasePlan* phase(const std::string& name) const;  // null: no such phase
   // A few lines: one per phase ("steady step  batch 16 x 64 px  peak allocated 161.00 MiB  reserved
   // 162.00 MiB"), then the whole run against the budget.
   std::string text() const;

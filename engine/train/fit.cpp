@@ -225,6 +225,7 @@ EpochStats Trainer::run_epoch(int64_t epoch) {
     fs.global_step = step;
     fs.steps_per_epoch = per_epoch;
     fs.rows = batch.x.size(0);
+    fs.size = batch.x.dim() > 1 ? batch.x.size(batch.x.dim() - 1) : 0;
     if (o.lr_at) so.lr = o.lr_at(step, per_epoch, total_steps);
     // A short last batch of fewer rows than micro-batches: one row per micro-batch.
     so.accum = std::max<int64_t>(1, std::min<int64_t>(o.step.accum, batch.x.size(0)));

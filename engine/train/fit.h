@@ -50,6 +50,7 @@ struct FitStep {
   int64_t global_step = 0;      // optimizer steps done before this one (includes a resumed run's)
   int64_t steps_per_epoch = 0;
   int64_t rows = 0;             // this rank's rows of the step's batch (one process: the batch's)
+  int64_t size = 0;             // the batch's last dimension (the image width; 0 for 1-d inputs)
   double lr = 0;
   const StepResult* result = nullptr;  // on_step_end only
   double mean_loss = 0;         // running mean over the epoch so far (on_step_end)
