@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "engine/core/error.h"
+#include "engine/memory/caching_allocator.h"
 
 namespace kiln_cli {
 
@@ -25,9 +26,13 @@ TestFaults::TestFaults() {
   read("KILN_TEST_FAIL_RANK", &fail_rank_, &fail_step_);
   read("KILN_TEST_HANG_RANK", &signal_rank_[0], &signal_step_[0]);
   read("KILN_TEST_KILL_RANK", &signal_rank_[1], &signal_step_[1]);
+  if (const char* v = std::getenv("KILN_TEST_SHRINK_DEVICE"))
+    if (std::sscanf(v, "%lld:%lld", &shrink_bytes_, &shrink_step_) != 2) shrink_bytes_ = -1;
 }
 
 void TestFaults::before_step(int rank, int64_t global_step) const {
+  if (shrink_bytes_ >= 0 && global_step + 1 == shrink_step_)
+    kiln::set_device_memory_limit(kiln::Device::cpu(), (size_t)shrink_bytes_);
   const int signal_of[2] = {SIGSTOP, SIGKILL};
   for (int k = 0; k < 2; ++k)
     if (signal_rank_[k] == rank && global_step + 1 == signal_step_[k]) std::raise(signal_of[k]);

@@ -2,7 +2,10 @@
 // nothing else (they are not part of the library): before optimizer step S (1-based) rank R
 //   KILN_TEST_FAIL_RANK=R:S   throws an Error (the data-parallel fault path),
 //   KILN_TEST_HANG_RANK=R:S   stops itself with SIGSTOP (it hangs: --dist-timeout),
-//   KILN_TEST_KILL_RANK=R:S   kills itself with SIGKILL (it dies).
+//   KILN_TEST_KILL_RANK=R:S   kills itself with SIGKILL (it dies);
+// and before step S of any rank
+//   KILN_TEST_SHRINK_DEVICE=B:S   lowers the --device-memory limit of the CPU to B bytes (memory "taken by another
+//                                 process": the out-of-memory report's case).
 // (KILN_TEST_KILL_WRITE_AT, the kill inside a file write, lives in engine/io/atomic_file.cpp.)
 #pragma once
 #include <cstdint>
@@ -18,6 +21,7 @@ class TestFaults {
  private:
   int fail_rank_ = -1, signal_rank_[2] = {-1, -1};
   int64_t fail_step_ = -1, signal_step_[2] = {-1, -1};
+  long long shrink_bytes_ = -1, shrink_step_ = -1;
 };
 
 }  // namespace kiln_cli

@@ -62,6 +62,7 @@ MemPrediction predict_memory(const MemConfig& c) {
   o.step.channels_last = c.train.channels_last;
   o.target = c.train.device == "auto" ? resolve_device("auto") : Device::parse(c.train.device);
   o.detail = c.detail;
+  o.create_state = true;  // a run's optimizer (engine/run/run_setup.h)
   o.ranks = c.ranks;
   o.data_parallel.bucket_bytes = std::max<int64_t>(1, std::llround(c.train.bucket_mb * (1 << 20)));
   o.data_parallel.first_bucket_bytes = std::min<int64_t>(o.data_parallel.bucket_bytes, 1 << 20);

@@ -16,13 +16,19 @@ std::string fits_text(int64_t peak, int64_t budget) {
 }
 
 void append_remedies(std::ostringstream& o, const std::vector<MemRemedy>& remedies, int64_t budget) {
-  for (const MemRemedy& r : remedies) {
-    o << "\n  " << r.option << ": " << fits_text(r.peak_reserved, budget);
-    if (!r.note.empty()) o << "; " << r.note;
-  }
+  o << remedies_text(remedies, budget);
 }
 
 }  // namespace
+
+std::string remedies_text(const std::vector<MemRemedy>& remedies, int64_t budget) {
+  std::string out;
+  for (const MemRemedy& r : remedies) {
+    out += "\n  " + r.option + ": " + fits_text(r.peak_reserved, budget);
+    if (!r.note.empty()) out += "; " + r.note;
+  }
+  return out;
+}
 
 std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, bool image_size_applies,
                                             const StepMemory* predicted, const PeakOf& peak_of) {
@@ -49,8 +55,7 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
       if (accum > mb.batch) opt += " --accum " + std::to_string(mb.batch);  // accum <= batch
       MemRemedy r{opt, "", mb.peak_reserved, true};
       for (const auto& [b, p] : mb.probes)
-        if (b == mb.batch + 1 && b < batch && p > budget)
-          r.note = "--batch " + std::to_string(b) + " does not fit";
+        if (b == mb.batch + 1 && b < batch && p > budget) r.note = "--batch " + std::to_string(b) + " does not fit";
       out.push_back(r);
     } else {
       out.push_back({"--batch 1", "even one sample does not fit", mb.probes.empty() ? 0 : mb.probes.front().second,
@@ -176,41 +181,6 @@ std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what
     << "remedies (each alone: the run's plan with that one change, replayed within the budget):";
   append_remedies(o, remedies, plan.budget);
   o << "\n  --force: run anyway (it will run out of memory where the plan says)";
-  return o.str();
-}
-
-std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
-                                int64_t capacity, int64_t held, bool image_size_applies, const PeakOf& peak_of) {
-  // The allocator's account up to its proportional suggestions.
-  const size_t cut = account.find("  what to try:");
-  std::string head = account.substr(0, cut);
-  while (!head.empty() && head.back() == '\n') head.pop_back();
-  const bool predicted_fits = p.peak_reserved <= capacity;
-  const int64_t budget = predicted_fits ? held : capacity;
-  std::ostringstream o;
-  o << head << "\n";
-  if (predicted_fits)
-    o << "  the predicted peak, " << format_bytes((double)p.peak_reserved) << " reserved, fits the capacity of "
-      << format_bytes((double)capacity) << ": memory was taken outside kiln's allocator (another process, a "
-      << "changed limit); kiln held " << format_bytes((double)held) << " when it failed\n";
-  else
-    o << "  the predicted peak, " << format_bytes((double)p.peak_reserved) << " reserved, exceeds the capacity of "
-      << format_bytes((double)capacity) << " (this run was started with --force)\n";
-  o << "  remedies for a budget of " << format_bytes((double)budget)
-    << " (each alone, predicted peak reserved from a meta run of the same step: " << c.train.model << ", batch "
-    << c.train.batch;
-  if (c.train.accum > 1) o << " in " << c.train.accum << " micro-batches";
-  o << ", " << c.in_channels << "x" << c.image_size << "x" << c.image_size << "):";
-  std::vector<MemRemedy> remedies;
-  try {
-    MemConfig k = c;
-    k.detail = false;
-    remedies = find_memory_remedies(k, budget, image_size_applies, &p, peak_of);
-  } catch (const Error& e) {  // a meta run that cannot be built (e.g. the CPU is short of memory too)
-    o << "\n  (no remedies: the meta runs failed: " << e.what() << ")";
-    return o.str();
-  }
-  append_remedies(o, remedies, budget);
   return o.str();
 }
 

@@ -38,18 +38,11 @@ std::string format_memory_stop(const MemConfig& c, const StepMemory& predicted, 
 
 // The stop message of a run whose plan (engine/run/plan_run.h) does not fit: where it would run out (the
 // replay's out-of-memory, or the phase whose reserved bytes pass the budget), the plan, the remedies, --force.
+// "\n  --batch 12: 160.00 MiB (fits); ..." one line per remedy.
+std::string remedies_text(const std::vector<MemRemedy>& remedies, int64_t budget);
+
 // `needs`: the same plan without the budget as capacity (what the run would take).
 std::string format_plan_stop(const RunPlan& plan, const std::string& budget_what,
                              const std::vector<MemRemedy>& remedies, const RunPlan& needs);
-
-// The message of a step that ran out of memory during training (--force past the stop, a budget
-// that shrank, another process): the allocator's `account` (engine/memory/oom_message.h) with its
-// proportional "what to try" replaced by the remedies of find_memory_remedies, every number from a
-// meta run. The budget they are for: `capacity` (the allocator's, at the failure) when the
-// prediction `p` does not fit it; otherwise memory went elsewhere (another process, a changed
-// limit), said so, and the budget is `held`, what kiln's allocator had reserved when it failed.
-std::string format_oom_remedies(const std::string& account, const MemConfig& c, const StepMemory& p,
-                                int64_t capacity, int64_t held, bool image_size_applies,
-                                const PeakOf& peak_of = step_peak_of);
 
 }  // namespace kiln

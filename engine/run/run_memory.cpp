@@ -8,12 +8,14 @@
 #include "engine/run/mem_remedies.h"
 #include "engine/run/plan_run.h"
 #include "engine/dist/process_group.h"
+#include "engine/memory/alloc_config.h"
 #include "engine/memory/caching_allocator.h"
 #include "engine/train/memory_peak.h"
 
 namespace kiln {
 
 namespace {
+std::string bytes2(int64_t b) { return format_bytes((double)b); }  // "64.00 MiB", as the allocator's account
 std::string human(int64_t b) {
   char buf[32];
   return format_bytes(b, buf, sizeof buf);
@@ -199,33 +201,31 @@ std::string TrainMemoryMonitor::out_of_memory(const std::string& account, const 
   const int64_t planned = p ? p->peak_reserved : plan_.peak_reserved;
   if (plan_.planned)
     o << "; the plan for this phase (" << (p ? p->name : "the whole run") << "): peak allocated "
-      << human(p ? p->peak_allocated : plan_.peak_allocated) << ", reserved " << human(planned) << "; kiln held "
-      << human(held) << " reserved when it failed (" << (held >= planned ? "+" : "-")
-      << human(held >= planned ? held - planned : planned - held) << ")\n";
+      << bytes2(p ? p->peak_allocated : plan_.peak_allocated) << ", reserved " << bytes2(planned) << "; kiln held "
+      << bytes2(held) << " reserved when it failed (" << (held >= planned ? "+" : "-")
+      << bytes2(held >= planned ? held - planned : planned - held) << ")\n";
   int64_t budget = capacity;
   if (!plan_.planned) {
     o << "  (no plan was made for this run: " << plan_.why_not << ")\n";
   } else if (!plan_.fits()) {
-    o << "  the plan did not fit the budget of " << human(plan_.budget) << " (this run was started with --force): "
+    o << "  the plan did not fit the budget of " << bytes2(plan_.budget) << " (this run was started with --force): "
       << (plan_.oom_where.empty() ? "" : "it predicted running out at " + plan_.oom_where) << "\n";
   } else if (held <= planned) {
     o << "  kiln held no more than its plan: the memory went elsewhere (another process, or a limit lowered since "
-      << "the plan: " << human(capacity) << " now, " << human(plan_.budget) << " when planned)\n";
+      << "the plan: " << bytes2(capacity) << " now, " << bytes2(plan_.budget) << " when planned)\n";
     budget = std::min(capacity, held);
   } else {
-    o << "  kiln held " << human(held - planned) << " more than its plan for this phase: the plan missed an "
+    o << "  kiln held " << bytes2(held - planned) << " more than its plan for this phase: the plan missed an "
       << "allocation (a bug of kiln's plan; please report this message)\n";
   }
   if (!have_prediction_) return o.str();
-  o << "  remedies for a budget of " << human(budget) << " (each alone: the run's plan with that one change):";
+  o << "  remedies for a budget of " << bytes2(budget) << " (each alone: the run's plan with that one change):";
   try {
     const std::vector<MemRemedy> remedies =
         find_memory_remedies(mem_config_, budget, image_size_applies_, &prediction_, plan_peak(budget));
-    for (const MemRemedy& r : remedies)
-      o << "\n    " << r.option << ": " << (r.fits ? human(r.peak_reserved) + " (fits)" : std::string("does not fit"))
-        << (r.note.empty() ? "" : "; " + r.note);
+    o << remedies_text(remedies, budget);
   } catch (const Error& e) {
-    o << "\n    (none: the plans failed: " << e.what() << ")";
+    o << "\n  (none: the plans failed: " << e.what() << ")";
   }
   return o.str();
 }

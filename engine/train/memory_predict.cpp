@@ -93,7 +93,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     model->train();
     if (o.recompute > 0) model->set_recompute_segments(o.recompute);
     std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model);
-    opt->create_state();  // as a run makes it: every state tensor at construction, none in a step
+    if (o.create_state) opt->create_state();  // as a run makes it: every state tensor at construction
     // A data-parallel rank: the trainer's DataParallel, made where the trainer makes it (after the
     // optimizer, before the class weights), over ranks that exist only in imitation. Its buckets are meta
     // tensors from the imitated allocator and the gradients live in them, as on a real rank.

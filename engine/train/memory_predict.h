@@ -83,6 +83,9 @@ struct PredictOptions {
   std::string segmentation_loss = "ce";  // ce | dice | ce+dice (segment_task.h's segmentation_loss)
   Device target = Device::cpu();      // whose allocator policy is imitated
   bool detail = false;                // also the timeline and the segment map at the peak (one more step)
+  // The optimizer's state made when it is built (optim::Optimizer::create_state, as a kiln::Run makes it),
+  // not by its first update (a plain loop's, the default).
+  bool create_state = false;
   // Data-parallel: the step of one rank of `ranks` (batch is the per-rank batch) with its gradient buckets.
   int ranks = 1;
   DataParallelOptions data_parallel;

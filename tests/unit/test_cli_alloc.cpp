@@ -93,12 +93,13 @@ TEST_CASE("cli alloc: ResNet18 at batch 64 x 64 px on a simulated 64 MiB device:
   CHECK(contains(r.output, "allocated by tag:"));
   CHECK(contains(r.output, "param "));
   CHECK(contains(r.output, "modules holding the most live bytes:"));
-  // The remedies come from meta runs, as in the stop before the first step, not as proportional
-  // guesses from what was live at the failure.
+  // The remedies come from the run's plan, as in the stop before the first step, not as proportional
+  // guesses from what was live at the failure; the report names where it ran out and the plan's figures there.
   CHECK_FALSE(contains(r.output, "what to try:"));
   CHECK_FALSE(contains(r.output, "halving --batch frees"));
-  CHECK(contains(r.output, "exceeds the capacity of 64.00 MiB (this run was started with --force)"));
-  CHECK(contains(r.output, "remedies for a budget of 64.00 MiB (each alone, predicted peak reserved from a meta run"));
+  CHECK(contains(r.output, "the plan did not fit the budget of 64.00 MiB (this run was started with --force)"));
+  CHECK(contains(r.output, "the plan for this phase ("));
+  CHECK(contains(r.output, "remedies for a budget of 64.00 MiB (each alone: the run's plan with that one change)"));
   // ResNet18's ~43 MiB of weights and as much gradient exceed 64 MiB by themselves: no remedy
   // that keeps the model fits, and none is searched (the remedies themselves, equal to the pre-run
   // stop's: test_cli_mem_stop.cpp, on a model that fits).

@@ -40,10 +40,13 @@ nlohmann::json check_train_case(const TrainCase& tc, const std::string& tag) {  
   auto r = run_kiln("train --model " + std::string(tc.model) + " --data " + data + " --num-classes 4 --epochs 1 --batch " +
                     std::to_string(tc.batch) + " --threads 1 --device cpu --lr 0.01 --out " + out + " " + tc.extra);
   REQUIRE_MESSAGE(r.status == 0, r.output);
-  CHECK(contains(r.output, "memory predicted (meta run)"));
+  CHECK(contains(r.output, "memory plan ("));
   CHECK(contains(r.output, "memory first step: peak allocated measured"));
   const nlohmann::json run = last_ledger_line(out + "/runs.jsonl");
   REQUIRE(!run.is_null());
+  // The whole run: the plan's two figures are the measured ones, to the byte.
+  CHECK(run["peak_allocated"] == run["plan"]["peak_allocated"]);
+  CHECK(run["peak_reserved"] == run["plan"]["peak_reserved"]);
   const nlohmann::json& m = run["memory"];
   REQUIRE(m["predicted"].is_object());
   const int64_t p_first = m["predicted"]["first_step"]["peak_allocated"], p_all = m["predicted"]["peak_allocated"];
