@@ -20,6 +20,11 @@ namespace kiln {
 
 namespace {
 
+// What one step's prediction leaves out of a run (kiln train --dry-run plans them: engine/run/plan_run.h).
+constexpr const char* kLeftOut =
+    "validation, a short last batch, an image-size schedule, --batch-memory's buckets, the batches' handover by the "
+    "loader, a --resume point, and the allocator's state after earlier epochs";
+
 std::string human(int64_t b) {
   char buf[32];
   return format_bytes(b, buf, sizeof buf);
@@ -192,6 +197,8 @@ void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
   nlohmann::json j = p.to_json();
   j["budget"] = budget;
   j["fits"] = p.peak_reserved <= budget;
+  j["covers"] = "two training steps (the first and a steady one) at one batch and image size";
+  j["leaves_out"] = kLeftOut;
   if (!extra.is_null()) j.update(extra);
   j["policy"] = p.policy;
   const bool cuda = target.is_cuda();
@@ -217,6 +224,9 @@ void run_mem_command(const MemCommandOptions& o, std::ostream& out) {
     return;
   }
   print_text(p, out);
+  out << "covers: two training steps (the first and a steady one) of batch " << c.train.batch << " at "
+      << c.image_size << " px; leaves out what a run adds: " << kLeftOut
+      << " (kiln train <the run's flags> --dry-run plans the whole run)\n";
   out << "budget " << human(budget) << ": " << (p.peak_reserved <= budget ? "fits" : "does NOT fit") << "\n";
   if (cuda) print_cuda(p, ce, budget, out);
   if (!o.report.empty()) out << "report: " << o.report << "\n";

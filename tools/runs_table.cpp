@@ -45,7 +45,8 @@ const std::vector<std::string>& run_row_keys() {
       "batch",      "accum",     "optimizer",    "lr",             "amp",           "recompute",
       "epochs",     "epochs_planned", "train_acc", "val_acc",      "task",          "val_miou",
       "time_s",     "images_per_s",
-      "predicted_peak", "measured_peak", "last_step", "error",     "file"};
+      "peak_allocated", "peak_reserved", "plan_peak_allocated", "plan_peak_reserved", "predicted_peak",
+      "measured_peak", "last_step", "error",     "file"};
   return keys;
 }
 
@@ -103,6 +104,12 @@ json run_row(const kiln::train::LedgerRun& r) {
   const json& run_ips = field(r.end, "images_per_s");
   row["images_per_s"] =
       run_ips.is_number() ? run_ips : (r.epochs.empty() ? json() : json(ips / (double)r.epochs.size()));
+  // The run's two memory figures, whole run, measured and planned (engine/run/run_peaks.h, run_plan.h); older
+  // ledgers: one step's prediction and the epochs' allocated peaks.
+  row["peak_allocated"] = field(r.end, "peak_allocated");
+  row["peak_reserved"] = field(r.end, "peak_reserved");
+  row["plan_peak_allocated"] = field(field(r.end, "plan"), "peak_allocated");
+  row["plan_peak_reserved"] = field(field(r.end, "plan"), "peak_reserved");
   row["predicted_peak"] = field(field(either(r, "memory"), "predicted"), "peak_allocated");
   const json& measured = field(r.end, "peak_memory_bytes");
   row["measured_peak"] = measured.is_number() ? measured : (peak >= 0 ? json(peak) : json());
@@ -226,8 +233,12 @@ std::vector<std::string> cells(const json& r) {
           r["val_miou"].is_number() ? fmt("%.2f%%", 100 * r["val_miou"].get<double>()) : "-",
           r["time_s"].is_number() ? fmt("%.1f s", r["time_s"].get<double>()) : "-",
           r["images_per_s"].is_number() ? fmt("%.0f", r["images_per_s"].get<double>()) : "-",
-          format_mib(r["predicted_peak"]),
-          format_mib(r["measured_peak"]),
+          // "measured / planned" MiB; an older ledger: its measured epoch peak and one step's prediction
+          r["peak_allocated"].is_number()
+              ? format_mib(r["peak_allocated"]) + " / " + format_mib(r["plan_peak_allocated"])
+              : format_mib(r["measured_peak"]) + " / " + format_mib(r["predicted_peak"]),
+          r["peak_reserved"].is_number() ? format_mib(r["peak_reserved"]) + " / " + format_mib(r["plan_peak_reserved"])
+                                         : std::string("-"),
           status};
 }
 
@@ -236,7 +247,7 @@ std::vector<std::string> cells(const json& r) {
 const std::vector<std::string>& table_headers() {
   static const std::vector<std::string> h = {"when",    "model",     "data",  "size",   "batch",
                                              "opt lr",  "prec",      "recompute", "epochs", "best val",
-                                             "best mIoU", "time",  "img/s",  "pred peak", "peak",      "status"};
+                                             "best mIoU", "time",  "img/s",  "peak allocated", "peak reserved", "status"};
   return h;
 }
 

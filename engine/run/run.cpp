@@ -37,6 +37,7 @@
 #include "engine/run/amp_training.h"
 #include "engine/run/batch_memory.h"
 #include "engine/run/resume.h"
+#include "engine/run/outside_memory.h"
 #include "engine/run/run_data.h"
 #include "engine/run/run_memory.h"
 #include "engine/run/run_model.h"
@@ -454,6 +455,8 @@ void Run::State::on_epoch_end(EpochStats& es) {
   // Data-parallel: an image source decodes each rank's shard, so each rank met its own bad samples.
   train_bad = group.size() > 1 ? group.sum(data.train->bad_count()) : data.train->bad_count();
   es.peak_memory = batch_memory ? batch_memory->take_epoch_peak() : peak_memory_bytes(device);
+  es.run_peak_allocated = peaks.allocated();
+  es.run_peak_reserved = peaks.reserved();
   if (o.events.on_epoch_end) o.events.on_epoch_end(es);
   epoch_notes(es);
   const bool last = es.epoch == c.epochs;
@@ -571,7 +574,8 @@ void Run::State::finish() {
                           {"comm_wait_ms_per_step", 1e3 * t.mean_wait_s()},
                           {"all_reduce_ms_per_step", 1e3 * t.mean_all_reduce_s()}};
   }
-  log << whole_run_line(peaks, plan) << "\n";
+  log << whole_run_line(peaks, plan) << "\n" << outside_memory_line(device, peaks.reserved(), memory->loader_bytes()) << "\n";
+  j["peak_rss"] = peak_rss_bytes();
   ledger->finish(j, "ok");
   j["record"] = "end";
   j["run"] = ledger->run_id();

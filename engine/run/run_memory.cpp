@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/run/mem_remedies.h"
+#include "engine/run/outside_memory.h"
 #include "engine/run/plan_run.h"
 #include "engine/dist/process_group.h"
 #include "engine/memory/alloc_config.h"
@@ -66,6 +67,16 @@ TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, 
   mc.recompute = segments_;
   plan_in_.model.recompute_segments = segments_;
   plan_ = plan_run(plan_in_);
+  if (image_size_applies) {  // an image folder's loader decodes into host buffers of its own
+    int64_t per_sample = 0;
+    for (int64_t e = 0; e < c.epochs; ++e) {
+      int64_t n = 4;  // f32
+      for (int64_t d : train.sample_shape(e)) n *= d;
+      per_sample = std::max(per_sample, n);
+    }
+    loader_bytes_ = (c.image.prefetch + 2) * std::max<int64_t>(c.batch, 1) * per_sample;
+  }
+  plan_.notes.push_back(outside_memory_note(loader_bytes_));
   log << plan_.text();
   if (height == width && !per_bucket_) {  // the step's own accounts: per tag, per layer (the memory report)
     mc.detail = !c.memory_report.empty();

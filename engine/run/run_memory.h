@@ -33,6 +33,8 @@ class TrainMemoryMonitor {
                      int64_t start_epoch = 0, int64_t start_step_in_epoch = 0, bool plan_only = false);
   // The refusal of a plan that does not fit (what the constructor throws unless c.force or plan_only); "" when it fits.
   const std::string& stop_message() const { return stop_message_; }
+  // The image loader's host batch buffers at most (0: in-memory data): outside kiln's allocator.
+  int64_t loader_bytes() const { return loader_bytes_; }
   // Sets the model's recompute segments (--checkpoint).
   void apply(nn::Module& model) const;
   void before_step();
@@ -68,6 +70,7 @@ class TrainMemoryMonitor {
   MemPrediction prediction_;
   RunPlan plan_;
   std::string stop_message_;
+  int64_t loader_bytes_ = 0;
   PlanInputs plan_in_;  // the plan's inputs (the sources outlive the monitor)
   // A configuration's whole-run plan within `budget` (< 0: the run's): its peak reserved, or > budget.
   PeakOf plan_peak(int64_t budget) const;

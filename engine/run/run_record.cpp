@@ -31,6 +31,10 @@ nlohmann::json epoch_json(const train::EpochStats& e) {
     j["val_baseline_miou"] = number_or_null(train::all_background_metrics(m).mean_iou);  // all background
   }
   j["peak_memory_bytes"] = e.peak_memory >= 0 ? nlohmann::json(e.peak_memory) : nlohmann::json();
+  if (e.run_peak_allocated >= 0) {  // the whole run up to this epoch (engine/run/run_peaks.h)
+    j["peak_allocated"] = e.run_peak_allocated;
+    j["peak_reserved"] = e.run_peak_reserved;
+  }
   if (e.undefined_batches > 0) j["undefined_batches"] = e.undefined_batches;
   if (e.loss_scale > 0) {
     j["loss_scale"] = e.loss_scale;

@@ -35,7 +35,9 @@ struct EpochStats {
   double seconds = 0;
   double lr = 0;                 // LR of the epoch's last step
   int64_t steps = 0;             // optimizer steps of this epoch
-  int64_t peak_memory = -1;      // bytes, -1 unknown (set by a caller's on_epoch_end)
+  int64_t peak_memory = -1;      // bytes allocated at most in this epoch, -1 unknown (set by a caller's on_epoch_end)
+  // A run's two memory figures so far (kiln::RunPeaks: the whole run up to this epoch's end), -1 unknown.
+  int64_t run_peak_allocated = -1, run_peak_reserved = -1;
   double loss_scale = -1;        // with a loss scaler: its scale after the epoch (-1 without)
   int64_t skipped_steps = -1;    // with a loss scaler: optimizer steps skipped on inf/NaN so far
   // (Micro-)batches left out of this epoch because their loss is undefined by construction: empty,
