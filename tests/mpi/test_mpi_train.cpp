@@ -550,3 +550,18 @@ TEST_CASE("mpi: 2 ranks on 2 GPUs (NCCL buckets during backward) train the weigh
           " (", worst, ")");
   CHECK(rel <= 1e-5);
 }
+
+TEST_CASE("mpi: rank 0's whole-run peaks are its plan's, to the byte, with --accum 2 and with --sync-bn") {
+  if (!kiln_test::mpi_can_run()) return;
+  for (const std::string extra : {"--accum 2 --momentum 0.9", "--sync-bn --optimizer adamw --lr 1e-3"}) {
+    CAPTURE(extra);
+    const std::string out = kiln_test::cli_temp_dir("mpi_plan");
+    std::filesystem::remove_all(out);
+    const kiln_test::CliRun r = run_mpi(2, train_args(out, 8, extra, 2));
+    REQUIRE_MESSAGE(r.status == 0, r.output);
+    const nlohmann::json run = kiln_test::last_ledger_line(out + "/runs.jsonl");
+    CHECK(run["ranks"] == 2);
+    CHECK(run["peak_allocated"] == run["plan"]["peak_allocated"]);
+    CHECK(run["peak_reserved"] == run["plan"]["peak_reserved"]);
+  }
+}
