@@ -56,6 +56,10 @@ class PhaseTracker {
 
 std::string size_text(int64_t size) { return str_cat(size, " px"); }
 
+// Epochs replayed in a row whose block map at the end does not repeat the one before, after which the plan
+// stops replaying (and says its figures are not exact).
+constexpr int64_t kMaxEpochsWithoutRepeat = 4;
+
 }  // namespace
 
 RunPlan plan_run(const PlanInputs& in) {
@@ -109,6 +113,7 @@ RunPlan plan_run(const PlanInputs& in) {
       // epochs up to the next image size (or the end) repeat it.
       uint64_t last_end = 0;
       bool have_end = false;
+      int64_t unrepeated = 0;  // epochs replayed in a row without the map repeating
       for (int64_t e = in.start_epoch; e < c.epochs;) {
         fo.start_epoch = e;
         fo.epochs = e + 1;
@@ -118,12 +123,24 @@ RunPlan plan_run(const PlanInputs& in) {
         phases.leave();
         plan.steps_replayed += train.delivered() - train.skipped();
         ++plan.epochs_replayed;
+        if (train.skipped() > 0)
+          plan.notes.push_back(str_cat("epoch ", e + 1, ": the block map repeats from step ",
+                                       train.delivered() - train.skipped() - (train.at_short_last() ? 1 : 0),
+                                       "; ", train.skipped(), " steps of the same batch not replayed"));
         const uint64_t end = session.layout_digest();
         int64_t next = e + 1;
         if (have_end && end == last_end) {
           while (next < c.epochs && train.image_size(next) == train.image_size(e) &&
                  (!val || val->image_size(next) == val->image_size(e)))
             ++next;
+          unrepeated = 0;
+        } else if (++unrepeated >= kMaxEpochsWithoutRepeat && next < c.epochs) {
+          // An epoch order that never repeats (--batch-memory's shuffled buckets): the rest is not replayed.
+          plan.exact = false;
+          plan.notes.push_back(str_cat("epochs ", next + 1, "-", c.epochs, " not replayed: the block map did not repeat "
+                                       "within ", kMaxEpochsWithoutRepeat, " epochs; the figures are those of epochs ",
+                                       e + 2 - kMaxEpochsWithoutRepeat, "-", e + 1, ", not a bound of the rest"));
+          break;
         }
         if (next > e + 1) plan.notes.push_back(str_cat("epochs ", e + 2, "-", next, " repeat epoch ", e + 1));
         last_end = end;

@@ -24,7 +24,9 @@ const PhasePlan* RunPlan::phase(const std::string& name) const {
 
 std::string RunPlan::text() const {
   if (!planned) return "memory plan: none (" + why_not + ")\n";
-  std::string out = "memory plan (" + device + ", meta-device replay of the run's steps):\n";
+  std::string out = "memory plan (" + device + ", the run replayed on the meta device: " +
+                    std::to_string(steps_replayed) + " steps of " + std::to_string(epochs_replayed) + " epochs" +
+                    (exact ? "" : "; NOT exact, see below") + "):\n";
   for (const PhasePlan& p : phases) {
     char line[256];
     std::snprintf(line, sizeof line, "  %-36s peak allocated %10s  reserved %10s\n", p.name.c_str(),
@@ -46,6 +48,11 @@ nlohmann::json RunPlan::to_json() const {
   }
   j["peak_allocated"] = peak_allocated;
   j["peak_reserved"] = peak_reserved;
+  j["exact"] = exact;
+  j["steps_replayed"] = steps_replayed;
+  j["epochs_replayed"] = epochs_replayed;
+  j["notes"] = notes;
+  if (!oom_where.empty()) j["out_of_memory_at"] = oom_where;
   j["phases"] = nlohmann::json::array();
   for (const PhasePlan& p : phases)
     j["phases"].push_back({{"name", p.name}, {"batch", p.batch}, {"image_size", p.image_size},

@@ -31,6 +31,8 @@ struct RunPlan {
   int64_t peak_allocated = 0, peak_reserved = 0;  // the whole run's (the largest over the phases)
   int64_t budget = 0;        // the device's memory budget (bytes)
   int64_t steps_replayed = 0, epochs_replayed = 0;  // what the replay ran (the rest repeats it)
+  // false: some epochs were not replayed because the block map never repeated (notes say which)
+  bool exact = true;
   std::vector<std::string> notes;  // "epochs 3-10 repeat epoch 2", policy assumptions, ...
   // An out-of-memory in the replay: where ("epoch 1, step 3 (batch 16 x 64 px)") and the allocator's account.
   std::string oom_where, oom_message;
