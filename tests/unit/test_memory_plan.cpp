@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -168,4 +169,23 @@ TEST_CASE("memory plan: a short last batch too small for batch norm is found at 
   CHECK_FALSE(contains(r.output, "epoch 1/1"));  // nothing trained
   const CliRun ok = run_kiln(args + " --drop-last");
   CHECK_MESSAGE(ok.status == 0, ok.output);
+}
+
+TEST_CASE("memory plan: --recompute auto under a budget just below the plain run's need picks segments, and is exact") {
+  const std::string out = cli_temp_dir("plan_auto");
+  fs::remove_all(out);
+  const std::string args = "train --model resnet18_small --data " + images() + " --image-size 16 --epochs 2 "
+                           "--batch 6 --threads 1 --device cpu --out " + out;
+  const CliRun plain = run_kiln(args + " --dry-run --json");
+  REQUIRE_MESSAGE(plain.status == 0, plain.output);
+  const int64_t need = nlohmann::json::parse(plain.output.substr(plain.output.find('{')))["peak_reserved"];
+  const CliRun r = run_kiln(args + " --recompute auto --device-memory " + std::to_string(need - 1));
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.output, m, std::regex("checkpoint auto: ([0-9]+) segments")));
+  CHECK(std::stoi(m[1]) >= 2);  // plain training does not fit, so auto recomputes
+  const nlohmann::json run = last_ledger_line(out + "/runs.jsonl");
+  CHECK(run["peak_allocated"] == run["plan"]["peak_allocated"]);
+  CHECK(run["peak_reserved"] == run["plan"]["peak_reserved"]);
+  CHECK(run["peak_reserved"].get<int64_t>() <= need - 1);
 }
