@@ -12,6 +12,8 @@
 namespace kiln::optim {
 namespace {
 
+constexpr double kF16Max = 65504.0;  // the largest finite f16 value
+
 std::vector<Tensor> params_of(Optimizer& opt) {
   std::vector<Tensor> ps;
   for (const ParamGroup& g : opt.param_groups())
@@ -41,6 +43,20 @@ Tensor LossScaler::scale(const Tensor& loss) {
   KILN_CHECK(loss.defined() && is_floating(loss.dtype()), "LossScaler.scale: expected a floating loss tensor");
   KILN_CHECK(loss.device() == device_, "LossScaler.scale: loss on ", loss.device().str(), ", scaler on ",
              device_.str());
+  // An f16 loss cannot carry a scale above f16's largest value (65504): the default 2^16 would
+  // turn it into inf and skip every step until the back-offs brought it down. The scale backs off
+  // here instead, by the same factor a skipped step applies, before anything is scaled (device
+  // and host mirror together: fills, no read). A bf16 or f32 loss carries any f32 scale.
+  if (loss.dtype() == DType::f16 && scale_host_ > kF16Max) {
+    double s = scale_host_;
+    while (s > kF16Max) s = (double)(float)(s * o_.backoff_factor);
+    NoGradGuard ng;
+    fill_(scale_, s);
+    fill_(tracker_, 0.0);
+    scale_host_ = s;
+    tracker_host_ = 0;
+    ++f16_backoffs_;
+  }
   Tensor s = loss.dtype() == DType::f32 ? scale_ : to_dtype(scale_, loss.dtype());
   return mul(loss, s);
 }

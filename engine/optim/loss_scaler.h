@@ -36,7 +36,9 @@ class LossScaler {
  public:
   explicit LossScaler(const LossScalerOptions& o = {}, Device device = Device::cpu());
 
-  // loss * scale (differentiable; loss must be floating, on the scaler's device).
+  // loss * scale (differentiable; loss must be floating, on the scaler's device). An f16 loss
+  // first backs the scale off (backoff_factor, as a skipped step would) until it is at most 65504,
+  // f16's largest value, so the scaled loss stays finite; no step is skipped for it.
   Tensor scale(const Tensor& loss);
   // Divides every defined gradient of `params` by the scale in place and records whether any
   // holds an inf or NaN (on the device, no synchronization). At most once per step; a second call
@@ -62,6 +64,7 @@ class LossScaler {
   int64_t growth_tracker() const { return tracker_host_; }   // consecutive clean steps
   bool last_step_skipped() const { return last_skipped_; }
   int64_t host_syncs() const { return syncs_; }              // found_inf reads so far (tests)
+  int64_t f16_backoffs() const { return f16_backoffs_; }     // scale() backed off for an f16 loss
   // Restores a saved state (training checkpoints): scale, consecutive clean steps and skipped
   // steps, on the device and in the host mirror. Throws kiln::Error for a non-positive or
   // non-finite scale or negative counters; a no-op when disabled.
@@ -78,7 +81,7 @@ class LossScaler {
   Device device_;
   Tensor scale_, tracker_, found_inf_;  // device state
   double scale_host_ = 1.0;
-  int64_t tracker_host_ = 0, skipped_ = 0, syncs_ = 0;
+  int64_t tracker_host_ = 0, skipped_ = 0, syncs_ = 0, f16_backoffs_ = 0;
   bool unscaled_ = false, found_read_ = false, found_host_ = false, last_skipped_ = false;
 };
 

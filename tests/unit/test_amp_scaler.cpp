@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <tuple>
+#include <vector>
 
 #include "engine/core/generator.h"
 #include "engine/nn/layers.h"
@@ -229,4 +231,47 @@ TEST_CASE("amp: gradients that underflow in f16 survive with loss scaling") {
     CHECK(err_scaled < 1e-2);  // survives
   }
   CHECK(scaler.found_inf_tensor().item() == 0.0);
+}
+
+TEST_CASE("LossScaler: an f16 loss backs the scale off to at most 65504 instead of skipping steps") {
+  // The same MLP step twice: (a) the loss cast to f16 under the default scale 2^16 (65536 is inf
+  // in f16: before the back-off every first step was skipped), (b) the f32 loss under 2^15, the
+  // scale (a) backs off to. Scaling by a power of two is exact, so the steps agree bit for bit.
+  auto run = [](bool f16_loss, double init_scale, int64_t growth_interval) {
+    Problem p = make_problem(7);
+    LossScalerOptions o;
+    o.init_scale = init_scale;
+    o.growth_interval = growth_interval;
+    LossScaler s(o);
+    SGD opt(p.model->named_parameters(), SGDOptions{0.1});
+    std::vector<bool> stepped;
+    std::vector<double> scales;
+    for (int k = 0; k < 3; ++k) {
+      p.model->zero_grad();
+      Tensor loss = amp_loss(p);
+      if (f16_loss) loss = to_dtype(loss, DType::f16);
+      s.scale(loss).backward();
+      stepped.push_back(s.step(opt));
+      s.update();
+      scales.push_back(s.current_scale());
+    }
+    return std::make_tuple(snapshot(*p.model), stepped, scales, s.skipped_steps(), s.f16_backoffs(),
+                           s.scale_tensor().item());
+  };
+  auto [w16, stepped16, scales16, skipped16, backoffs16, dev16] = run(true, 65536.0, 2000);
+  auto [w32, stepped32, scales32, skipped32, backoffs32, dev32] = run(false, 32768.0, 2000);
+  CHECK(stepped16 == std::vector<bool>{true, true, true});
+  CHECK(skipped16 == 0);
+  CHECK(backoffs16 == 1);  // once: the scale then stays at 2^15
+  CHECK(scales16 == std::vector<double>{32768.0, 32768.0, 32768.0});
+  CHECK(dev16 == 32768.0);  // the device scale agrees with the host mirror
+  CHECK(backoffs32 == 0);
+  CHECK(same(w16, w32));
+  // Growth past 65504 (every step here) is backed off again at the next f16 scale(): no step is skipped.
+  auto [wg, steppedg, scalesg, skippedg, backoffsg, devg] = run(true, 65536.0, 1);
+  CHECK(steppedg == std::vector<bool>{true, true, true});
+  CHECK(skippedg == 0);
+  CHECK(backoffsg == 3);
+  CHECK(scalesg == std::vector<double>{65536.0, 65536.0, 65536.0});  // grown by update(), after the step
+  CHECK(devg == 65536.0);
 }
