@@ -129,13 +129,16 @@ Tensor gradient_sum(const std::vector<Tensor>& params) {
 // The step's one host read: the loss (and metric) sums with the scaler's found_inf under amp or the
 // gradient sum without it; the sums over the ranks. Built on meta too (the memory prediction allocates the
 // same); read only off meta (empty on meta).
-std::vector<double> read_back(const Tensor& sums, const Tensor& grad_total, optim::LossScaler& scaler,
-                              const StepOptions& o, bool meta) {
+std::vector<double> read_back(const Tensor& sums, const Tensor& grad_norm, const Tensor& grad_total,
+                              optim::LossScaler& scaler, const StepOptions& o, bool meta) {
   Tensor readback = sums;
   {
     NoGradGuard no_grad;
-    if (scaler.enabled()) readback = cat({sums, reshape(to_dtype(scaler.found_inf_tensor(), DType::f64), {1})});
-    else if (grad_total.defined()) readback = cat({sums, grad_total});
+    std::vector<Tensor> parts{sums};
+    if (grad_norm.defined()) parts.push_back(reshape(grad_norm, {1}));
+    if (scaler.enabled()) parts.push_back(reshape(to_dtype(scaler.found_inf_tensor(), DType::f64), {1}));
+    else if (grad_total.defined()) parts.push_back(grad_total);
+    if (parts.size() > 1) readback = cat(parts);
   }
   if (meta) return {};
   std::vector<double> v = to_device(readback, Device::cpu()).to_vector<double>();
@@ -227,9 +230,10 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, optim::Los
       if (params[i].grad().defined()) o.hooks.on_grad_ready(i, params[i]);
   const Tensor grad_total = !scaler.enabled() && o.check_finite ? gradient_sum(params) : Tensor();
   if (scaler.enabled()) scaler.unscale_(params);  // found_inf is then final and joins the one read
-  if (o.clip > 0) r.grad_norm = optim::clip_grad_norm(params, o.clip);
-  const std::vector<double> v = read_back(sums, grad_total, scaler, o, meta);
+  const Tensor grad_norm = o.clip > 0 ? optim::clip_grad_norm_on_device(params, o.clip) : Tensor();
+  const std::vector<double> v = read_back(sums, grad_norm, grad_total, scaler, o, meta);
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (o.clip > 0) r.grad_norm = meta ? nan : grad_norm.defined() ? v[sums.numel()] : 0.0;
   r.loss = meta ? nan : v[0] / (double)p.used;
   r.metric = meta || !o.metric ? nan : v[1];
   r.metric_total = meta || !o.metric_total ? nan : v[o.metric ? 2 : 1];

@@ -122,13 +122,15 @@ std::unique_ptr<DataSource> sixteen_samples() {
 
 struct FitRun {
   std::vector<HostSyncCounts> per_step;  // from before_step to on_step_end
+  std::vector<double> grad_norms;        // StepResult::grad_norm of each step (with clip)
+  std::vector<float> weights;            // every parameter after the run
   double train_loss = 0, train_acc = 0;
   double ref_loss = 0, ref_acc = 0;      // from per-micro-batch host reads (reference only)
 };
 
 // Two steps of 8 samples in `accum` micro-batches; `reference` adds a hook that reads each
 // micro-batch's loss and correct count on the host (so its run's counts are not meaningful).
-FitRun fit_run(bool amp, int64_t accum, bool reference) {
+FitRun fit_run(bool amp, int64_t accum, bool reference, double clip = 0) {
   manual_seed(5);
   auto src = sixteen_samples();
   nn::ModulePtr model = models::make_model("small_cnn", 3, 1, 8);
@@ -144,9 +146,13 @@ FitRun fit_run(bool amp, int64_t accum, bool reference) {
   fo.batch = 8;
   fo.step.accum = accum;
   fo.step.autocast = amp;
+  fo.step.clip = clip;
   std::optional<HostSyncScope> scope;
   fo.callbacks.before_step = [&](const train::FitStep&) { scope.emplace(); };
-  fo.callbacks.on_step_end = [&](const train::FitStep&) { r.per_step.push_back(scope->counts()); };
+  fo.callbacks.on_step_end = [&](const train::FitStep& s) {
+    r.per_step.push_back(scope->counts());
+    r.grad_norms.push_back(s.result->grad_norm);
+  };
   fo.callbacks.on_epoch_end = [&](train::EpochStats& es) {
     r.train_loss = es.train_loss;
     r.train_acc = es.train_acc;
@@ -158,6 +164,8 @@ FitRun fit_run(bool amp, int64_t accum, bool reference) {
       ref_seen += b.size;
     };
   train::fit(*model, opt, scaler, *src, nullptr, fo);
+  for (const Tensor& p : model->parameters())
+    for (float v : p.to_vector<float>()) r.weights.push_back(v);
   if (reference) {
     r.ref_loss = ref_loss / (double)ref_seen;
     r.ref_acc = (double)ref_correct / (double)ref_seen;
@@ -188,5 +196,26 @@ TEST_CASE("host syncs: a whole fit step reads back once (loss, correct count and
       CHECK(run.train_acc == ref.train_acc);
       CHECK(run.train_loss == ref.train_loss);
     }
+  }
+}
+
+TEST_CASE("host syncs: gradient clipping adds no read, the norm comes back in the step's one read") {
+  // clip 0.05 clips these steps' gradients (their norms are larger); clip 1e9 leaves them as they are.
+  for (bool amp : {false, true}) {
+    CAPTURE(amp);
+    const FitRun plain = fit_run(amp, 1, false);
+    const FitRun loose = fit_run(amp, 1, false, 1e9);
+    const FitRun tight = fit_run(amp, 1, false, 0.05);
+    REQUIRE(tight.per_step.size() == 2);
+    for (const FitRun* run : {&loose, &tight})
+      for (const HostSyncCounts& c : run->per_step) {
+        CHECK(c.device_syncs == 0);
+        CHECK(c.host_reads == 1);  // the norm's own read made it 2
+      }
+    for (double n : tight.grad_norms) CHECK(n > 0.05);  // the case clips
+    CHECK(std::isfinite(loose.grad_norms[0]));
+    CHECK(loose.grad_norms[0] == tight.grad_norms[0]);  // the first step's norm: before clipping, same weights
+    CHECK(loose.weights == plain.weights);              // under the limit: gradients multiplied by exactly 1
+    CHECK(tight.weights != plain.weights);
   }
 }
