@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,11 @@ namespace {
 const char* kMarker = ".kiln_export";
 const char* const kClasses[] = {"background", "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                 "Sandal",     "Shirt",       "Sneaker", "Bag",      "Ankle boot", nullptr};
+const char* const kShapeClasses[] = {"background", "top", "trouser", "footwear", "bag", nullptr};
+// Fashion-MNIST label -> shape group (0-based): T-shirt/top, Trouser, Pullover, Dress, Coat, Sandal, Shirt,
+// Sneaker, Bag, Ankle boot.
+constexpr int kShapeOf[10] = {0, 1, 0, 0, 0, 2, 0, 2, 3, 2};
+constexpr int kShapeGroups = 4;
 
 struct SplitMix {
   uint64_t s;
@@ -36,6 +42,7 @@ struct SplitMix {
 struct Items {  // u8 28x28 images and their labels
   HostArray images, labels;
   int64_t n = 0;
+  std::vector<int64_t> of_shape[kShapeGroups];  // the items of each shape group, in index order
 };
 
 Items load_items(const std::string& images, const std::string& labels, const std::string& folder) {
@@ -52,9 +59,11 @@ Items load_items(const std::string& images, const std::string& labels, const std
              "export-images --segmentation: ", labels, ": expected one u8 label per image");
   it.n = it.images.shape[0];
   KILN_CHECK(it.n > 0, "export-images --segmentation: ", images, " holds no images");
-  for (int64_t i = 0; i < it.n; ++i)
+  for (int64_t i = 0; i < it.n; ++i) {
     KILN_CHECK(it.labels.data<uint8_t>()[i] < 10, "export-images --segmentation: ", labels, ": label ",
                (int)it.labels.data<uint8_t>()[i], " at ", i, " (Fashion-MNIST has 10)");
+    it.of_shape[kShapeOf[it.labels.data<uint8_t>()[i]]].push_back(i);
+  }
   return it;
 }
 
@@ -69,9 +78,18 @@ void make_sample(const Items& items, const ExportSegmentationOptions& o, uint64_
   mask->px.assign((size_t)S * S, 0);
   for (uint8_t& p : img->px) p = (uint8_t)(r.next() & 15);  // background noise 0..15
   const int k = o.min_items + (int)r.below(o.max_items - o.min_items + 1);
+  const bool shapes = o.classes == "shapes";
   for (int j = 0; j < k; ++j) {
-    const int64_t i = r.below(items.n);
-    const uint8_t cls = (uint8_t)(items.labels.data<uint8_t>()[i] + 1);
+    int64_t i;
+    if (shapes) {  // a group first, uniformly, then one of its items
+      const std::vector<int64_t>& g = items.of_shape[r.below(kShapeGroups)];
+      KILN_CHECK(!g.empty(), "export-images --segmentation --classes shapes: the data holds no item of a group");
+      i = g[(size_t)r.below((int64_t)g.size())];
+    } else {
+      i = r.below(items.n);
+    }
+    const int label = items.labels.data<uint8_t>()[i];
+    const uint8_t cls = (uint8_t)((shapes ? kShapeOf[label] : label) + 1);
     const uint8_t* src = items.images.data<uint8_t>() + i * 28 * 28;
     const int x0 = (int)r.below(S - 28 + 1), y0 = (int)r.below(S - 28 + 1);
     for (int y = 0; y < 28; ++y)
@@ -93,13 +111,15 @@ nlohmann::json request_of(const ExportSegmentationOptions& o) {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& e : fs::directory_iterator(o.data, ec))
     if (e.is_regular_file(ec)) files[e.path().filename().string()] = (int64_t)e.file_size(ec);
-  return {{"kind", "segmentation"},
+  nlohmann::json req = {{"kind", "segmentation"},
           {"data", {{"path", fs::weakly_canonical(fs::absolute(o.data), ec).string()}, {"files", files}}},
           {"seed", o.seed},
           {"count", o.count},
           {"canvas", o.canvas},
           {"items", {o.min_items, o.max_items}},
           {"threshold", o.threshold}};
+  if (o.classes != "items") req["classes"] = o.classes;  // absent for items: earlier exports stay valid
+  return req;
 }
 
 std::string differences(const nlohmann::json& had, const nlohmann::json& asked) {
@@ -108,6 +128,8 @@ std::string differences(const nlohmann::json& had, const nlohmann::json& asked) 
     if (!had.contains(it.key()) || had[it.key()] != it.value())
       d += (d.empty() ? "" : ", ") + it.key() + (had.contains(it.key()) ? " " + had[it.key()].dump() + " there, " : " (none there), ") +
            it.value().dump() + " asked";
+  for (auto it = had.begin(); it != had.end(); ++it)  // a setting there that this request leaves at its default
+    if (!asked.contains(it.key())) d += (d.empty() ? "" : ", ") + it.key() + " " + it.value().dump() + " there, default asked";
   if (d.size() > 400) d = d.substr(0, 400) + "...";
   return d;
 }
@@ -159,7 +181,9 @@ int64_t write_split(const Items& items, const ExportSegmentationOptions& o, cons
 
 }  // namespace
 
-const char* const* fashion_mnist_segmentation_classes() { return kClasses; }
+const char* const* fashion_mnist_segmentation_classes(const std::string& classes) {
+  return classes == "shapes" ? kShapeClasses : kClasses;
+}
 
 ExportSegmentationResult export_segmentation(const ExportSegmentationOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -172,6 +196,8 @@ ExportSegmentationResult export_segmentation(const ExportSegmentationOptions& o)
              "export-images --segmentation: items per canvas must satisfy 1 <= min <= max <= 64, got ", o.min_items,
              "..", o.max_items);
   KILN_CHECK(o.threshold >= 0 && o.threshold < 255, "export-images --segmentation: threshold must be 0..254");
+  KILN_CHECK(o.classes == "items" || o.classes == "shapes", "export-images --segmentation: --classes must be items "
+             "or shapes, got '", o.classes, "'");
   std::error_code ec;
   KILN_CHECK(fs::is_directory(o.data, ec), "export-images --segmentation: --data ", o.data,
              " is not a folder (apt install dataset-fashion-mnist, or --data FOLDER with the IDX files)");
@@ -210,10 +236,12 @@ ExportSegmentationResult export_segmentation(const ExportSegmentationOptions& o)
   r.train = write_split(train, o, "train", o.count, 0x7472616e);
   r.val = write_split(test, o, "val", std::max<int64_t>(1, o.count / 5), 0x76616c);
   std::string names;
-  for (const char* const* c = kClasses; *c; ++c) names += std::string(*c) + "\n";
+  int64_t n_classes = 0;
+  for (const char* const* c = fashion_mnist_segmentation_classes(o.classes); *c; ++c, ++n_classes)
+    names += std::string(*c) + "\n";
   atomic_write_file((out / "classes.txt").string(), names.data(), names.size());
   const nlohmann::json mj = {{"kiln_export", 1}, {"request", asked}, {"train", r.train}, {"val", r.val},
-                             {"classes", 11}};
+                             {"classes", n_classes}};
   const std::string marker = mj.dump(1) + "\n";
   atomic_write_file((out / kMarker).string(), marker.data(), marker.size());
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -8,7 +8,11 @@
 // threshold). Images and masks are 8-bit gray PNGs (lossless: JPEG would smear the edges the
 // masks mark); train/ takes items from the IDX train split, val/ from t10k, so validation items
 // are unseen. Layout: OUT/{train,val}/{images,masks}/NNNNNN.png, OUT/classes.txt (background + the
-// 10 Fashion-MNIST names), OUT/.kiln_export (JSON, written last: what was asked). Deterministic for
+// 10 Fashion-MNIST names), OUT/.kiln_export (JSON, written last: what was asked). With classes = "shapes"
+// the ten items are grouped by outline into 4 classes a small UNet can tell apart at 64 px (top: T-shirt,
+// pullover, dress, coat, shirt; trouser; footwear: sandal, sneaker, ankle boot; bag), and each pasted
+// item's group is drawn uniformly first (then an item of it), so the four are equally common; the mask is
+// group + 1. Deterministic for
 // a seed. Like export-images: the same request again does nothing; another request replaces an
 // export that holds only kiln's own files; a folder with anything else in it is refused (--force
 // writes anyway). Must not train.
@@ -27,6 +31,7 @@ struct ExportSegmentationOptions {
   int canvas = 64;       // side of the square canvas, >= 28
   int min_items = 2, max_items = 4;
   int threshold = 48;    // ink: item pixel > threshold
+  std::string classes = "items";  // "items": 10 classes + background; "shapes": 4 outline groups + background
   bool force = false;
   // Called every few hundred samples and at the end of each split: (split, done, total).
   std::function<void(const std::string&, int64_t, int64_t)> progress;
@@ -41,7 +46,8 @@ struct ExportSegmentationResult {
 
 ExportSegmentationResult export_segmentation(const ExportSegmentationOptions& o);
 
-// The 11 class names written to classes.txt: "background", then Fashion-MNIST's 10 in label order.
-const char* const* fashion_mnist_segmentation_classes();
+// The class names written to classes.txt for classes "items" (11: "background", then Fashion-MNIST's 10 in
+// label order) or "shapes" (5: "background", "top", "trouser", "footwear", "bag"); nullptr-terminated.
+const char* const* fashion_mnist_segmentation_classes(const std::string& classes = "items");
 
 }  // namespace kiln

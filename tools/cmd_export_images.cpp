@@ -28,6 +28,11 @@ CLI::App* add_export_images_command(CLI::App& app, ExportImagesCommand& c) {
                 "OUT/classes.txt");
   e->add_option("--count", s.count, "--segmentation: training samples (val gets count / 5)")->capture_default_str();
   e->add_option("--canvas", s.canvas, "--segmentation: canvas side in pixels (>= 28)")->capture_default_str();
+  e->add_option("--classes", s.classes,
+                "--segmentation: items (background + Fashion-MNIST's 10 classes) or shapes (background + 4 outline "
+                "groups: top, trouser, footwear, bag; each group equally common)")
+      ->check(CLI::IsMember({"items", "shapes"}))
+      ->capture_default_str();
   e->add_option("--seed", s.seed, "--segmentation: placement and choice of the items")->capture_default_str();
   return e;
 }
@@ -52,9 +57,11 @@ int run_export_images_command(ExportImagesCommand& c) {
     if (!r.replaced.empty())
       std::printf("export-images: %s held a segmentation export of other settings (%s); exported again\n",
                   s.out.c_str(), r.replaced.c_str());
-    std::printf("export-images: %lld train + %lld val segmentation samples (%dx%d gray PNG, 11 classes: background + "
-                "Fashion-MNIST's 10) -> %s (%.1f s)\n",
-                (long long)r.train, (long long)r.val, s.canvas, s.canvas, s.out.c_str(), r.seconds);
+    std::printf("export-images: %lld train + %lld val segmentation samples (%dx%d gray PNG, %s) -> %s (%.1f s)\n",
+                (long long)r.train, (long long)r.val, s.canvas, s.canvas,
+                s.classes == "shapes" ? "5 classes: background + top, trouser, footwear, bag"
+                                      : "11 classes: background + Fashion-MNIST's 10",
+                s.out.c_str(), r.seconds);
     return 0;
   }
   if (o.data.empty() || o.out.empty())

@@ -158,3 +158,51 @@ TEST_CASE("cli export-images --segmentation: writes, skips, refuses a user folde
   CHECK(run_kiln(base + t / "seg2 --out " + t / "o").status == 2);
   CHECK(run_kiln("export-images --count 3").status == 2);
 }
+
+TEST_CASE("export segmentation: --classes shapes masks each item by its outline group, the four equally common") {
+  TempDir t;
+  write_fake_fmnist(t / "fm", "train", 40);  // labels 0..9, four of each
+  write_fake_fmnist(t / "fm", "t10k", 10);
+  ExportSegmentationOptions o;
+  o.data = t / "fm";
+  o.count = 200;
+  o.canvas = 28;  // one item per canvas, covering it: the mask holds one group
+  o.min_items = o.max_items = 1;
+  o.classes = "shapes";
+  o.out = t / "s";
+  export_segmentation(o);
+  CHECK(slurp(t / "s/classes.txt") == "background\ntop\ntrouser\nfootwear\nbag\n");
+  int per_group[5] = {0, 0, 0, 0, 0};
+  for (const auto& e : fs::directory_iterator(t / "s/train/masks")) {
+    const Image m = read_png_mask(e.path().string());
+    int group = 0;
+    for (uint8_t v : m.px) {
+      REQUIRE(v <= 4);
+      if (v) {
+        REQUIRE((group == 0 || group == v));
+        group = v;
+      }
+    }
+    REQUIRE(group > 0);
+    ++per_group[group];
+  }
+  // Drawn by item, "top" (5 of the 10 labels) would take half; drawn by group each takes about 50.
+  for (int g = 1; g <= 4; ++g) {
+    CHECK(per_group[g] >= 30);
+    CHECK(per_group[g] <= 70);
+  }
+  SegmentationDataOptions so;
+  so.data = t / "s";
+  so.image.image_size = "28";
+  so.image.workers = 1;
+  TrainData d = open_segmentation_train_data(so, Device::cpu());
+  CHECK(d.num_classes == 5);
+  CHECK(d.classes.at(3) == "footwear");
+  // The items export of the same folder is another request: it replaces the shapes export.
+  o.classes = "items";
+  const ExportSegmentationResult r = export_segmentation(o);
+  CHECK_FALSE(r.skipped);
+  CHECK(r.replaced.find("classes") != std::string::npos);
+  o.classes = "outlines";
+  CHECK_THROWS_WITH_AS(export_segmentation(o), doctest::Contains("--classes must be items or shapes"), Error);
+}
