@@ -215,10 +215,13 @@ int main(int argc, char** argv) {
                       "classes and preprocessing")
       ->required()
       ->check(CLI::ExistingFile);
-  predict->add_option("--data", pc.data,
+  predict->add_option("--data", pc.inputs,
                       "IDX folder (its t10k split), x.npy + y.npy, an image folder (its val/ or test/ split when it "
-                      "has one; classes matched to the model's by name) or a CSV list")
-      ->required();
+                      "has one; classes matched to the model's by name) or a CSV list (path,label); images without "
+                      "labels: a flat folder of images, one or more image files or glob patterns ('imgs/*.jpg'), or "
+                      "a CSV of paths only (they write path,class,score and the top-5 classes, and no accuracy)")
+      ->required()
+      ->expected(1, -1);
   predict->add_option("--out", pc.out, "CSV file to write (--task segment: a folder for mask and overlay PNGs)")
       ->required();
   predict->add_option("--task", pc.task,
@@ -303,6 +306,7 @@ int main(int argc, char** argv) {
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
       usage_checks([&] { kiln_cli::finish_image_options(pc.image); });
+      pc.data = pc.inputs.front();
       for (const char* name : {"image-size", "resize", "crop", "normalize", "channels"})
         if (predict->get_option(std::string("--") + name)->count() > 0) pc.given.insert(name);
       kiln::run_predict(pc, std::cout);

@@ -71,6 +71,8 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
     KILN_CHECK(fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out, ": cannot create the folder (",
                ec.message(), ")");
   }
+  KILN_CHECK(c.inputs.size() <= 1, "predict --task segment: --data takes one folder or CSV, got ", c.inputs.size(),
+             " inputs");
   std::unique_ptr<DataSource> src = open_segment_predict_data(c.data, image, device);
   DataSource& data = *src;
   KILN_CHECK(data.size() > 0, "predict: ", c.data, " holds no images");

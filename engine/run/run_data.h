@@ -36,8 +36,9 @@ std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, c
 // the val/ or test/ split of a folder with splits (else the whole folder, or the CSV), with the
 // eval transform (opt.normalize must not be auto: predict never measures its data).
 // idx_mean_std (optional): an IDX folder's normalization (mean, std), the weights' training values.
-std::unique_ptr<DataSource> open_predict_data(const std::string& path, const ImageOptions& opt, Device device,
-                                              const double* idx_mean_std = nullptr);
+// Several inputs, an image file, a glob or a flat folder: images without labels (data/image_source.h).
+std::unique_ptr<DataSource> open_predict_data(const std::vector<std::string>& inputs, const ImageOptions& opt,
+                                              Device device, const double* idx_mean_std = nullptr);
 
 // Prints bad-sample reports not yet printed ("data: skipped bad sample PATH: REASON").
 // "data: skipped bad sample PATH: REASON" for the bad samples met since the last call, each after `prefix`
