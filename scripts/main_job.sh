@@ -36,8 +36,9 @@ build/kiln export-images --segmentation "$SEG" --data "$DATA"
 build/kiln train --task segment --model unet_small --data "$SEG" --channels 1 --epochs 2 --batch 16 \
   --optimizer adamw --lr 5e-3 --schedule cosine --threads "$T" --workers 1 \
   --out runs/fmnist-seg --save runs/fmnist-seg/unet_small.safetensors
+# --force: a re-run overwrites the previous run's masks (predict refuses an existing output file without it).
 build/kiln predict --weights runs/fmnist-seg/unet_small.safetensors --data "$SEG/val" --threads "$T" \
-  --out runs/fmnist-seg/predictions
+  --out runs/fmnist-seg/predictions --force
 echo "main job done: weights in runs/fmnist/small_cnn.safetensors, the runs' records in runs/fmnist/runs.jsonl," \
   "the training report in runs/fmnist/report.html, the test split's predictions in runs/fmnist/predictions.csv;" \
   "segmentation: runs/fmnist-seg (unet_small.safetensors, runs.jsonl, predictions/*_mask.png and *_overlay.png)"

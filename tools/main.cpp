@@ -226,7 +226,9 @@ int main(int argc, char** argv) {
       ->required();
   predict->add_option("--task", pc.task,
                       "classify or segment (default: the weights' task; segment writes <stem>_mask.png, "
-                      "<stem>_overlay.png and summary.json into --out)")
+                      "<stem>_overlay.png and summary.json into --out, <stem> the image's path relative to the folder "
+                      "holding every image, without its extension; segment scores against the masks of an npy mask "
+                      "folder only)")
       ->check(CLI::IsMember({"classify", "segment"}));
   predict->add_flag("--ignore-background", pc.ignore_background,
                     "--task segment with masks in the data: class 0 left out of the summary's mean IoU and Dice");
@@ -240,7 +242,8 @@ int main(int argc, char** argv) {
   kiln_cli::add_image_options(predict, pc.image, false);
   predict->add_flag("--force", pc.force,
                     "use the given --image-size/--resize/--crop/--normalize/--channels/--model/--num-classes even "
-                    "where they contradict what the weights were trained with");
+                    "where they contradict what the weights were trained with; --task segment: overwrite mask, overlay "
+                    "and summary files that --out already holds (refused without it)");
   kiln::DataReportOptions dc;
   CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
   kiln_cli::ExportImagesCommand ec;

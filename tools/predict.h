@@ -38,7 +38,7 @@ struct PredictConfig {
   // The image options the caller set ("image-size", "resize", "crop", "normalize", "channels");
   // the others come from the weights file.
   std::set<std::string> given;
-  bool force = false;       // given options that contradict the weights' preprocessing win
+  bool force = false;       // given options that contradict the weights' preprocessing win; segment: overwrite
 };
 
 struct PredictResult {
