@@ -17,6 +17,7 @@
 #include "engine/train/train_state.h"
 #include "models/model_file.h"
 #include "tools/predict_segment.h"
+#include "tools/trained_size.h"
 #include "engine/run/run_model.h"
 #include "engine/run/run_data.h"
 
@@ -78,7 +79,7 @@ std::vector<std::string> differences(const PredictConfig& c, const ModelCard& ca
   int64_t size = p.image_size;
   if (given("image-size") && p.image_size > 0) {
     size = ImageSizeSchedule::parse(c.image.image_size).final_size();
-    if (size != p.image_size) d.push_back(str_cat("--image-size ", c.image.image_size, " (trained at ", p.image_size, ")"));
+    if (size != p.image_size) d.push_back(kiln_cli::image_size_difference(c.image.image_size, p.image_size));
   }
   if (given("channels") && p.channels > 0 && c.image.channels != p.channels)
     d.push_back(str_cat("--channels ", c.image.channels, " (trained with ", p.channels, ")"));
@@ -160,12 +161,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
 
   // ---- the flags against the card ----
   const std::vector<std::string> diffs = differences(c, card);
-  if (!diffs.empty() && !c.force) {
-    std::string list;
-    for (const std::string& d : diffs) list += (list.empty() ? "" : "; ") + d;
-    throw Error(str_cat("predict: ", c.weights, " was trained otherwise: ", list,
-                        " (leave these flags out to predict as trained, or pass --force to use yours)"));
-  }
+  KILN_CHECK(diffs.empty() || c.force, "predict: ", kiln_cli::trained_otherwise(c.weights, diffs));
   for (const std::string& d : diffs) log << "predict: --force: " << d << "\n";
   const std::string model_name = !c.model.empty() ? c.model : card.model;
   KILN_CHECK(!model_name.empty(), "predict: ", c.weights, " names no model (not written by kiln train --save); pass --model");
@@ -180,6 +176,14 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   image.channels = given("channels") ? c.image.channels : p.channels == 1 || p.channels == 3 ? (int)p.channels : 3;
   image.crop = given("crop") ? c.image.crop : !p.crop.empty() ? p.crop : "center";
   image.resize = given("resize") ? c.image.resize : (int)p.resize;
+  // --force --image-size S at another size than trained: the resize scales with it (as kiln export does).
+  if (given("image-size") && !given("resize") && p.image_size > 0 && p.resize > 0) {
+    const int64_t size = ImageSizeSchedule::parse(c.image.image_size).final_size();
+    if (size != p.image_size) {
+      image.resize = (int)kiln_cli::scaled_resize(p.resize, p.image_size, size);
+      log << "predict: --force: " << kiln_cli::scaled_resize_note(p.resize, p.image_size, size) << "\n";
+    }
+  }
   const bool auto_norm = given("normalize") && Normalization::parse(c.image.normalize).kind == Normalization::Kind::automatic;
   if (given("normalize") && !auto_norm) {
     image.normalize = c.image.normalize;

@@ -176,7 +176,9 @@ TEST_CASE("kiln export: size, channels and classes come from the weights file, m
   bad.model = "resnet18";
   CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "holds a small_cnn, not a resnet18"));
   bad = o;
-  bad.image_size = 16;  // small_cnn's fc1 depends on the size: the weights do not fit
+  bad.image_size = 16;  // another size than the weights': refused as kiln predict refuses it
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "--image-size 16 (trained at 12)"));
+  bad.force = true;  // small_cnn's fc1 depends on the size: the weights do not fit
   CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "fc1.weight"));
 
   // A weights file without kiln's metadata needs the flags.
