@@ -198,15 +198,12 @@ std::string resolve_norm(const Normalization& norm, const ImageDataset& stats_ds
     norm.values(channels, mean, std);
     return "";
   }
-  const size_t used = image_channel_stats(stats_ds, channels, size, workers, 50000, mean, std);
+  (void)size;  // the statistics are of the full-size images, whatever size the model sees
+  const size_t used = normalize_statistics(stats_ds, channels, workers, mean, std);
   KILN_CHECK(used > 0, "--normalize auto: no readable image in ", stats_ds.root);
-  std::string m, s;
-  for (int c = 0; c < channels; ++c) {
-    m += (c ? "," : "") + str_cat(std::round(mean[c] * 1e4) / 1e4);
-    s += (c ? "," : "") + str_cat(std::round(std[c] * 1e4) / 1e4);
-  }
-  return str_cat("normalize auto: --normalize ", m, ":", s, " (measured on ", used, " images of ", stats_ds.root,
-                 ")");
+  const double m[3] = {mean[0], mean[1], mean[2]}, s[3] = {std[0], std[1], std[2]};
+  return str_cat("normalize auto: --normalize ", normalize_flag_values(channels, m, s), " (measured on ", used,
+                 " images of ", stats_ds.root, ": ", kNormalizeStatisticsScope, "; kiln data prints the same)");
 }
 
 }  // namespace

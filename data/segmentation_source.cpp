@@ -368,15 +368,12 @@ TrainData open_segmentation_train_data(const SegmentationDataOptions& c, Device 
   float mean[3] = {0.f, 0.f, 0.f}, std[3] = {1.f, 1.f, 1.f};
   const Normalization norm = Normalization::parse(o.normalize);
   if (norm.kind == Normalization::Kind::automatic) {
-    const size_t used = image_channel_stats(images_of(train), o.channels, sizes.final_size(), o.workers, 50000, mean, std);
+    const size_t used = normalize_statistics(images_of(train), o.channels, o.workers, mean, std);
     KILN_CHECK(used > 0, "--normalize auto: no readable image in ", train.root);
-    std::string m, s;
-    for (int ch = 0; ch < o.channels; ++ch) {
-      m += (ch ? "," : "") + str_cat(std::round(mean[ch] * 1e4) / 1e4);
-      s += (ch ? "," : "") + str_cat(std::round(std[ch] * 1e4) / 1e4);
-    }
-    t.notes.push_back(str_cat("normalize auto: --normalize ", m, ":", s, " (measured on ", used, " images of ",
-                              train.root, ")"));
+    const double m[3] = {mean[0], mean[1], mean[2]}, sd[3] = {std[0], std[1], std[2]};
+    t.notes.push_back(str_cat("normalize auto: --normalize ", normalize_flag_values(o.channels, m, sd), " (measured on ",
+                              used, " images of ", train.root, ": ", kNormalizeStatisticsScope,
+                              "; kiln data prints the same)"));
   } else {
     norm.values(o.channels, mean, std);
   }
