@@ -10,6 +10,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/devices.h"
+#include "engine/core/percent.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/tensor_io.h"
 #include "engine/memory/tag.h"
@@ -338,11 +339,15 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   const std::string s = csv.str();
   atomic_write_file(c.out, s.data(), s.size());
   const double accuracy = scored ? (double)correct / (double)scored : 0.0;
-  log << "predict: " << n << " samples from " << data.source() << " -> " << c.out << "; accuracy "
-      << 100 * accuracy << "%";
-  if (scored < n)
-    log << " over the " << scored << " whose label is one of the model's " << num_classes << " classes ("
-        << n - scored << " have another label: predicted, not scored)";
+  log << "predict: " << n << " samples from " << data.source() << " -> " << c.out;
+  if (scored == 0) {
+    log << "; no accuracy: no sample's label is one of the model's " << num_classes << " classes";
+  } else {
+    log << "; accuracy " << percent_text(correct, scored);
+    if (scored < n)
+      log << " over the " << scored << " whose label is one of the model's " << num_classes << " classes ("
+          << n - scored << " have another label: predicted, not scored)";
+  }
   log << "\n";
   return {n, scored, accuracy};
 }

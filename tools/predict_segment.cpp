@@ -13,6 +13,7 @@
 #include "data/segmentation_overlay.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/devices.h"
+#include "engine/core/percent.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/tensor_io.h"
 #include "engine/memory/tag.h"
@@ -202,11 +203,12 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
     summary["metrics"] = {{"pixel_accuracy", number_or_null(m.pixel_accuracy)}, {"mean_iou", number_or_null(m.mean_iou)},
                           {"mean_dice", number_or_null(m.mean_dice)}, {"iou", iou}, {"dice", dice},
                           {"pixels", m.pixels}, {"ignore_background", m.ignore_background}};
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "; against the data's masks: pixel accuracy %.2f%%, mIoU %.2f%%%s, mean Dice %.4f",
-                  100 * m.pixel_accuracy, 100 * m.mean_iou, m.ignore_background ? " (no background)" : "",
-                  m.mean_dice);
-    log << buf;
+    int64_t correct = 0;
+    for (int64_t k = 0; k < num_classes; ++k) correct += m.confusion[(size_t)(k * num_classes + k)];
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", mean Dice %.4f", m.mean_dice);
+    log << "; against the data's masks: pixel accuracy " << percent_text(correct, m.pixels) << ", mIoU "
+        << percent_text(m.mean_iou) << (m.ignore_background ? " (no background)" : "") << buf;
     result.scored = m.pixels;
     result.accuracy = m.pixels > 0 ? m.pixel_accuracy : 0.0;
   }

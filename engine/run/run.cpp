@@ -10,6 +10,8 @@
 // one smaller (no sample dropped) unless drop_last.
 #include "engine/run/run.h"
 
+#include "engine/core/percent.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -441,9 +443,7 @@ void Run::State::on_step_end(const train::FitStep& fs) {
   if (o.events.on_step_end) {
     std::string status = amp->progress_text() + (batch_memory ? batch_memory->progress_text() : "");
     if (segment && fs.metric_total > 0) {  // the epoch's running pixel accuracy
-      char acc[48];
-      std::snprintf(acc, sizeof acc, "  pixel acc %.2f%%", 100.0 * (double)fs.correct / (double)fs.metric_total);
-      status += acc;
+      status += "  pixel acc " + percent_text(fs.correct, fs.metric_total);
     }
     o.events.on_step_end({&fs, status, !first_step->done()});
   }
@@ -552,10 +552,8 @@ void Run::State::finish() {
     j["final_val_miou"] = number_or_null(fin->val_segment->mean_iou);
     j["final_val_mean_dice"] = number_or_null(fin->val_segment->mean_dice);
     j["val_baseline_miou"] = number_or_null(baseline);
-    char line[160];
-    std::snprintf(line, sizeof line, "segment: val mIoU %.2f%% after epoch %lld; predicting background everywhere "
-                  "gives %.2f%%", 100 * fin->val_segment->mean_iou, (long long)fin->epoch, 100 * baseline);
-    log << line << "\n";
+    log << "segment: val mIoU " << percent_text(fin->val_segment->mean_iou) << " after epoch " << fin->epoch
+        << "; predicting background everywhere gives " << percent_text(baseline) << "\n";
   }
   j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();
