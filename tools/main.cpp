@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
   int nproc = 1;
   train->add_option("--nproc", nproc,
                     "train data-parallel with N processes on this machine: starts mpirun -n N kiln train <the other "
-                    "flags> (--batch is per process; needs a kiln built with MPI)")
+                    "flags> (--batch is per process; needs a kiln built with MPI; as root it sets OMPI_ALLOW_RUN_AS_ROOT=1 and "
+                    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 where unset, and says so)")
       ->check(kiln_cli::positive);
   kiln::add_train_memory_options(train, tc);
 
