@@ -11,6 +11,7 @@
 #include "engine/io/tensor_io.h"
 #include "models/model_file.h"
 #include "models/registry.h"
+#include "tools/shape_facts.h"
 #include "tools/trained_size.h"
 #ifdef KILN_WITH_ONNX
 #include "engine/export/onnx_export.h"
@@ -70,9 +71,27 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
   const std::string model_name = o.model.empty() ? mit->second : o.model;
   KILN_CHECK(mit == wf.metadata.end() || mit->second == model_name, "export: ", o.weights, " holds a ", mit->second,
              ", not a ", model_name);
-  const int64_t num_classes = meta_int("num_classes", o.num_classes, "--num-classes");
-  const int64_t channels = meta_int("in_channels", o.channels, "--channels");
+  // Weights saved by PyTorch carry no metadata: what the tensors' shapes give is taken from them (said in
+  // one line), and only what they do not give is asked for.
+  const ShapeFacts facts = shape_facts(wf.tensors);
+  std::string inferred;
+  auto from_shape = [&](const char* key, int64_t flag, int64_t fact, const std::string& from) {
+    if (flag > 0 || wf.metadata.count(key) || fact <= 0) return flag;
+    inferred += str_cat(inferred.empty() ? "" : ", ", key, " ", fact, " from ", from);
+    return fact;
+  };
+  const int64_t num_classes =
+      meta_int("num_classes", from_shape("num_classes", o.num_classes, facts.num_classes, facts.num_classes_from),
+               "--num-classes");
+  const int64_t channels =
+      meta_int("in_channels", from_shape("in_channels", o.channels, facts.in_channels, facts.in_channels_from),
+               "--channels");
+  KILN_CHECK(o.image_size > 0 || wf.metadata.count("image_size"), "export: ", o.weights,
+             " has no image_size metadata and no tensor's shape gives the input size",
+             inferred.empty() ? "" : str_cat(" (", inferred, ")"),
+             "; pass --image-size (torchvision's ImageNet weights: 224)");
   const int64_t size = meta_int("image_size", o.image_size, "--image-size");
+  if (!inferred.empty()) out << "export: " << o.weights << " has no kiln metadata: " << inferred << "\n";
   // Another size than the trained one: refused as kiln predict refuses it, unless --force (the resize scales).
   int64_t trained_size = 0, resize = 0;
   if (auto it = wf.metadata.find("image_size"); it != wf.metadata.end()) trained_size = std::atoll(it->second.c_str());
