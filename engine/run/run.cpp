@@ -266,8 +266,19 @@ void Run::State::open_data() {
   // What predict and export need, stored in the weights and training-state files.
   card = make_model_card(c.model, num_classes, data, c.image, train.channels(), train_size);
   card.task = c.task;
-  log << "data: " << train.source() << ", " << train.size() << " samples (" << train.channels() << "x"
-      << train_size << "x" << train_size << ")";
+  // The input shape of each epoch: one shape, or the sizes a progressive schedule feeds epoch by epoch.
+  std::string shapes;
+  for (int64_t e = 0; e < c.epochs;) {
+    const int64_t size = train.image_size(e);
+    int64_t end = e;
+    while (end + 1 < c.epochs && train.image_size(end + 1) == size) ++end;
+    const std::string shape = str_cat(train.channels(), "x", size, "x", size);
+    if (e == 0 && end + 1 == c.epochs) shapes = shape;
+    else shapes += str_cat(shapes.empty() ? "" : ", ", shape, end > e ? " for epochs " : " for epoch ", e + 1,
+                           end > e ? str_cat("-", end + 1) : std::string());
+    e = end + 1;
+  }
+  log << "data: " << train.source() << ", " << train.size() << " samples (" << shapes << ")";
   if (data.val) log << "; val " << data.val->source() << ", " << data.val->size() << " samples";
   for (const std::string& note : data.notes) log << "; " << note;
   log << "\n";
