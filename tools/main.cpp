@@ -228,8 +228,8 @@ int main(int argc, char** argv) {
   predict->add_option("--task", pc.task,
                       "classify or segment (default: the weights' task; segment writes <stem>_mask.png, "
                       "<stem>_overlay.png and summary.json into --out, <stem> the image's path relative to the folder "
-                      "holding every image, without its extension; segment scores against the masks of an npy mask "
-                      "folder only)")
+                      "holding every image, without its extension; masks in the data (an npy mask folder, a "
+                      "segmentation folder's masks/ or an image,mask CSV, every image with its mask) score it)")
       ->check(CLI::IsMember({"classify", "segment"}));
   predict->add_flag("--ignore-background", pc.ignore_background,
                     "--task segment with masks in the data: class 0 left out of the summary's mean IoU and Dice");

@@ -108,7 +108,7 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
   }
   KILN_CHECK(c.inputs.size() <= 1, "predict --task segment: --data takes one folder or CSV, got ", c.inputs.size(),
              " inputs");
-  std::unique_ptr<DataSource> src = open_segment_predict_data(c.data, image, device);
+  std::unique_ptr<DataSource> src = open_segment_predict_data(c.data, image, device, num_classes);
   DataSource& data = *src;
   KILN_CHECK(data.size() > 0, "predict: ", c.data, " holds no images");
   // Every file this run writes, checked before any is: an existing one is refused unless --force.

@@ -6,7 +6,8 @@
 //                       undone) and the same image with each non-background class's colour blended
 //                       over it (alpha 1/2)
 //   summary.json        per image its predicted pixels per class; with masks in the data (an npy
-//                       mask folder), the set's pixel accuracy, IoU and Dice per class and their
+//                       mask folder, a segmentation folder's masks/ or an image,mask CSV with every
+//                       image's mask), the set's pixel accuracy, IoU and Dice per class and their
 //                       means (engine/train/segment_metrics.h), also printed.
 // <stem> is the image's path relative to the deepest folder holding every image, without its extension
 // (images/a/x.png -> a/x: OUT/a/x_mask.png), so equal file names in different folders get distinct

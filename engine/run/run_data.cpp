@@ -85,8 +85,8 @@ TrainData open_segment_train_data(const RunConfig& c, Device device) {
 }  // namespace
 
 std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions& opt,
-                                                      Device device) {
-  if (!is_mask_npy_folder(path)) return open_segmentation_predict_data(path, opt, device);  // image files
+                                                      Device device, int64_t num_classes) {
+  if (!is_mask_npy_folder(path)) return open_segmentation_predict_data(path, opt, device, num_classes);  // images
   check_segment_folder(path, "--data");
   return make_mask_array_source(read_mask_npy_folder(path), 0, device);
 }

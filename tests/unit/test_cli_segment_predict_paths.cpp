@@ -84,3 +84,29 @@ TEST_CASE("cli segment predict: equal file names in two folders keep their relat
   const kiln_test::CliRun forced = run_kiln("predict --weights " + weights + " --data " + seg + " --out " + out + " --force");
   CHECK_MESSAGE(forced.status == 0, forced.output);
 }
+
+TEST_CASE("cli segment predict: a segmentation folder's masks/ score the prediction as the training run's validation does") {
+  const std::string dir = kiln_test::cli_temp_dir("segment_predict_masks");
+  const std::string seg = dir + "/seg", weights = dir + "/w.safetensors";
+  for (int i = 0; i < 6; ++i) {
+    write_pair(seg + "/train", "x" + std::to_string(i) + ".png", 1 + i % 2, 2 + i);
+    if (i < 4) write_pair(seg + "/val", "v" + std::to_string(i) + ".png", 1 + (i + 1) % 2, 3 + i);
+  }
+  const std::string model = kiln_test::write_segment_model_file(dir, 16);
+  const kiln_test::CliRun t = run_kiln("train --task segment --model " + model + " --data " + seg +
+                                       " --channels 1 --epochs 2 --batch 3 --lr 0.01 --optimizer adamw --threads 1 "
+                                       "--device cpu --out " + dir + "/run --save " + weights);
+  REQUIRE_MESSAGE(t.status == 0, t.output);
+  const nlohmann::json ledger = kiln_test::last_ledger_line(dir + "/run/runs.jsonl");
+  const kiln_test::CliRun p = run_kiln("predict --weights " + weights + " --data " + seg + " --out " + dir + "/pred");
+  CAPTURE(p.output);
+  REQUIRE(p.status == 0);
+  CHECK(contains(p.output, "predict: 4 images from"));
+  CHECK(contains(p.output, "against the data's masks: pixel accuracy"));
+  std::ifstream sf(dir + "/pred/summary.json");
+  const nlohmann::json s = nlohmann::json::parse(sf);
+  const nlohmann::json& last = ledger["epochs"].back();
+  CHECK(s["metrics"]["pixels"] == last["val_pixels"]);
+  CHECK(s["metrics"]["mean_iou"] == last["val_miou"]);
+  CHECK(s["metrics"]["pixel_accuracy"] == last["val_pixel_acc"]);
+}
