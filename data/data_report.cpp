@@ -118,8 +118,10 @@ bool report_split(const std::string& title, const ImageDataset& ds, const DataRe
     if (readable[c] != listed[c]) out << "  (" << listed[c] - readable[c] << " unreadable)";
     out << "\n";
   }
+  if (ds.classes.empty()) out << "  (none: a list of paths without labels)\n";
   auto mm = std::minmax_element(readable.begin(), readable.end());
-  if (*mm.first == 0) {
+  if (readable.empty()) {
+  } else if (*mm.first == 0) {
     out << "warning: class '" << ds.classes[(size_t)(mm.first - readable.begin())] << "' has no readable images\n";
   } else if ((double)*mm.second / *mm.first >= opt.imbalance_ratio) {
     out << "warning: imbalanced classes: '" << ds.classes[(size_t)(mm.second - readable.begin())] << "' has "

@@ -302,6 +302,7 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   }
   if (!c.val.empty()) {
     val = open_image_dataset(c.val);
+    KILN_CHECK(val.labelled, "--val ", c.val, ": a list of paths without labels: validation needs path,label lines");
     KILN_CHECK(val.classes == train.classes || std::filesystem::is_regular_file(c.val), "--val ", c.val,
                ": its classes differ from the training data's: ", class_difference(train.classes, val.classes));
     has_val = true;

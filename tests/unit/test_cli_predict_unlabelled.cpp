@@ -97,4 +97,13 @@ TEST_CASE("cli predict unlabelled: a flat folder, a file, a glob, a list and a p
   const kiln_test::CliRun tr = run_kiln("train --model small_cnn --data " + d + "/paths.csv --image-size 16 --out " + d + "/o2");
   CHECK(tr.status != 0);
   CHECK(contains(tr.output, "a list of paths without labels"));
+  const kiln_test::CliRun v = run_kiln("train --model small_cnn --data " + d + "/set --val " + d + "/paths.csv --out " + d + "/o3");
+  CHECK(v.status != 0);
+  CHECK(contains(v.output, "--val " + d + "/paths.csv: a list of paths without labels"));
+  // kiln data on it: no classes, the images still looked at (sizes, statistics).
+  const kiln_test::CliRun k = run_kiln("data " + d + "/paths.csv --out " + d + "/sheets");
+  CAPTURE(k.output);
+  CHECK(k.status == 0);
+  CHECK(contains(k.output, "(none: a list of paths without labels)"));
+  CHECK(contains(k.output, "--normalize "));
 }
