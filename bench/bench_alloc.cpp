@@ -5,13 +5,14 @@
 // reserved bytes over peak live bytes (1.00 is the limit). Also times the bins' hit path (the
 // same size allocated and freed in a loop). Times are thread CPU time (see now_s).
 //
-// Usage: bench_alloc [trace.txt ...] [--rounds N] [--write-synthetic PATH]
+// Usage: bench_alloc [trace.txt ...] [--rounds N] [--write-synthetic PATH]   (--help: the flags)
 // Trace format (CachingAllocator::write_trace_file writes it): one event per line,
 //   a <id> <bytes> <tag>    allocate
 //   f <id>                  free
 // '#' starts a comment. With no trace argument the bench uses a SYNTHETIC CNN-like trace (a
 // ResNet-shaped forward/backward at two batch sizes, generated below), not a recorded one.
 #include <algorithm>
+#include <stdexcept>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,8 @@
 
 #include "engine/core/error.h"
 #include "engine/memory/caching_allocator.h"
+
+#include "bench/bench_cli.h"
 
 using namespace kiln;
 
@@ -290,22 +293,30 @@ void hit_path() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<Trace> traces;
+  CLI::App app{"bench_alloc: replays allocation traces through kiln's bins, plan mode and the raw provider "
+               "(malloc), side by side: ns per alloc+free pair and peak reserved / peak live bytes"};
+  app.name("bench_alloc");
+  std::vector<std::string> trace_files;
+  std::string synthetic_out;
   int rounds = 20;
-  bool wrote = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--write-synthetic" && i + 1 < argc) {
-      wrote = true;
-      Trace t = synthetic(32, 64);
-      std::ofstream f(argv[++i]);
-      f << "# SYNTHETIC CNN-like trace (bench_alloc synthetic(32, 64)), not recorded from a run\n";
-      for (const Op& o : t.ops)
-        if (o.alloc) f << "a " << o.slot << " " << o.bytes << " other\n";
-        else f << "f " << o.slot << "\n";
-    } else traces.push_back(read_trace(a));
+  app.add_option("traces", trace_files, "trace files (a <id> <bytes> <tag> / f <id> lines; default: SYNTHETIC "
+                                        "CNN-like traces, not recorded from a run)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--rounds", rounds, "replays of each trace")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--write-synthetic", synthetic_out, "write the synthetic trace (batch 32, 64 px) to PATH");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
+  std::vector<Trace> traces;
+  const bool wrote = !synthetic_out.empty();
+  if (wrote) {
+    Trace t = synthetic(32, 64);
+    std::ofstream f(synthetic_out);
+    if (!f) throw std::runtime_error("cannot write " + synthetic_out);
+    f << "# SYNTHETIC CNN-like trace (bench_alloc synthetic(32, 64)), not recorded from a run\n";
+    for (const Op& o : t.ops)
+      if (o.alloc) f << "a " << o.slot << " " << o.bytes << " other\n";
+      else f << "f " << o.slot << "\n";
   }
+  for (const std::string& a : trace_files) traces.push_back(read_trace(a));
   if (traces.empty() && wrote) return 0;
   if (traces.empty()) {
     std::printf("no trace given: using SYNTHETIC CNN-like traces (not recorded from a run)\n");
@@ -336,4 +347,5 @@ int main(int argc, char** argv) {
                 p.ns_per_pair, p.ratio, (unsigned long long)p.diverged, r.ns_per_pair, r.ratio);
   }
   return 0;
+  });
 }

@@ -32,6 +32,8 @@
 #include "kernels/cpu/threads.h"
 #include "models/registry.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 namespace fs = std::filesystem;
 
@@ -94,20 +96,17 @@ Run train_epoch(const std::string& model_name, BucketedImageSource& src, const s
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"bench_batch_memory: --batch-memory (a batch per size bucket sized by predicted memory) against a "
+               "fixed batch (the one the largest images need), same data, same budget, same run"};
+  app.name("bench_batch_memory");
   std::string model = "resnet18", budget_text = "300M";
   int runs = 3, threads = 0, workers = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--model") model = argv[i + 1];
-    else if (a == "--budget") budget_text = argv[i + 1];
-    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
-    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--workers") workers = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  app.add_option("--model", model, "model name")->capture_default_str();
+  app.add_option("--budget", budget_text, "memory budget (bytes, e.g. 300M)")->capture_default_str();
+  app.add_option("--runs", runs, "alternating runs of each (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app.add_option("--workers", workers, "loader threads")->check(CLI::PositiveNumber)->capture_default_str();
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   try {
     if (threads > 0) cpu::set_num_threads(threads);
     const int64_t budget = (int64_t)parse_bytes(budget_text);
@@ -174,8 +173,9 @@ int main(int argc, char** argv) {
                 median(a) / std::max(median(b), 1e-9), runs);
     fs::remove_all(root);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_batch_memory: %s\n", e.what());
+    std::fprintf(stderr, "bench_batch_memory: error: %s\n", e.what());
     return 1;
   }
   return 0;
+  });
 }

@@ -26,6 +26,8 @@
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/threads.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 
 namespace {
@@ -139,26 +141,23 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
 
 int main(int argc, char** argv) {
   cpu::ensure_omp_wait_policy(argv);  // as the kiln command does (see threads.h)
+  CLI::App app{"bench_conv_cpu: kiln's CPU convolutions (forward, input and weight gradients) of ResNet shapes "
+               "against PyTorch's in the same run"};
+  app.name("bench_conv_cpu");
   int threads = 2, reps = 3;
   int64_t batch = 8, size = 224;
-  bool peer = true, algos = false;
-  std::string only, pass;  // pass: empty = all three  // run only shapes whose name contains this
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
-    if (a == "--threads") threads = (int)next();
-    else if (a == "--batch") batch = next();
-    else if (a == "--size") size = next();
-    else if (a == "--reps") reps = (int)next();
-    else if (a == "--no-peer") peer = false;
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else if (a == "--algos") algos = true;
-    else if (a == "--pass" && i + 1 < argc) pass = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos] [--pass fwd|bwd_in|bwd_w]\n", argv[0]);
-      return 2;
-    }
-  }
+  bool no_peer = false, algos = false;
+  std::string only, pass;  // pass: empty = all three
+  app.add_option("--threads", threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", batch, "batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--size", size, "input height = width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--reps", reps, "repetitions (best kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--no-peer", no_peer, "kiln only (no PyTorch)");
+  app.add_option("--only", only, "run only shapes whose name contains this");
+  app.add_flag("--algos", algos, "time every convolution algorithm kiln has for each shape");
+  app.add_option("--pass", pass, "one pass only")->check(CLI::IsMember({"fwd", "bwd_in", "bwd_w"}));
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
+  bool peer = !no_peer;
   cpu::set_num_threads(threads);
 
   std::vector<Conv2dDesc> descs;
@@ -233,4 +232,5 @@ int main(int argc, char** argv) {
   if (peer && tot_t > 0) std::printf(", torch %.1f ms, ratio kiln/torch %.2f", tot_t, tot_k / tot_t);
   std::printf("\n");
   return 0;
+  });
 }

@@ -1,5 +1,5 @@
 // bench_decode: decode + Resize(256 shorter side) + CenterCrop(224) + ImageNet normalize to f32
-// CHW, over the JPEG wallpapers in /usr/share/wallpapers (or a folder given as argv[1]), at 1 and
+// CHW, over the JPEG wallpapers in /usr/share/wallpapers (or a folder given as ROOT or --root), at 1 and
 // 2 threads: kiln (fused, DCT-scaled decode; progressive files through kiln's own decoder), the same
 // with TurboJPEG for every file, kiln at full-scale decode, PIL + torchvision
 // (plain and with draft mode) and OpenCV (cv2.imdecode + cv2.resize INTER_AREA), all in one run.
@@ -20,6 +20,8 @@
 #include "data/decode.h"
 #include "data/jpeg_progressive.h"
 #include "data/sample_pipeline.h"
+
+#include "bench/bench_cli.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -74,18 +76,17 @@ double run_peer(const std::string& script, const std::string& list, int threads,
 }  // namespace
 
 int main(int argc, char** argv) {
-  // usage: bench_decode [--root DIR] [--peers DIR] [--limit N] [--reps R]  (limit: first N files,
-  // sorted; reps: rounds, best rate kept, default 3)
+  CLI::App app{"bench_decode: decode + Resize(256) + CenterCrop(224) + ImageNet normalize of JPEGs at 1 and 2 "
+               "threads, kiln against PIL + torchvision and OpenCV in the same run"};
+  app.name("bench_decode");
   std::string root = "/usr/share/wallpapers", peers_arg;
   size_t limit = 0;
   int reps = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--root") root = argv[i + 1];
-    else if (a == "--peers") peers_arg = argv[i + 1];
-    else if (a == "--limit") limit = (size_t)std::stoul(argv[i + 1]);
-    else if (a == "--reps") reps = std::max(1, std::stoi(argv[i + 1]));
-  }
+  app.add_option("root,--root", root, "folder of JPEG files (any depth)")->capture_default_str();
+  app.add_option("--peers", peers_arg, "folder of the peer scripts (default: bench/peers beside the source)");
+  app.add_option("--limit", limit, "the first N files (sorted; 0: all)");
+  app.add_option("--reps", reps, "rounds, the best rate kept")->check(CLI::PositiveNumber)->capture_default_str();
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   std::vector<std::string> files;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
@@ -199,4 +200,5 @@ int main(int argc, char** argv) {
   std::printf("kiln's progressive decoder: %s\n", progressive_check.c_str());
   std::printf("goals: kiln >= 4x PIL+torchvision per thread, ahead of OpenCV, >= 1.8x from 1 to 2 threads\n");
   return 0;
+  });
 }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
+
 #if defined(KILN_WITH_CUDA)
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/igemm_conv.h"
 #include "kernels/cuda/runtime.h"
+
 
 using namespace kiln;
 
@@ -142,16 +145,16 @@ struct CudnnConv {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"bench_gpu_conv: kiln's Tensor Core convolutions against cuDNN on ResNet shapes (needs a GPU)"};
+  app.name("bench_gpu_conv");
   int64_t batch = 256, size = 224;
   int reps = 10;
   std::string only;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atol(argv[++i]);
-    else if (!std::strcmp(argv[i], "--size") && i + 1 < argc) size = std::atol(argv[++i]);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else { std::fprintf(stderr, "usage: bench_gpu_conv [--batch B] [--size S] [--reps R] [--only NAME]\n"); return 2; }
-  }
+  app.add_option("--batch", batch, "batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--size", size, "input height = width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--only", only, "run only shapes whose name contains this");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   if (cuda::device_count() == 0) {
     std::printf("no GPU: %s\n", cuda::unavailable_reason().c_str());
     return 0;
@@ -243,11 +246,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu_conv: %s\n", e.what());
     return 1;
   }
+  });
 }
 
 #else
-int main() {
-  std::printf("no GPU: kiln was built without CUDA (KILN_CUDA=OFF or no nvcc)\n");
-  return 0;
+int main(int argc, char** argv) {
+  CLI::App app{"bench_gpu_conv: kiln's Tensor Core convolutions against cuDNN on ResNet shapes (needs a GPU)"};
+  app.name("bench_gpu_conv");
+  app.allow_extras();  // the CUDA build's flags: nothing to run them on
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
+    std::printf("no GPU: kiln was built without CUDA (KILN_CUDA=OFF or no nvcc)\n");
+    return 0;
+  });
 }
 #endif

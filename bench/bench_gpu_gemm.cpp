@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
+
 #if defined(KILN_WITH_CUDA)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -21,6 +23,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/hgemm.h"
 #include "kernels/cuda/runtime.h"
+
 
 using namespace kiln;
 
@@ -68,13 +71,15 @@ double rel_err(const std::vector<uint16_t>& ref, const std::vector<uint16_t>& go
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"bench_gpu_gemm: kiln's FP16 Tensor Core GEMMs against cuBLAS on square sizes (needs a GPU)"};
+  app.name("bench_gpu_gemm");
   std::vector<long> sizes = {1024, 2048, 4096, 8192};
+  std::string sizes_text;
   int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = parse_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else { std::fprintf(stderr, "usage: bench_gpu_gemm [--sizes a,b,..] [--reps R]\n"); return 2; }
-  }
+  app.add_option("--sizes", sizes_text, "square sizes a,b,.. (default 1024,2048,4096,8192)");
+  app.add_option("--reps", reps, "timed repetitions")->check(CLI::PositiveNumber)->capture_default_str();
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
+  if (!sizes_text.empty()) sizes = parse_list(sizes_text.c_str());
   if (cuda::device_count() == 0) {
     std::printf("no GPU: %s\n", cuda::unavailable_reason().c_str());
     return 0;
@@ -128,11 +133,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu_gemm: %s\n", e.what());
     return 1;
   }
+  });
 }
 
 #else
-int main() {
-  std::printf("no GPU: kiln was built without CUDA (KILN_CUDA=OFF or no nvcc)\n");
-  return 0;
+int main(int argc, char** argv) {
+  CLI::App app{"bench_gpu_gemm: kiln's FP16 Tensor Core GEMMs against cuBLAS on square sizes (needs a GPU)"};
+  app.name("bench_gpu_gemm");
+  app.allow_extras();  // the CUDA build's flags: nothing to run them on
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
+    std::printf("no GPU: kiln was built without CUDA (KILN_CUDA=OFF or no nvcc)\n");
+    return 0;
+  });
 }
 #endif

@@ -14,25 +14,25 @@
 #include "data/dataset.h"
 #include "data/image_loader.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_loader FOLDER [--size S] [--channels 1|3] [--batch B] [--augment] [--limit N]\n");
-    return 2;
-  }
-  std::string root = argv[1];
+  CLI::App app{"bench_loader: images/s of kiln's ImageLoader turning an image folder into training batches, at 1 "
+               "and 2 worker threads"};
+  app.name("bench_loader");
+  std::string root;
   int size = 28, channels = 1, batch = 64;
   size_t limit = 0;
   bool augment = false;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--size" && i + 1 < argc) size = std::atoi(argv[++i]);
-    else if (a == "--channels" && i + 1 < argc) channels = std::atoi(argv[++i]);
-    else if (a == "--batch" && i + 1 < argc) batch = std::atoi(argv[++i]);
-    else if (a == "--limit" && i + 1 < argc) limit = (size_t)std::atoll(argv[++i]);
-    else if (a == "--augment") augment = true;
-  }
+  app.add_option("folder", root, "image folder (its train/ when it has one)")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--size", size, "output height = width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--channels", channels, "1 or 3")->check(CLI::IsMember({1, 3}))->capture_default_str();
+  app.add_option("--batch", batch, "images per batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--limit", limit, "use N images spread over the folder (0: all)");
+  app.add_flag("--augment", augment, "RandomResizedCrop + flip (default: resize + centre crop)");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   try {
     ImageDataset ds = has_split_folders(root) ? image_folder_splits(root).train : open_image_dataset(root);
     if (limit > 0 && limit < ds.size()) {
@@ -65,8 +65,9 @@ int main(int argc, char** argv) {
                   loader.bad_count());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_loader: %s\n", e.what());
+    std::fprintf(stderr, "bench_loader: error: %s\n", e.what());
     return 1;
   }
   return 0;
+  });
 }

@@ -15,23 +15,25 @@
 #include "data/image_loader.h"
 #include "data/segmentation_source.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_segmentation_loader FOLDER [--size S] [--channels 1|3] [--batch B] [--augment]\n");
-    return 2;
-  }
-  const std::string root = argv[1];
+  CLI::App app{"bench_segmentation_loader: the segmentation source (image + mask) against kiln's ImageLoader on "
+               "the same images without masks, at 1 and 2 worker threads"};
+  app.name("bench_segmentation_loader");
+  std::string root;
   int size = 64, channels = 1, batch = 32;
   bool augment = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--size" && i + 1 < argc) size = std::atoi(argv[++i]);
-    else if (a == "--channels" && i + 1 < argc) channels = std::atoi(argv[++i]);
-    else if (a == "--batch" && i + 1 < argc) batch = std::atoi(argv[++i]);
-    else if (a == "--augment") augment = true;
-  }
+  app.add_option("folder", root, "segmentation folder (images/ + masks/; its train/ when it has one)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  app.add_option("--size", size, "output height = width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--channels", channels, "1 or 3")->check(CLI::IsMember({1, 3}))->capture_default_str();
+  app.add_option("--batch", batch, "pairs per batch")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--augment", augment, "RandomResizedCrop + flip (default: resize)");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
   try {
@@ -89,8 +91,9 @@ int main(int argc, char** argv) {
                   ((double)n_img / best_img) / ((double)n_seg / best_seg));
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_segmentation_loader: %s\n", e.what());
+    std::fprintf(stderr, "bench_segmentation_loader: error: %s\n", e.what());
     return 1;
   }
   return 0;
+  });
 }

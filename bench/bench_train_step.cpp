@@ -48,6 +48,8 @@
 #include "engine/train/kernel_option.h"
 #include "engine/train/memory_peak.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 
 namespace {
@@ -193,39 +195,30 @@ std::vector<double> time_torch(const std::string& script, Shape2 s, int threads,
 
 int main(int argc, char** argv) {
   cpu::ensure_omp_wait_policy(argv);
+  CLI::App app{"bench_train_step: one ResNet18 / small CNN training step of kiln against PyTorch's, same shapes, "
+               "same run"};
+  app.name("bench_train_step");
   int threads = 1, steps = 3, warmup = 1;
-  bool peer = true, cudnn_bench = false;
+  bool no_peer = false, cudnn_bench = false;
   std::string device = "cpu", kernels = "vendor";
   int64_t batch = 0, size = 0;
   Mode mode;
-  for (int i = 1; i < argc; ++i) {
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_train_step: %s needs a value\n", argv[i]);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--device")) device = next();
-    else if (!std::strcmp(argv[i], "--no-peer")) peer = false;
-    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(next());
-    else if (!std::strcmp(argv[i], "--image-size")) size = std::atoll(next());
-    else if (!std::strcmp(argv[i], "--amp")) mode.amp = true;
-    else if (!std::strcmp(argv[i], "--channels-last")) mode.channels_last = true;
-    else if (!std::strcmp(argv[i], "--kernels")) kernels = next();
-    else if (!std::strcmp(argv[i], "--cudnn-benchmark")) cudnn_bench = true;
-    else if (!std::strcmp(argv[i], "--recompute")) mode.recompute = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--conv-algos")) mode.conv_algos = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_train_step [--threads T] [--device D] [--steps N] [--warmup N] [--no-peer] "
-                   "[--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last] [--cudnn-benchmark] [--recompute N] [--conv-algos]\n");
-      return 2;
-    }
-  }
+  app.add_option("--threads", threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--device", device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--no-peer", no_peer, "kiln only (no PyTorch)");
+  app.add_option("--batch", batch, "one shape: batch (with --image-size; default: the built-in table)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--image-size", size, "one shape: image size (with --batch)")->check(CLI::PositiveNumber);
+  app.add_flag("--amp", mode.amp, "f16 autocast + loss scaling");
+  app.add_option("--kernels", kernels, "vendor or kiln")->check(CLI::IsMember({"vendor", "kiln"}))->capture_default_str();
+  app.add_flag("--channels-last", mode.channels_last, "channels-last batches");
+  app.add_flag("--cudnn-benchmark", cudnn_bench, "cuDNN's algorithm search (CUDA)");
+  app.add_option("--recompute", mode.recompute, "recompute-on-backward segments")->check(CLI::NonNegativeNumber);
+  app.add_flag("--conv-algos", mode.conv_algos, "print the convolution algorithms chosen");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
+  bool peer = !no_peer;
   if ((batch > 0) != (size > 0) || batch < 0 || size < 0 || steps < 1 || warmup < 0 || mode.recompute < 0) {
     std::fprintf(stderr, "bench_train_step: give --batch and --image-size together (positive), --steps >= 1, "
                  "--recompute >= 0\n");
@@ -309,4 +302,5 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+  });
 }

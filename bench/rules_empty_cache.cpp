@@ -15,6 +15,8 @@
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 
 namespace {
@@ -30,7 +32,10 @@ void show(CachingAllocator& a, const std::string& what) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"rules_empty_cache: what empty_cache() gives back on the CPU caching allocator, and what it cannot"};
+  app.name("rules_empty_cache");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   CachingAllocator* a = caching_allocator_for(Device::cpu());
   if (!a) {
     std::fprintf(stderr, "rules_empty_cache: the CPU has no caching allocator in this build\n");
@@ -60,4 +65,5 @@ int main() {
   a->empty_cache();
   show(*a, "empty_cache()");
   return 0;
+  });
 }

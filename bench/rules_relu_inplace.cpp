@@ -20,6 +20,8 @@
 #include "engine/optim/sgd.h"
 #include "engine/train/memory_predict.h"
 
+#include "bench/bench_cli.h"
+
 using namespace kiln;
 
 namespace {
@@ -43,7 +45,10 @@ nn::ModulePtr make_net(bool bn, bool inplace) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"rules_relu_inplace: the activation bytes an in-place ReLU saves, with and without batch norm (meta-device steps)"};
+  app.name("rules_relu_inplace");
+  return kiln_bench::run(app, argc, argv, [&]() -> int {
   try {
     for (bool bn : {true, false}) {
       for (bool inplace : {false, true}) {
@@ -80,4 +85,5 @@ int main() {
     return 1;
   }
   return 0;
+  });
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -88,6 +89,22 @@ size_t image_channel_stats(const ImageDataset& ds, int channels, int min_side, i
     std[c] = (float)s[c];
   }
   return tot.images;
+}
+
+size_t normalize_statistics(const ImageDataset& ds, int channels, int workers, float* mean, float* std) {
+  return image_channel_stats(ds, channels, 0, workers, 0, mean, std);
+}
+
+std::string normalize_flag_values(int channels, const double* mean, const double* std) {
+  std::string m, s;
+  char buf[32];
+  for (int c = 0; c < channels; ++c) {
+    std::snprintf(buf, sizeof buf, "%s%.4f", c ? "," : "", mean[c]);
+    m += buf;
+    std::snprintf(buf, sizeof buf, "%s%.4f", c ? "," : "", std[c]);
+    s += buf;
+  }
+  return m + ":" + s;
 }
 
 }  // namespace kiln

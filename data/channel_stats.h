@@ -35,4 +35,14 @@ Image decode_for_stats(const std::string& path, int channels, int min_side);
 size_t image_channel_stats(const ImageDataset& ds, int channels, int min_side, int workers, size_t max_images,
                            float* mean, float* std);
 
+// --normalize auto and `kiln data`: the one computation of the statistics a run normalizes with.
+// Every pixel of every readable image of `ds` (the training split, after --limit), decoded at full size
+// (no reduced-scale JPEG decode, no resize or crop), as `channels` channels; returns the images used.
+size_t normalize_statistics(const ImageDataset& ds, int channels, int workers, float* mean, float* std);
+// "m1,m2,m3:s1,s2,s3" with 4 decimals: how kiln train and kiln data print the --normalize values.
+std::string normalize_flag_values(int channels, const double* mean, const double* std);
+// What the numbers describe, for both commands' output.
+constexpr const char* kNormalizeStatisticsScope =
+    "every pixel of every readable training image, decoded at full size, before any resize or crop";
+
 }  // namespace kiln

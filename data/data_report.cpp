@@ -118,8 +118,10 @@ bool report_split(const std::string& title, const ImageDataset& ds, const DataRe
     if (readable[c] != listed[c]) out << "  (" << listed[c] - readable[c] << " unreadable)";
     out << "\n";
   }
+  if (ds.classes.empty()) out << "  (none: a list of paths without labels)\n";
   auto mm = std::minmax_element(readable.begin(), readable.end());
-  if (*mm.first == 0) {
+  if (readable.empty()) {
+  } else if (*mm.first == 0) {
     out << "warning: class '" << ds.classes[(size_t)(mm.first - readable.begin())] << "' has no readable images\n";
   } else if ((double)*mm.second / *mm.first >= opt.imbalance_ratio) {
     out << "warning: imbalanced classes: '" << ds.classes[(size_t)(mm.second - readable.begin())] << "' has "
@@ -206,10 +208,9 @@ int run_data_report(const DataReportOptions& opt) {
   bool constant = false;
   for (double& s : stdv)
     if (s < 5e-5) s = 1.0, constant = true;
-  out << std::fixed << std::setprecision(4) << "per-channel mean/std (" << splits[0].first
-      << ", RGB on [0, 1]):\n  --normalize " << mean[0] << "," << mean[1] << "," << mean[2] << ":" << stdv[0] << ","
-      << stdv[1] << "," << stdv[2] << "\n"
-      << std::defaultfloat;
+  out << "per-channel mean/std (" << splits[0].first << ", RGB on [0, 1]; " << kNormalizeStatisticsScope
+      << "; what kiln train --normalize auto measures and uses):\n  --normalize "
+      << normalize_flag_values(3, mean.data(), stdv.data()) << "\n";
   if (constant) out << "  (a channel is constant: its std is given as 1, the scale left alone)\n";
   return 0;
 }

@@ -16,7 +16,9 @@ struct DataReportOptions {
   int workers = 0;                           // decode threads (0 = half the cores, >= 1)
   uint64_t seed = 0;                         // which samples the contact sheets show
   double imbalance_ratio = 3.0;              // warn when largest / smallest class count >= this
-  int stats_min_side = 224;  // JPEGs are DCT-decoded down to >= this shorter side for the statistics
+  // 0: the statistics are of full-size decodes, as --normalize auto's (data/channel_stats.h's
+  // normalize_statistics); > 0 decodes JPEGs down to >= this shorter side (faster, other numbers).
+  int stats_min_side = 0;
   int tile = 160;            // contact-sheet tile size (pixels)
   std::ostream* out = nullptr;  // report text (default std::cout)
   std::ostream* err = nullptr;  // "kiln: error: data: ..." when the set cannot be opened (default std::cerr)

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <glob.h>
 #include <map>
 
 #include "engine/core/error.h"
@@ -71,6 +72,61 @@ ImageDataset image_folder(const std::string& root) {
   }
   KILN_CHECK(!ds.samples.empty(), "image folder ", root,
              ": no images (looked for .jpg .jpeg .png .bmp .gif .tga in the class subfolders)");
+  return ds;
+}
+
+bool has_glob_characters(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+bool is_flat_image_folder(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  bool images = false;
+  for (const auto& e : fs::directory_iterator(path, fs::directory_options::follow_directory_symlink, ec)) {
+    if (hidden(e.path())) continue;
+    if (e.is_directory()) return false;
+    images = images || (e.is_regular_file() && is_image_extension(e.path().string()));
+  }
+  return images && !ec;
+}
+
+ImageDataset unlabelled_images(const std::vector<std::string>& inputs) {
+  KILN_CHECK(!inputs.empty(), "--data: no images given");
+  ImageDataset ds;
+  ds.labelled = false;
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (inputs.size() == 1 && fs::is_directory(inputs[0], ec)) {
+    ds.root = inputs[0];
+    KILN_CHECK(is_flat_image_folder(inputs[0]), "--data ", inputs[0],
+               ": not a flat folder of images (images directly in it and no subfolder)");
+    for (const auto& e : fs::directory_iterator(inputs[0], fs::directory_options::follow_directory_symlink, ec))
+      if (!hidden(e.path()) && e.is_regular_file() && is_image_extension(e.path().string()))
+        files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  } else {
+    ds.root = inputs.size() == 1 ? inputs[0] : str_cat(inputs.size(), " files (", inputs[0], ", ...)");
+    for (const std::string& in : inputs) {
+      if (!fs::exists(in, ec) && has_glob_characters(in)) {
+        glob_t g{};
+        const int rc = ::glob(in.c_str(), 0, nullptr, &g);
+        std::vector<std::string> matched;
+        for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
+          if (fs::is_regular_file(g.gl_pathv[i], ec) && is_image_extension(g.gl_pathv[i])) matched.push_back(g.gl_pathv[i]);
+        ::globfree(&g);
+        KILN_CHECK(!matched.empty(), "--data ", in, ": the pattern matches no image file (.jpg .jpeg .png .bmp .gif .tga)");
+        std::sort(matched.begin(), matched.end());
+        files.insert(files.end(), matched.begin(), matched.end());
+        continue;
+      }
+      KILN_CHECK(fs::exists(in, ec), "--data ", in, ": no such file");
+      KILN_CHECK(fs::is_regular_file(in, ec) && is_image_extension(in), "--data ", in,
+                 ": not an image file (a list of several inputs holds image files or patterns; a folder or a CSV "
+                 "list is given alone)");
+      files.push_back(in);
+    }
+  }
+  KILN_CHECK(!files.empty(), "--data ", ds.root, ": no images");
+  for (std::string& f : files) ds.samples.push_back({std::move(f), -1});
   return ds;
 }
 
@@ -167,13 +223,32 @@ ImageDataset csv_dataset(const std::string& csv_path) {
     ++ln;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto f = csv_fields(line);
-    KILN_CHECK(f.size() >= 2 && !f[0].empty(), "csv data set ", csv_path, ":", ln,
-               ": expected 'path,label', got '", line, "'");
-    KILN_CHECK(f.size() == 2, "csv data set ", csv_path, ":", ln, ": ", f.size(),
+    KILN_CHECK(!f[0].empty(), "csv data set ", csv_path, ":", ln, ": expected 'path,label', got '", line, "'");
+    KILN_CHECK(f.size() <= 2, "csv data set ", csv_path, ":", ln, ": ", f.size(),
                " columns, expected 2 (path,label): '", line, "'");
-    rows.push_back({f[0], f[1], ln});
+    rows.push_back({f[0], f.size() == 2 ? f[1] : std::string(), f.size() == 1 ? -ln : ln});
   }
   KILN_CHECK(!rows.empty(), "csv data set ", csv_path, ": no rows");
+  // One column on every line: paths without labels (predict only). A mixture is an error naming a line.
+  const bool paths_only = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.line < 0; });
+  for (Row& r : rows) {
+    KILN_CHECK(paths_only || r.line > 0, "csv data set ", csv_path, ":", -r.line,
+               ": expected 'path,label', got '", r.path, "' (other lines have a label)");
+    r.line = std::abs(r.line);
+  }
+  if (paths_only) {
+    const std::string h = lower(rows[0].path);
+    if (h == "path" || h == "file" || h == "filename" || h == "image") rows.erase(rows.begin());
+    KILN_CHECK(!rows.empty(), "csv data set ", csv_path, ": only a header, no samples");
+    ImageDataset ds;
+    ds.root = csv_path;
+    ds.labelled = false;
+    for (const Row& r : rows) {
+      const fs::path p(r.path);
+      ds.samples.push_back({p.is_absolute() ? p.string() : (fs::path(csv_path).parent_path() / p).string(), -1});
+    }
+    return ds;
+  }
   int64_t v;
   const std::string h0 = lower(rows[0].path), h1 = lower(rows[0].label);
   bool header = h0 == "path" || h0 == "file" || h0 == "filename" || h0 == "image" || h1 == "label" ||

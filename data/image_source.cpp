@@ -198,15 +198,12 @@ std::string resolve_norm(const Normalization& norm, const ImageDataset& stats_ds
     norm.values(channels, mean, std);
     return "";
   }
-  const size_t used = image_channel_stats(stats_ds, channels, size, workers, 50000, mean, std);
+  (void)size;  // the statistics are of the full-size images, whatever size the model sees
+  const size_t used = normalize_statistics(stats_ds, channels, workers, mean, std);
   KILN_CHECK(used > 0, "--normalize auto: no readable image in ", stats_ds.root);
-  std::string m, s;
-  for (int c = 0; c < channels; ++c) {
-    m += (c ? "," : "") + str_cat(std::round(mean[c] * 1e4) / 1e4);
-    s += (c ? "," : "") + str_cat(std::round(std[c] * 1e4) / 1e4);
-  }
-  return str_cat("normalize auto: --normalize ", m, ":", s, " (measured on ", used, " images of ", stats_ds.root,
-                 ")");
+  const double m[3] = {mean[0], mean[1], mean[2]}, s[3] = {std[0], std[1], std[2]};
+  return str_cat("normalize auto: --normalize ", normalize_flag_values(channels, m, s), " (measured on ", used,
+                 " images of ", stats_ds.root, ": ", kNormalizeStatisticsScope, "; kiln data prints the same)");
 }
 
 }  // namespace
@@ -245,6 +242,8 @@ void check_trainable(const ImageDataset& train, const std::string& data, bool fr
     KILN_CHECK(!all_splits, "--data ", data, ": holds only split folders (", names,
                ") and no train/: give a folder with train/ plus val/ or test/, or a split folder itself");
   }
+  KILN_CHECK(train.labelled, "--data ", data, ": a list of paths without labels: kiln predict takes it, training "
+             "needs path,label lines");
   KILN_CHECK(train.classes.size() >= 2, "--data ", data, ": one class (", train.classes.empty() ? "" : train.classes[0],
              "), a classifier needs at least 2", folder ? " class folders" : " labels");
   for (const ImageSample& s : train.samples) {
@@ -303,6 +302,7 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   }
   if (!c.val.empty()) {
     val = open_image_dataset(c.val);
+    KILN_CHECK(val.labelled, "--val ", c.val, ": a list of paths without labels: validation needs path,label lines");
     KILN_CHECK(val.classes == train.classes || std::filesystem::is_regular_file(c.val), "--val ", c.val,
                ": its classes differ from the training data's: ", class_difference(train.classes, val.classes));
     has_val = true;
@@ -342,14 +342,27 @@ TrainData open_image_train_data(const ImageDataOptions& c, Device device) {
   return t;
 }
 
-std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& o, Device device) {
+bool is_unlabelled_image_input(const std::vector<std::string>& inputs) {
+  if (inputs.size() != 1) return true;
+  const std::string& p = inputs[0];
+  std::error_code ec;
+  if (!std::filesystem::exists(p, ec)) return has_glob_characters(p);
+  if (std::filesystem::is_regular_file(p, ec)) return is_image_extension(p);
+  return is_flat_image_folder(p);
+}
+
+std::unique_ptr<DataSource> open_image_predict_data(const std::vector<std::string>& inputs, const ImageOptions& o,
+                                                    Device device) {
+  KILN_CHECK(!inputs.empty(), "predict: no --data");
+  const std::string& path = inputs[0];
   o.validate();
   const Normalization norm = Normalization::parse(o.normalize);
   // Statistics come from the training set (a weights file stores them), never from the data predicted.
   KILN_CHECK(norm.kind != Normalization::Kind::automatic, "predict: --normalize auto: the mean/std are the training "
              "set's, and predict never measures the data it predicts; give them (--normalize m1,m2,m3:s1,s2,s3)");
   ImageDataset ds;
-  if (std::filesystem::is_directory(path) && has_split_folders(path)) ds = std::move(image_folder_splits(path).eval);
+  if (is_unlabelled_image_input(inputs)) ds = unlabelled_images(inputs);
+  else if (std::filesystem::is_directory(path) && has_split_folders(path)) ds = std::move(image_folder_splits(path).eval);
   else ds = open_image_dataset(path);
   ImageSizeSchedule sizes = ImageSizeSchedule::parse(o.image_size);
   if (sizes.empty()) sizes = ImageSizeSchedule::parse(std::to_string(std::max(4, probe_image_size(ds))));

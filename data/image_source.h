@@ -10,6 +10,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/data_source.h"
@@ -28,9 +29,14 @@ struct ImageDataOptions {
 
 TrainData open_image_train_data(const ImageDataOptions& c, Device device);
 // Evaluation data for inference: the val/ (or test/) split of a folder with splits, else the whole
-// folder or CSV, with the eval transform. --normalize auto is refused: inference uses the training
+// folder or CSV, with the eval transform. Images without labels (data/dataset.h's
+// unlabelled_images): several inputs, an image file, a glob, a flat folder, a CSV of paths only. --normalize auto is refused: inference uses the training
 // set's statistics (stored with the weights), never statistics of the data it predicts.
-std::unique_ptr<DataSource> open_image_predict_data(const std::string& path, const ImageOptions& opt, Device device);
+std::unique_ptr<DataSource> open_image_predict_data(const std::vector<std::string>& inputs, const ImageOptions& opt,
+                                                    Device device);
+// Whether `inputs` name images without labels that no other opener takes (a list of several, an
+// image file, a glob, a flat folder).
+bool is_unlabelled_image_input(const std::vector<std::string>& inputs);
 
 // Shorter side of the first readable image of ds (0 when none can be read).
 int probe_image_size(const ImageDataset& ds);

@@ -167,10 +167,8 @@ int run_segmentation_report(const DataReportOptions& opt) {
   bool constant = false;
   for (double& s : stdv)
     if (s < 5e-5) s = 1.0, constant = true;
-  out << std::fixed << std::setprecision(4) << "per-channel mean/std (" << splits[0].first
-      << " images, RGB on [0, 1]):\n  --normalize " << mean[0] << "," << mean[1] << "," << mean[2] << ":" << stdv[0]
-      << "," << stdv[1] << "," << stdv[2] << "\n"
-      << std::defaultfloat;
+  out << "per-channel mean/std (" << splits[0].first << " images, RGB on [0, 1]; " << kNormalizeStatisticsScope
+      << "):\n  --normalize " << normalize_flag_values(3, mean.data(), stdv.data()) << "\n";
   if (constant) out << "  (a channel is constant: its std is given as 1, the scale left alone)\n";
   return 0;
 }

@@ -368,15 +368,12 @@ TrainData open_segmentation_train_data(const SegmentationDataOptions& c, Device 
   float mean[3] = {0.f, 0.f, 0.f}, std[3] = {1.f, 1.f, 1.f};
   const Normalization norm = Normalization::parse(o.normalize);
   if (norm.kind == Normalization::Kind::automatic) {
-    const size_t used = image_channel_stats(images_of(train), o.channels, sizes.final_size(), o.workers, 50000, mean, std);
+    const size_t used = normalize_statistics(images_of(train), o.channels, o.workers, mean, std);
     KILN_CHECK(used > 0, "--normalize auto: no readable image in ", train.root);
-    std::string m, s;
-    for (int ch = 0; ch < o.channels; ++ch) {
-      m += (ch ? "," : "") + str_cat(std::round(mean[ch] * 1e4) / 1e4);
-      s += (ch ? "," : "") + str_cat(std::round(std[ch] * 1e4) / 1e4);
-    }
-    t.notes.push_back(str_cat("normalize auto: --normalize ", m, ":", s, " (measured on ", used, " images of ",
-                              train.root, ")"));
+    const double m[3] = {mean[0], mean[1], mean[2]}, sd[3] = {std[0], std[1], std[2]};
+    t.notes.push_back(str_cat("normalize auto: --normalize ", normalize_flag_values(o.channels, m, sd), " (measured on ",
+                              used, " images of ", train.root, ": ", kNormalizeStatisticsScope,
+                              "; kiln data prints the same)"));
   } else {
     norm.values(o.channels, mean, std);
   }
@@ -401,7 +398,7 @@ TrainData open_segmentation_train_data(const SegmentationDataOptions& c, Device 
 }
 
 std::unique_ptr<DataSource> open_segmentation_predict_data(const std::string& path, const ImageOptions& o,
-                                                           Device device) {
+                                                           Device device, int64_t num_classes) {
   o.validate();
   const Normalization norm = Normalization::parse(o.normalize);
   KILN_CHECK(norm.kind != Normalization::Kind::automatic, "predict: --normalize auto: the mean/std are the training "
@@ -418,7 +415,19 @@ std::unique_ptr<DataSource> open_segmentation_predict_data(const std::string& pa
   ds.root = path;
   std::error_code ec;
   KILN_CHECK(fs::exists(path, ec), "predict: ", path, " does not exist");
-  if (fs::is_directory(dir, ec)) {
+  // Masks beside every image (images/ + masks/, or an image,mask CSV): they score the prediction.
+  bool masks = false;
+  if (num_classes > 0 && (is_segmentation_folder(dir) || (fs::is_regular_file(dir, ec) && is_segmentation_csv(dir)))) {
+    SegmentationDataset with = is_segmentation_folder(dir) ? segmentation_folder(dir) : segmentation_csv(dir);
+    masks = !with.samples.empty() && std::all_of(with.samples.begin(), with.samples.end(),
+                                                 [](const SegmentationSample& x) { return !x.mask.empty(); });
+    if (masks) {
+      with.root = path;
+      ds = std::move(with);
+    }
+  }
+  if (masks) {
+  } else if (fs::is_directory(dir, ec)) {
     const fs::path images = is_segmentation_folder(dir) ? fs::path(dir) / "images" : fs::path(dir);
     std::vector<std::string> files;
     for (auto it = fs::recursive_directory_iterator(images, ec), end = fs::recursive_directory_iterator();
@@ -442,7 +451,7 @@ std::unique_ptr<DataSource> open_segmentation_predict_data(const std::string& pa
   sizes = ImageSizeSchedule::parse(std::to_string(sizes.final_size()));
   float mean[3] = {0.f, 0.f, 0.f}, std[3] = {1.f, 1.f, 1.f};
   norm.values(o.channels, mean, std);
-  return make_segmentation_source(std::move(ds), o, sizes, mean, std, 0, 0, device, false);
+  return make_segmentation_source(std::move(ds), o, sizes, mean, std, masks ? num_classes : 0, 0, device, masks);
 }
 
 }  // namespace kiln

@@ -45,8 +45,11 @@ TrainData open_segmentation_train_data(const SegmentationDataOptions& o, Device 
 // segmentation folder, or the val/ (else test/, else train/) split of a split folder. Batches:
 // x as above with the eval geometry, y (B) i64 zeros; SourceBatch::indices + DataSource::path
 // give the file names. --normalize auto is refused (the training set's statistics are used).
+// num_classes > 0 and a segmentation folder (or image,mask CSV) whose every image has its mask: y is
+// the (B, S, S) masks through the same eval geometry (a mask value >= num_classes other than 255 is a
+// bad sample), so the prediction is scored as the training run's validation is.
 std::unique_ptr<DataSource> open_segmentation_predict_data(const std::string& path, const ImageOptions& opt,
-                                                           Device device);
+                                                           Device device, int64_t num_classes = 0);
 
 // The DataSource over a listed data set (tests and the openers above). has_masks = false: images
 // only (predict). num_classes > 0 checks mask values.

@@ -19,5 +19,6 @@ OUT=${KILN_SEG_OUT:-runs/fmnist-seg}
 "$KILN" train --task segment --model unet_small --data "$SEG" --channels 1 --epochs 6 --batch 16 \
   --optimizer adamw --lr 5e-3 --schedule cosine --threads "$T" --workers 1 \
   --out "$OUT" --save "$OUT/unet_small.safetensors"
+# --force: a re-run overwrites the previous run's masks (predict refuses an existing output file without it).
 "$KILN" predict --weights "$OUT/unet_small.safetensors" --data "$SEG/val" --threads "$T" \
-  --out "$OUT/predictions"
+  --out "$OUT/predictions" --force

@@ -42,7 +42,8 @@ void add_image_options(CLI::App* t, kiln::ImageOptions& o, bool training) {
   }
   CLI::Option* norm =
       t->add_option("--normalize", o.normalize,
-                    training ? "none, imagenet, auto (the training split's per-channel mean/std) or m1,m2,m3:s1,s2,s3"
+                    training ? "none, imagenet, auto (the training split's per-channel mean/std over every pixel of every "
+                               "readable image at full size, the numbers kiln data prints) or m1,m2,m3:s1,s2,s3"
                              : "default: the training run's values, stored with the weights (auto means those too; "
                                "predict never measures its data)")
           ->group(g);

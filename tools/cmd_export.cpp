@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "engine/core/error.h"
@@ -10,6 +11,8 @@
 #include "engine/io/tensor_io.h"
 #include "models/model_file.h"
 #include "models/registry.h"
+#include "tools/shape_facts.h"
+#include "tools/trained_size.h"
 #ifdef KILN_WITH_ONNX
 #include "engine/export/onnx_export.h"
 #endif
@@ -26,13 +29,18 @@ CLI::App* add_export_command(CLI::App& app, ExportOnnxOptions& o) {
       ->required()
       ->check(CLI::ExistingFile);
   e->add_option("--onnx", o.onnx, "ONNX file to write")->required();
-  e->add_option("--image-size", o.image_size, "input height = width (default: from the weights file)")
+  e->add_option("--image-size", o.image_size,
+                 "input height = width (default: from the weights file; another size than the trained one is refused, "
+                 "as kiln predict refuses it, unless --force)")
       ->check(CLI::PositiveNumber);
   e->add_option("--channels", o.channels, "input channels (default: from the weights file)")
       ->check(CLI::PositiveNumber);
   e->add_option("--num-classes", o.num_classes, "number of classes (default: from the weights file)")
       ->check(CLI::PositiveNumber);
   e->add_option("--opset", o.opset, "ONNX opset, 13 to 17")->capture_default_str();
+  e->add_flag("--force", o.force,
+              "export at an --image-size other than the trained one: the eval resize scales with it and the "
+              "metadata says image_size, resize and trained_image_size");
   return e;
 }
 
@@ -63,9 +71,39 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
   const std::string model_name = o.model.empty() ? mit->second : o.model;
   KILN_CHECK(mit == wf.metadata.end() || mit->second == model_name, "export: ", o.weights, " holds a ", mit->second,
              ", not a ", model_name);
-  const int64_t num_classes = meta_int("num_classes", o.num_classes, "--num-classes");
-  const int64_t channels = meta_int("in_channels", o.channels, "--channels");
+  // Weights saved by PyTorch carry no metadata: what the tensors' shapes give is taken from them (said in
+  // one line), and only what they do not give is asked for.
+  const ShapeFacts facts = shape_facts(wf.tensors);
+  std::string inferred;
+  auto from_shape = [&](const char* key, int64_t flag, int64_t fact, const std::string& from) {
+    if (flag > 0 || wf.metadata.count(key) || fact <= 0) return flag;
+    inferred += str_cat(inferred.empty() ? "" : ", ", key, " ", fact, " from ", from);
+    return fact;
+  };
+  const int64_t num_classes =
+      meta_int("num_classes", from_shape("num_classes", o.num_classes, facts.num_classes, facts.num_classes_from),
+               "--num-classes");
+  const int64_t channels =
+      meta_int("in_channels", from_shape("in_channels", o.channels, facts.in_channels, facts.in_channels_from),
+               "--channels");
+  KILN_CHECK(o.image_size > 0 || wf.metadata.count("image_size"), "export: ", o.weights,
+             " has no image_size metadata and no tensor's shape gives the input size",
+             inferred.empty() ? "" : str_cat(" (", inferred, ")"),
+             "; pass --image-size (torchvision's ImageNet weights: 224)");
   const int64_t size = meta_int("image_size", o.image_size, "--image-size");
+  if (!inferred.empty()) out << "export: " << o.weights << " has no kiln metadata: " << inferred << "\n";
+  // Another size than the trained one: refused as kiln predict refuses it, unless --force (the resize scales).
+  int64_t trained_size = 0, resize = 0;
+  if (auto it = wf.metadata.find("image_size"); it != wf.metadata.end()) trained_size = std::atoll(it->second.c_str());
+  if (auto it = wf.metadata.find("resize"); it != wf.metadata.end()) resize = std::atoll(it->second.c_str());
+  const bool other_size = o.image_size > 0 && trained_size > 0 && o.image_size != trained_size;
+  if (other_size) {
+    const std::string d = image_size_difference(std::to_string(o.image_size), trained_size);
+    KILN_CHECK(o.force, "export: ", trained_otherwise(o.weights, {d}));
+    out << "export: --force: " << d;
+    if (resize > 0) out << "; " << scaled_resize_note(resize, trained_size, o.image_size);
+    out << "\n";
+  }
 
   // A model file's text travels in the weights ("model_json"): used when --model is not given or the
   // file is gone, so the exported network is the trained one.
@@ -90,6 +128,10 @@ void run_export_command(const ExportOnnxOptions& o, std::ostream& out) {
   eo.metadata["num_classes"] = std::to_string(num_classes);
   eo.metadata["in_channels"] = std::to_string(channels);
   eo.metadata["image_size"] = std::to_string(size);
+  if (other_size) {
+    eo.metadata["trained_image_size"] = std::to_string(trained_size);
+    if (resize > 0) eo.metadata["resize"] = std::to_string(scaled_resize(resize, trained_size, size));
+  }
   eo.doc = str_cat("kiln ", model_name, ": input '", eo.input_name, "' f32 (N, ", channels, ", ", size, ", ", size,
                    "), output '", eo.output_name, "' f32 (N, ", num_classes,
                    ") logits (no softmax); preprocessing in metadata_props");

@@ -18,6 +18,10 @@ struct ExportOnnxOptions {
   int64_t channels = 0;     // 0: the weights file's in_channels
   int64_t num_classes = 0;  // 0: the weights file's num_classes
   int64_t opset = 17;
+  // An --image-size other than the trained one is refused (the message kiln predict gives) unless force:
+  // then the eval resize scales with it (tools/trained_size.h) and the metadata says image_size, resize
+  // and trained_image_size.
+  bool force = false;
 };
 
 CLI::App* add_export_command(CLI::App& app, ExportOnnxOptions& o);

@@ -4,6 +4,7 @@
 #include "models/registry.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "models/model_file_builtin.h"
 #include "tools/cli_checks.h"
 #include "engine/run/run_model.h"
+#include "engine/train/train_state.h"
 
 namespace kiln {
 
@@ -22,7 +24,9 @@ CLI::App* add_model_command(CLI::App& app, ModelShowOptions& o) {
   m->require_subcommand(1);
   CLI::App* s = m->add_subcommand(
       "show", "list a model's layers, output shapes, parameters and (--batch) activation bytes kept for backward");
-  s->add_option("model", o.model, "built-in model name (small_cnn, resnet18, ...) or a model file NAME.json")
+  s->add_option("model", o.model,
+                "built-in model name (small_cnn, resnet18, ...), a model file NAME.json, or a weights file "
+                "W.safetensors from kiln train --save (its model at its trained input size, channels and classes)")
       ->required();
   s->add_option("--image-size", o.image_size, "input height = width (default: the file's input.size, or the model's usual size)")
       ->check(kiln_cli::positive);
@@ -30,7 +34,8 @@ CLI::App* add_model_command(CLI::App& app, ModelShowOptions& o) {
       ->check(kiln_cli::positive);
   s->add_option("--num-classes", o.num_classes, "classes (linear layers with out_features \"num_classes\")")
       ->check(kiln_cli::positive)
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&o](const std::string&) { o.num_classes_given = true; });
   s->add_option("--batch", o.batch, "also the activation bytes each layer keeps for backward at this batch (meta run)")
       ->check(kiln_cli::positive);
   s->add_flag("--json", o.json, "print the model file (a built-in model's model-file form)");
@@ -56,11 +61,43 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// file_text: a model file's text that is not on disk (one carried by a weights file; o.model names it).
+void run_model_show_impl(const ModelShowOptions& o, const std::string* file_text, std::ostream& out);
+
+// A weights or training-state file (W.safetensors): the model it carries, at its trained input, classes and
+// channels (flags still win); a model file's text travels in it.
+void show_weights(const ModelShowOptions& o, std::ostream& out) {
+  const WeightsFile wf = read_weights(o.model);
+  const ModelCard& card = wf.card;
+  KILN_CHECK(!card.model.empty(), "model show: ", o.model,
+             " names no model (not written by kiln train --save); give the model: kiln model show NAME --num-classes K");
+  ModelShowOptions m = o;
+  m.model = card.model;
+  const bool carried = models::is_model_file_name(card.model) && !wf.model_json.empty();  // the text as trained
+  if (o.num_classes_given == false && card.num_classes > 0) m.num_classes = card.num_classes;
+  if (o.channels <= 0 && card.preprocessing.channels > 0) m.channels = card.preprocessing.channels;
+  if (o.image_size <= 0 && card.preprocessing.image_size > 0) m.image_size = card.preprocessing.image_size;
+  out << o.model << ": " << (wf.training_state ? "a training-state file" : "weights") << " of " << card.model
+      << " (task " << card.task << ")\n";
+  run_model_show_impl(m, carried ? &wf.model_json : nullptr, out);
+}
+
 }  // namespace
 
 void run_model_show(const ModelShowOptions& o, std::ostream& out) {
-  const bool file = models::is_model_file_name(o.model);
-  const std::string text = file ? read_text(o.model) : models::format_model_json(models::builtin_model_json(o.model));
+  if (!models::is_model_file_name(o.model) && std::filesystem::path(o.model).extension() == ".safetensors")
+    show_weights(o, out);
+  else
+    run_model_show_impl(o, nullptr, out);
+}
+
+namespace {
+
+void run_model_show_impl(const ModelShowOptions& o, const std::string* file_text, std::ostream& out) {
+  const bool file = file_text || models::is_model_file_name(o.model);
+  const std::string text = file_text ? *file_text
+                           : file    ? read_text(o.model)
+                                     : models::format_model_json(models::builtin_model_json(o.model));
   if (o.json) {
     out << text;
     return;
@@ -154,5 +191,7 @@ void run_model_show(const ModelShowOptions& o, std::ostream& out) {
         << " allocated, " << format_bytes((double)mem.peak_reserved) << " reserved\n";
   }
 }
+
+}  // namespace
 
 }  // namespace kiln

@@ -3,11 +3,24 @@
 
 #include <cstdio>
 
+#include "engine/core/percent.h"
 #include "engine/train/memory_peak.h"
 
 namespace kiln_cli {
 
+namespace {
+
+// A percentage from the epoch's counts (engine/core/percent.h); the fraction when they are unknown.
+std::string pct(int64_t correct, int64_t total, double fraction) {
+  if (total > 0) return kiln::percent_text(correct, total);
+  return fraction >= 0 ? kiln::percent_text(fraction) : "-";
+}
+
+}  // namespace
+
 std::string format_epoch_line(const kiln::train::EpochStats& es, int64_t epochs, bool segment) {
+  const std::string train_acc = pct(es.train_correct, es.train_total, es.train_acc);
+  const std::string val_acc = es.val_acc >= 0 ? pct(es.val_correct, es.val_total, es.val_acc) : "-";
   char mem[32], rsv[32], line[384];
   // The run's two figures so far (allocated, reserved), named as the ledger and `kiln runs` name them.
   const std::string peak_text =
@@ -25,26 +38,26 @@ std::string format_epoch_line(const kiln::train::EpochStats& es, int64_t epochs,
       dice += (k ? "/" : "") + std::string(d);
     }
     std::snprintf(line, sizeof line,
-                  "epoch %lld/%lld  train loss %.4f pixel acc %.2f%%  val loss %.4f pixel acc %.2f%% mIoU %.2f%%%s  "
+                  "epoch %lld/%lld  train loss %.4f pixel acc %s  val loss %.4f pixel acc %s mIoU %s%s  "
                   "%.0f img/s  %.1f s  peak allocated %s  lr %.4g",
-                  (long long)es.epoch, (long long)epochs, es.train_loss, 100 * es.train_acc, es.val_loss,
-                  100 * m.pixel_accuracy, 100 * m.mean_iou, m.ignore_background ? " (no background)" : "",
+                  (long long)es.epoch, (long long)epochs, es.train_loss, train_acc.c_str(), es.val_loss,
+                  pct(es.val_correct, es.val_total, m.pixel_accuracy).c_str(), kiln::percent_text(m.mean_iou).c_str(),
+                  m.ignore_background ? " (no background)" : "",
                   es.images_per_s, es.seconds, peak, es.lr);
     return std::string(line) + "  dice " + dice;
   }
   if (segment) {
-    std::snprintf(line, sizeof line, "epoch %lld/%lld  train loss %.4f pixel acc %.2f%%  (no --val)  %.0f img/s  "
+    std::snprintf(line, sizeof line, "epoch %lld/%lld  train loss %.4f pixel acc %s  (no --val)  %.0f img/s  "
                   "%.1f s  peak allocated %s  lr %.4g",
-                  (long long)es.epoch, (long long)epochs, es.train_loss, 100 * es.train_acc, es.images_per_s,
+                  (long long)es.epoch, (long long)epochs, es.train_loss, train_acc.c_str(), es.images_per_s,
                   es.seconds, peak, es.lr);
     return line;
   }
   std::snprintf(line, sizeof line,
-                "epoch %lld/%lld  train loss %.4f acc %.2f%%  val loss %s acc %s  %.0f img/s  %.1f s  peak allocated %s  "
+                "epoch %lld/%lld  train loss %.4f acc %s  val loss %s acc %s  %.0f img/s  %.1f s  peak allocated %s  "
                 "lr %.4g",
-                (long long)es.epoch, (long long)epochs, es.train_loss, 100 * es.train_acc,
-                es.val_loss >= 0 ? std::to_string(es.val_loss).substr(0, 6).c_str() : "-",
-                es.val_acc >= 0 ? (std::to_string(100 * es.val_acc).substr(0, 5) + "%").c_str() : "-",
+                (long long)es.epoch, (long long)epochs, es.train_loss, train_acc.c_str(),
+                es.val_loss >= 0 ? std::to_string(es.val_loss).substr(0, 6).c_str() : "-", val_acc.c_str(),
                 es.images_per_s, es.seconds, peak, es.lr);
   return line;
 }

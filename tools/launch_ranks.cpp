@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -32,6 +34,20 @@ void launch_ranks(int nproc, int argc, char** argv) {
     if (a.rfind("--nproc=", 0) == 0) continue;
     args.push_back(a);
   }
+  // Open MPI's mpirun refuses to run as root unless told to (and stops with its own warning, exit 1):
+  // a launch kiln starts itself says so for the user, once, when they have not decided already.
+  if (::geteuid() == 0) {
+    std::string set;
+    for (const char* var : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"})
+      if (!std::getenv(var)) {
+        ::setenv(var, "1", 0);
+        set += std::string(set.empty() ? "" : " ") + var + "=1";
+      }
+    if (!set.empty())
+      std::printf("--nproc: running as root: set %s for mpirun (Open MPI refuses root without them; set them "
+                  "yourself to choose otherwise)\n", set.c_str());
+  }
+  std::fflush(stdout);  // exec discards what is buffered
   std::vector<char*> cargs;
   for (std::string& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);

@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
   int nproc = 1;
   train->add_option("--nproc", nproc,
                     "train data-parallel with N processes on this machine: starts mpirun -n N kiln train <the other "
-                    "flags> (--batch is per process; needs a kiln built with MPI)")
+                    "flags> (--batch is per process; needs a kiln built with MPI; as root it sets OMPI_ALLOW_RUN_AS_ROOT=1 and "
+                    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 where unset, and says so)")
       ->check(kiln_cli::positive);
   kiln::add_train_memory_options(train, tc);
 
@@ -215,15 +216,20 @@ int main(int argc, char** argv) {
                       "classes and preprocessing")
       ->required()
       ->check(CLI::ExistingFile);
-  predict->add_option("--data", pc.data,
+  predict->add_option("--data", pc.inputs,
                       "IDX folder (its t10k split), x.npy + y.npy, an image folder (its val/ or test/ split when it "
-                      "has one; classes matched to the model's by name) or a CSV list")
-      ->required();
+                      "has one; classes matched to the model's by name) or a CSV list (path,label); images without "
+                      "labels: a flat folder of images, one or more image files or glob patterns ('imgs/*.jpg'), or "
+                      "a CSV of paths only (they write path,class,score and the top-5 classes, and no accuracy)")
+      ->required()
+      ->expected(1, -1);
   predict->add_option("--out", pc.out, "CSV file to write (--task segment: a folder for mask and overlay PNGs)")
       ->required();
   predict->add_option("--task", pc.task,
                       "classify or segment (default: the weights' task; segment writes <stem>_mask.png, "
-                      "<stem>_overlay.png and summary.json into --out)")
+                      "<stem>_overlay.png and summary.json into --out, <stem> the image's path relative to the folder "
+                      "holding every image, without its extension; masks in the data (an npy mask folder, a "
+                      "segmentation folder's masks/ or an image,mask CSV, every image with its mask) score it)")
       ->check(CLI::IsMember({"classify", "segment"}));
   predict->add_flag("--ignore-background", pc.ignore_background,
                     "--task segment with masks in the data: class 0 left out of the summary's mean IoU and Dice");
@@ -237,7 +243,8 @@ int main(int argc, char** argv) {
   kiln_cli::add_image_options(predict, pc.image, false);
   predict->add_flag("--force", pc.force,
                     "use the given --image-size/--resize/--crop/--normalize/--channels/--model/--num-classes even "
-                    "where they contradict what the weights were trained with");
+                    "where they contradict what the weights were trained with; --task segment: overwrite mask, overlay "
+                    "and summary files that --out already holds (refused without it)");
   kiln::DataReportOptions dc;
   CLI::App* data_cmd = kiln_cli::add_data_command(app, dc);
   kiln_cli::ExportImagesCommand ec;
@@ -303,6 +310,7 @@ int main(int argc, char** argv) {
     } else if (predict->parsed()) {
       if (pc.threads > 0) kiln::cpu::set_num_threads(pc.threads);
       usage_checks([&] { kiln_cli::finish_image_options(pc.image); });
+      pc.data = pc.inputs.front();
       for (const char* name : {"image-size", "resize", "crop", "normalize", "channels"})
         if (predict->get_option(std::string("--") + name)->count() > 0) pc.given.insert(name);
       kiln::run_predict(pc, std::cout);

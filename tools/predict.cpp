@@ -10,6 +10,7 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/devices.h"
+#include "engine/core/percent.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/tensor_io.h"
 #include "engine/memory/tag.h"
@@ -17,6 +18,7 @@
 #include "engine/train/train_state.h"
 #include "models/model_file.h"
 #include "tools/predict_segment.h"
+#include "tools/trained_size.h"
 #include "engine/run/run_model.h"
 #include "engine/run/run_data.h"
 
@@ -78,7 +80,7 @@ std::vector<std::string> differences(const PredictConfig& c, const ModelCard& ca
   int64_t size = p.image_size;
   if (given("image-size") && p.image_size > 0) {
     size = ImageSizeSchedule::parse(c.image.image_size).final_size();
-    if (size != p.image_size) d.push_back(str_cat("--image-size ", c.image.image_size, " (trained at ", p.image_size, ")"));
+    if (size != p.image_size) d.push_back(kiln_cli::image_size_difference(c.image.image_size, p.image_size));
   }
   if (given("channels") && p.channels > 0 && c.image.channels != p.channels)
     d.push_back(str_cat("--channels ", c.image.channels, " (trained with ", p.channels, ")"));
@@ -98,6 +100,55 @@ std::vector<std::string> differences(const PredictConfig& c, const ModelCard& ca
   return d;
 }
 
+// Unlabelled images (see predict.h): path,class,score,class_1,score_1,...
+PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, DataSource& data,
+                                 const std::vector<std::string>& names, std::ostream& log) {
+  const int64_t k = (int64_t)names.size(), top = std::min<int64_t>(5, k);
+  std::ostringstream csv;
+  csv << "path,class,score";
+  for (int64_t t = 1; t <= top; ++t) csv << ",class_" << t << ",score_" << t;
+  csv << "\n";
+  int64_t n = 0;
+  model.eval();
+  {
+    NoGradGuard no_grad;
+    data.start_epoch(0, c.batch, false);
+    SourceBatch b;
+    char buf[32];
+    while (data.next(&b)) {
+      MemoryScope scope(MemoryTag::temporary);
+      const Tensor logits = contiguous(to_device(model(b.x), Device::cpu()));
+      const std::vector<float> l = logits.to_vector<float>();
+      for (int64_t i = 0; i < logits.size(0); ++i) {
+        // softmax in double, max subtracted
+        const float* row = l.data() + i * k;
+        const double mx = *std::max_element(row, row + k);
+        std::vector<double> p((size_t)k);
+        double sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += p[(size_t)j] = std::exp((double)row[j] - mx);
+        std::vector<int64_t> order((size_t)k);
+        for (int64_t j = 0; j < k; ++j) order[(size_t)j] = j;
+        // best first; equal scores: the lower class index first (argmax's rule)
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t bb) { return row[a] > row[bb]; });
+        csv << csv_field(data.path(b.indices[(size_t)i]));
+        for (int64_t t = 0; t <= top; ++t) {
+          const int64_t j = order[(size_t)std::max<int64_t>(0, t - 1)];
+          std::snprintf(buf, sizeof buf, "%.6f", p[(size_t)j] / sum);
+          csv << "," << csv_field(names[(size_t)j]) << "," << buf;
+        }
+        csv << "\n";
+        ++n;
+      }
+    }
+  }
+  report_bad_samples(data, log);
+  const std::string s = csv.str();
+  atomic_write_file(c.out, s.data(), s.size());
+  log << "predict: " << n << " images from " << data.source() << " -> " << c.out
+      << " (no labels: path, class, score and the top " << top << " classes; no accuracy)\n";
+  return {n, 0, 0.0};
+}
+
 }  // namespace
 
 PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
@@ -111,12 +162,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
 
   // ---- the flags against the card ----
   const std::vector<std::string> diffs = differences(c, card);
-  if (!diffs.empty() && !c.force) {
-    std::string list;
-    for (const std::string& d : diffs) list += (list.empty() ? "" : "; ") + d;
-    throw Error(str_cat("predict: ", c.weights, " was trained otherwise: ", list,
-                        " (leave these flags out to predict as trained, or pass --force to use yours)"));
-  }
+  KILN_CHECK(diffs.empty() || c.force, "predict: ", kiln_cli::trained_otherwise(c.weights, diffs));
   for (const std::string& d : diffs) log << "predict: --force: " << d << "\n";
   const std::string model_name = !c.model.empty() ? c.model : card.model;
   KILN_CHECK(!model_name.empty(), "predict: ", c.weights, " names no model (not written by kiln train --save); pass --model");
@@ -131,6 +177,14 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   image.channels = given("channels") ? c.image.channels : p.channels == 1 || p.channels == 3 ? (int)p.channels : 3;
   image.crop = given("crop") ? c.image.crop : !p.crop.empty() ? p.crop : "center";
   image.resize = given("resize") ? c.image.resize : (int)p.resize;
+  // --force --image-size S at another size than trained: the resize scales with it (as kiln export does).
+  if (given("image-size") && !given("resize") && p.image_size > 0 && p.resize > 0) {
+    const int64_t size = ImageSizeSchedule::parse(c.image.image_size).final_size();
+    if (size != p.image_size) {
+      image.resize = (int)kiln_cli::scaled_resize(p.resize, p.image_size, size);
+      log << "predict: --force: " << kiln_cli::scaled_resize_note(p.resize, p.image_size, size) << "\n";
+    }
+  }
   const bool auto_norm = given("normalize") && Normalization::parse(c.image.normalize).kind == Normalization::Kind::automatic;
   if (given("normalize") && !auto_norm) {
     image.normalize = c.image.normalize;
@@ -153,7 +207,8 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   // A segmentation model: masks and overlays into a folder (tools/predict_segment.h).
   if ((!c.task.empty() ? c.task : card.task) == "segment")
     return run_segment_predict(c, wf, image, model_name, num_classes, log);
-  std::unique_ptr<DataSource> src = open_predict_data(c.data, image, device, idx_given ? idx_stats : nullptr);
+  const std::vector<std::string> inputs = c.inputs.empty() ? std::vector<std::string>{c.data} : c.inputs;
+  std::unique_ptr<DataSource> src = open_predict_data(inputs, image, device, idx_given ? idx_stats : nullptr);
   DataSource& data = *src;
   const bool images = !data.path(0).empty();
 
@@ -211,6 +266,8 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   model_names.resize((size_t)num_classes);
   for (int64_t k = 0; k < num_classes; ++k)
     if (model_names[(size_t)k].empty()) model_names[(size_t)k] = std::to_string(k);  // --force --num-classes
+  // Images without labels: path, the class and its probability, the top classes; no accuracy.
+  if (images && data_names.empty()) return predict_unlabelled(c, *model, data, model_names, log);
   std::unordered_map<std::string, int64_t> model_index;
   for (int64_t k = 0; k < num_classes; ++k) model_index.emplace(model_names[(size_t)k], k);
   std::vector<int64_t> to_model(data_names.size(), -1);
@@ -282,11 +339,15 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   const std::string s = csv.str();
   atomic_write_file(c.out, s.data(), s.size());
   const double accuracy = scored ? (double)correct / (double)scored : 0.0;
-  log << "predict: " << n << " samples from " << data.source() << " -> " << c.out << "; accuracy "
-      << 100 * accuracy << "%";
-  if (scored < n)
-    log << " over the " << scored << " whose label is one of the model's " << num_classes << " classes ("
-        << n - scored << " have another label: predicted, not scored)";
+  log << "predict: " << n << " samples from " << data.source() << " -> " << c.out;
+  if (scored == 0) {
+    log << "; no accuracy: no sample's label is one of the model's " << num_classes << " classes";
+  } else {
+    log << "; accuracy " << percent_text(correct, scored);
+    if (scored < n)
+      log << " over the " << scored << " whose label is one of the model's " << num_classes << " classes ("
+          << n - scored << " have another label: predicted, not scored)";
+  }
   log << "\n";
   return {n, scored, accuracy};
 }

@@ -1,10 +1,14 @@
 // `kiln predict` as a function: rebuilds the model and its input pipeline from a weights file's
 // model card (engine/train/model_card.h, written by `kiln train --save`; a training-state file
-// works too), runs it over a data folder in eval mode and writes a CSV:
+// works too), runs it over a data folder in eval mode and writes a CSV. Labelled data:
 //   index,[path,]label,predicted,label_name,predicted_name,logit_0,...,logit_{K-1}
 // label and predicted are model class indices (label -1: the sample's class is not one of the
 // model's); label_name is the data's class name. The data's classes are matched to the model's by
 // name, and the accuracy printed is over the samples whose class the model knows.
+// Images without labels (a flat folder, image files, a glob, a CSV of paths only) and no accuracy:
+//   path,class,score,class_1,score_1,...,class_T,score_T
+// class is the predicted class's name, score its softmax probability, then the top T = min(5, K)
+// classes best first (class_1 == class).
 // Flags that contradict the card (model, classes, image size, channels, resize/crop,
 // normalization) are one error naming each difference unless `force`; a file without a card
 // (written before it existed) predicts with one warning naming what was assumed. The
@@ -14,6 +18,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "data/image_options.h"
 
@@ -23,7 +28,8 @@ struct PredictConfig {
   std::string model;        // "": the weights' model
   std::string task;         // "": the weights' (classify, or segment: tools/predict_segment.h, --out a folder)
   bool ignore_background = false;  // segment: class 0 left out of the mean IoU / Dice of the summary
-  std::string weights, data, out;
+  std::string weights, data, out;  // data: inputs[0] (or the only input), for messages
+  std::vector<std::string> inputs;  // --data: one folder / CSV / file / glob, or several image files or globs
   int64_t num_classes = 0;  // 0: from the weights' metadata
   int64_t batch = 256;
   int threads = 0;
@@ -32,7 +38,7 @@ struct PredictConfig {
   // The image options the caller set ("image-size", "resize", "crop", "normalize", "channels");
   // the others come from the weights file.
   std::set<std::string> given;
-  bool force = false;       // given options that contradict the weights' preprocessing win
+  bool force = false;       // given options that contradict the weights' preprocessing win; segment: overwrite
 };
 
 struct PredictResult {

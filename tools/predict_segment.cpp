@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "data/segmentation_overlay.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/core/devices.h"
+#include "engine/core/percent.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/tensor_io.h"
 #include "engine/memory/tag.h"
@@ -45,12 +47,45 @@ Image input_image(const float* x, int64_t channels, int64_t h, int64_t w, const 
   return im;
 }
 
-std::string image_stem(const DataSource& data, int64_t index) {
-  const std::string path = data.path(index);
-  if (!path.empty()) return fs::path(path).stem().string();
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "sample_%05lld", (long long)index);
-  return buf;
+// Each sample's output name: its path relative to the deepest folder holding every image, without the
+// extension (images/a/x.png and images/b/x.png give a/x and b/x), so equal file names in different
+// folders stay apart; two files differing only by extension keep it (x_png, x_jpg); array data:
+// sample_NNNNN (the index).
+std::vector<std::string> output_names(const DataSource& data) {
+  const int64_t n = data.size();
+  std::vector<std::string> names((size_t)n);
+  if (n == 0 || data.path(0).empty()) {
+    char buf[32];
+    for (int64_t i = 0; i < n; ++i) {
+      std::snprintf(buf, sizeof buf, "sample_%05lld", (long long)i);
+      names[(size_t)i] = buf;
+    }
+    return names;
+  }
+  fs::path root = fs::path(data.path(0)).lexically_normal().parent_path();
+  auto under = [](const fs::path& p, const fs::path& dir) {
+    auto d = dir.begin(), q = p.begin();
+    for (; d != dir.end(); ++d, ++q)
+      if (q == p.end() || *d != *q) return false;
+    return true;
+  };
+  for (int64_t i = 1; i < n; ++i) {
+    const fs::path p = fs::path(data.path(i)).lexically_normal();
+    while (!root.empty() && !under(p, root)) root = root.parent_path();
+  }
+  std::map<std::string, int> seen;
+  std::vector<fs::path> rel((size_t)n);
+  for (int64_t i = 0; i < n; ++i) {
+    rel[(size_t)i] = fs::path(data.path(i)).lexically_normal().lexically_relative(root);
+    names[(size_t)i] = (rel[(size_t)i].parent_path() / rel[(size_t)i].stem()).generic_string();
+    ++seen[names[(size_t)i]];
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (seen[names[(size_t)i]] > 1) {
+      const std::string ext = rel[(size_t)i].extension().string();
+      names[(size_t)i] += "_" + (ext.empty() ? std::string("noext") : ext.substr(1));
+    }
+  return names;
 }
 
 nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
@@ -71,9 +106,24 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
     KILN_CHECK(fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out, ": cannot create the folder (",
                ec.message(), ")");
   }
-  std::unique_ptr<DataSource> src = open_segment_predict_data(c.data, image, device);
+  KILN_CHECK(c.inputs.size() <= 1, "predict --task segment: --data takes one folder or CSV, got ", c.inputs.size(),
+             " inputs");
+  std::unique_ptr<DataSource> src = open_segment_predict_data(c.data, image, device, num_classes);
   DataSource& data = *src;
   KILN_CHECK(data.size() > 0, "predict: ", c.data, " holds no images");
+  // Every file this run writes, checked before any is: an existing one is refused unless --force.
+  const std::vector<std::string> names = output_names(data);
+  {
+    std::vector<std::string> existing;
+    std::error_code ec;
+    for (const std::string& n : names)
+      for (const char* suffix : {"_mask.png", "_overlay.png"})
+        if (fs::exists(fs::path(c.out) / (n + suffix), ec)) existing.push_back((fs::path(c.out) / (n + suffix)).string());
+    if (fs::exists(fs::path(c.out) / "summary.json", ec)) existing.push_back((fs::path(c.out) / "summary.json").string());
+    KILN_CHECK(existing.empty() || c.force, "predict --task segment: --out ", c.out, " already holds ", existing.size(),
+               " of the files this would write (", existing.front(), existing.size() > 1 ? ", ..." : "",
+               "): pass --force to overwrite them, or give another --out");
+  }
 
   nn::ModulePtr model;
   if (models::is_model_file_name(model_name) && !wf.model_json.empty() && !fs::exists(model_name))
@@ -117,7 +167,8 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
       const int64_t* cp = cls.data<int64_t>();
       for (int64_t i = 0; i < bn; ++i) {
         const int64_t index = b.indices[(size_t)i];
-        const std::string stem = image_stem(data, index);
+        const std::string& stem = names[(size_t)index];
+        if (stem.find('/') != std::string::npos) fs::create_directories(fs::path(c.out) / fs::path(stem).parent_path());
         Image mask;
         mask.w = (int)w, mask.h = (int)h, mask.c = 1;
         mask.px.resize((size_t)(w * h));
@@ -152,11 +203,12 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
     summary["metrics"] = {{"pixel_accuracy", number_or_null(m.pixel_accuracy)}, {"mean_iou", number_or_null(m.mean_iou)},
                           {"mean_dice", number_or_null(m.mean_dice)}, {"iou", iou}, {"dice", dice},
                           {"pixels", m.pixels}, {"ignore_background", m.ignore_background}};
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "; against the data's masks: pixel accuracy %.2f%%, mIoU %.2f%%%s, mean Dice %.4f",
-                  100 * m.pixel_accuracy, 100 * m.mean_iou, m.ignore_background ? " (no background)" : "",
-                  m.mean_dice);
-    log << buf;
+    int64_t correct = 0;
+    for (int64_t k = 0; k < num_classes; ++k) correct += m.confusion[(size_t)(k * num_classes + k)];
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", mean Dice %.4f", m.mean_dice);
+    log << "; against the data's masks: pixel accuracy " << percent_text(correct, m.pixels) << ", mIoU "
+        << percent_text(m.mean_iou) << (m.ignore_background ? " (no background)" : "") << buf;
     result.scored = m.pixels;
     result.accuracy = m.pixels > 0 ? m.pixel_accuracy : 0.0;
   }

@@ -6,10 +6,14 @@
 //                       undone) and the same image with each non-background class's colour blended
 //                       over it (alpha 1/2)
 //   summary.json        per image its predicted pixels per class; with masks in the data (an npy
-//                       mask folder), the set's pixel accuracy, IoU and Dice per class and their
+//                       mask folder, a segmentation folder's masks/ or an image,mask CSV with every
+//                       image's mask), the set's pixel accuracy, IoU and Dice per class and their
 //                       means (engine/train/segment_metrics.h), also printed.
-// <stem> is the image file's name without its extension, or sample_NNNNN (the index) for array
-// data. The masks are at the model's input size (the eval geometry of the card). run_predict
+// <stem> is the image's path relative to the deepest folder holding every image, without its extension
+// (images/a/x.png -> a/x: OUT/a/x_mask.png), so equal file names in different folders get distinct
+// outputs; sample_NNNNN (the index) for array data. A file this would write that exists already
+// (a mask, an overlay, summary.json) is refused in one error before anything is written, unless
+// --force. The masks are at the model's input size (the eval geometry of the card). run_predict
 // (tools/predict.h) checks the flags against the card and calls this. Must not train or measure.
 #pragma once
 #include <cstdint>

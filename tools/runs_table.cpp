@@ -1,6 +1,8 @@
 // The runs table (see runs_table.h).
 #include "tools/runs_table.h"
 
+#include "engine/core/percent.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -43,7 +45,8 @@ const std::vector<std::string>& run_row_keys() {
   static const std::vector<std::string> keys = {
       "when",       "run",       "status",       "model",          "data",          "image_size",
       "batch",      "accum",     "optimizer",    "lr",             "amp",           "recompute",
-      "epochs",     "epochs_planned", "train_acc", "val_acc",      "task",          "val_miou",
+      "epochs",     "epochs_planned", "train_acc", "val_acc",      "val_correct",   "val_total",
+      "task",       "val_miou",
       "time_s",     "images_per_s",
       "peak_allocated", "peak_reserved", "plan_peak_allocated", "plan_peak_reserved", "predicted_peak",
       "measured_peak", "last_step", "error",     "file"};
@@ -75,13 +78,18 @@ json run_row(const kiln::train::LedgerRun& r) {
   }
   int64_t done = -1;
   double best_val = -1, best_miou = -1;
+  json best_val_counts;
   bool have_val = false, have_miou = false;
   double secs = 0, ips = 0;
   int64_t peak = -1;
   for (const json& e : r.epochs) {
     if (field(e, "epoch").is_number()) done = std::max(done, e["epoch"].get<int64_t>());
     if (field(e, "val_acc").is_number()) {
-      best_val = have_val ? std::max(best_val, e["val_acc"].get<double>()) : e["val_acc"].get<double>();
+      if (!have_val || e["val_acc"].get<double>() > best_val) {
+        best_val = e["val_acc"].get<double>();
+        // The counts of the best epoch (older ledgers have none): the table's percentage is theirs.
+        best_val_counts = field(e, "val_total").is_number() ? json::array({e["val_correct"], e["val_total"]}) : json();
+      }
       have_val = true;
     }
     if (field(e, "val_miou").is_number()) {  // segmentation runs (kiln train --task segment)
@@ -97,6 +105,7 @@ json run_row(const kiln::train::LedgerRun& r) {
   row["epochs_planned"] = field(c, "epochs");
   if (!r.epochs.empty()) row["train_acc"] = field(r.epochs.back(), "train_acc");
   if (have_val) row["val_acc"] = best_val;
+  if (have_val && best_val_counts.is_array()) row["val_correct"] = best_val_counts[0], row["val_total"] = best_val_counts[1];
   row["task"] = field(c, "task").is_string() ? field(c, "task") : json("classify");  // older ledgers: classify
   if (have_miou) row["val_miou"] = best_miou;
   const json& wall = field(r.end, "wall_s");
@@ -229,8 +238,10 @@ std::vector<std::string> cells(const json& r) {
           r["amp"].is_boolean() ? (r["amp"].get<bool>() ? "amp" : "f32") : "-",
           s(r["recompute"]),
           epochs,
-          r["val_acc"].is_number() ? fmt("%.2f%%", 100 * r["val_acc"].get<double>()) : "-",
-          r["val_miou"].is_number() ? fmt("%.2f%%", 100 * r["val_miou"].get<double>()) : "-",
+          r["val_total"].is_number() ? kiln::percent_text(r["val_correct"].get<int64_t>(), r["val_total"].get<int64_t>())
+          : r["val_acc"].is_number() ? kiln::percent_text(r["val_acc"].get<double>())
+                                     : "-",
+          r["val_miou"].is_number() ? kiln::percent_text(r["val_miou"].get<double>()) : "-",
           r["time_s"].is_number() ? fmt("%.1f s", r["time_s"].get<double>()) : "-",
           r["images_per_s"].is_number() ? fmt("%.0f", r["images_per_s"].get<double>()) : "-",
           // "measured / planned" MiB; an older ledger: its measured epoch peak and one step's prediction

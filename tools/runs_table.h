@@ -13,7 +13,7 @@
 namespace kiln_cli {
 
 // The row keys in table order: when run status model data image_size batch accum optimizer lr amp
-// recompute epochs epochs_planned train_acc val_acc time_s images_per_s predicted_peak
+// recompute epochs epochs_planned train_acc val_acc val_correct val_total (the best epoch's counts) time_s images_per_s predicted_peak
 // measured_peak last_step error file. Missing values are null.
 const std::vector<std::string>& run_row_keys();
 nlohmann::json run_row(const kiln::train::LedgerRun& run);

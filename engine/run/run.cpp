@@ -10,6 +10,8 @@
 // one smaller (no sample dropped) unless drop_last.
 #include "engine/run/run.h"
 
+#include "engine/core/percent.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -264,8 +266,19 @@ void Run::State::open_data() {
   // What predict and export need, stored in the weights and training-state files.
   card = make_model_card(c.model, num_classes, data, c.image, train.channels(), train_size);
   card.task = c.task;
-  log << "data: " << train.source() << ", " << train.size() << " samples (" << train.channels() << "x"
-      << train_size << "x" << train_size << ")";
+  // The input shape of each epoch: one shape, or the sizes a progressive schedule feeds epoch by epoch.
+  std::string shapes;
+  for (int64_t e = 0; e < c.epochs;) {
+    const int64_t size = train.image_size(e);
+    int64_t end = e;
+    while (end + 1 < c.epochs && train.image_size(end + 1) == size) ++end;
+    const std::string shape = str_cat(train.channels(), "x", size, "x", size);
+    if (e == 0 && end + 1 == c.epochs) shapes = shape;
+    else shapes += str_cat(shapes.empty() ? "" : ", ", shape, end > e ? " for epochs " : " for epoch ", e + 1,
+                           end > e ? str_cat("-", end + 1) : std::string());
+    e = end + 1;
+  }
+  log << "data: " << train.source() << ", " << train.size() << " samples (" << shapes << ")";
   if (data.val) log << "; val " << data.val->source() << ", " << data.val->size() << " samples";
   for (const std::string& note : data.notes) log << "; " << note;
   log << "\n";
@@ -441,9 +454,7 @@ void Run::State::on_step_end(const train::FitStep& fs) {
   if (o.events.on_step_end) {
     std::string status = amp->progress_text() + (batch_memory ? batch_memory->progress_text() : "");
     if (segment && fs.metric_total > 0) {  // the epoch's running pixel accuracy
-      char acc[48];
-      std::snprintf(acc, sizeof acc, "  pixel acc %.2f%%", 100.0 * (double)fs.correct / (double)fs.metric_total);
-      status += acc;
+      status += "  pixel acc " + percent_text(fs.correct, fs.metric_total);
     }
     o.events.on_step_end({&fs, status, !first_step->done()});
   }
@@ -552,10 +563,8 @@ void Run::State::finish() {
     j["final_val_miou"] = number_or_null(fin->val_segment->mean_iou);
     j["final_val_mean_dice"] = number_or_null(fin->val_segment->mean_dice);
     j["val_baseline_miou"] = number_or_null(baseline);
-    char line[160];
-    std::snprintf(line, sizeof line, "segment: val mIoU %.2f%% after epoch %lld; predicting background everywhere "
-                  "gives %.2f%%", 100 * fin->val_segment->mean_iou, (long long)fin->epoch, 100 * baseline);
-    log << line << "\n";
+    log << "segment: val mIoU " << percent_text(fin->val_segment->mean_iou) << " after epoch " << fin->epoch
+        << "; predicting background everywhere gives " << percent_text(baseline) << "\n";
   }
   j["images_per_s"] = result.epochs.empty() ? 0.0 : ips / (double)result.epochs.size();
   j["peak_memory_bytes"] = peak >= 0 ? nlohmann::json(peak) : nlohmann::json();

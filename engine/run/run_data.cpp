@@ -85,8 +85,8 @@ TrainData open_segment_train_data(const RunConfig& c, Device device) {
 }  // namespace
 
 std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions& opt,
-                                                      Device device) {
-  if (!is_mask_npy_folder(path)) return open_segmentation_predict_data(path, opt, device);  // image files
+                                                      Device device, int64_t num_classes) {
+  if (!is_mask_npy_folder(path)) return open_segmentation_predict_data(path, opt, device, num_classes);  // images
   check_segment_folder(path, "--data");
   return make_mask_array_source(read_mask_npy_folder(path), 0, device);
 }
@@ -142,10 +142,12 @@ TrainData open_train_data(const RunConfig& c, Device device) {
   return t;
 }
 
-std::unique_ptr<DataSource> open_predict_data(const std::string& path, const ImageOptions& opt, Device device,
-                                              const double* idx_mean_std) {
-  if (data_kind(path) == "images") return open_image_predict_data(path, opt, device);
-  return make_array_source(load_inference_data(path, 0, idx_mean_std), 0, device);
+std::unique_ptr<DataSource> open_predict_data(const std::vector<std::string>& inputs, const ImageOptions& opt,
+                                              Device device, const double* idx_mean_std) {
+  KILN_CHECK(!inputs.empty(), "predict: no --data");
+  if (is_unlabelled_image_input(inputs) || data_kind(inputs[0]) == "images")
+    return open_image_predict_data(inputs, opt, device);
+  return make_array_source(load_inference_data(inputs[0], 0, idx_mean_std), 0, device);
 }
 
 void report_bad_samples(DataSource& d, std::ostream& log, const std::string& prefix) {

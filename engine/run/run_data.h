@@ -31,13 +31,16 @@ TrainData open_train_data(const RunConfig& c, Device device);
 // The data `kiln predict --task segment` runs on: an npy mask folder (images and masks, so the
 // masks score the prediction), or image files (data/segmentation_source.h: a folder of images, a
 // segmentation folder's images/, a split folder's val/; no masks).
-std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions& opt, Device device);
+// num_classes > 0: a segmentation folder whose every image has a mask is scored by its masks too.
+std::unique_ptr<DataSource> open_segment_predict_data(const std::string& path, const ImageOptions& opt, Device device,
+                                                      int64_t num_classes = 0);
 // The data `kiln predict` runs on: an IDX folder's t10k split, x.npy + y.npy, or for image data
 // the val/ or test/ split of a folder with splits (else the whole folder, or the CSV), with the
 // eval transform (opt.normalize must not be auto: predict never measures its data).
 // idx_mean_std (optional): an IDX folder's normalization (mean, std), the weights' training values.
-std::unique_ptr<DataSource> open_predict_data(const std::string& path, const ImageOptions& opt, Device device,
-                                              const double* idx_mean_std = nullptr);
+// Several inputs, an image file, a glob or a flat folder: images without labels (data/image_source.h).
+std::unique_ptr<DataSource> open_predict_data(const std::vector<std::string>& inputs, const ImageOptions& opt,
+                                              Device device, const double* idx_mean_std = nullptr);
 
 // Prints bad-sample reports not yet printed ("data: skipped bad sample PATH: REASON").
 // "data: skipped bad sample PATH: REASON" for the bad samples met since the last call, each after `prefix`

@@ -14,6 +14,9 @@ nlohmann::json epoch_json(const train::EpochStats& e) {
                       {"images_per_s", e.images_per_s}, {"seconds", e.seconds}, {"lr", e.lr}};
   j["val_loss"] = e.val_loss >= 0 ? nlohmann::json(e.val_loss) : nlohmann::json();
   j["val_acc"] = e.val_acc >= 0 ? nlohmann::json(e.val_acc) : nlohmann::json();
+  // The counts the accuracies are (every printed percentage is computed from them: engine/core/percent.h).
+  if (e.train_total > 0) j["train_correct"] = e.train_correct, j["train_total"] = e.train_total;
+  if (e.val_total > 0) j["val_correct"] = e.val_correct, j["val_total"] = e.val_total;
   if (e.val_segment) {  // --task segment: the whole validation set's metrics (engine/train/segment_metrics.h)
     const train::SegmentMetrics& m = *e.val_segment;
     j["val_pixel_acc"] = number_or_null(m.pixel_accuracy);

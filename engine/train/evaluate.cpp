@@ -1,6 +1,8 @@
 // Evaluation over a data set (see evaluate.h).
 #include "engine/train/evaluate.h"
 
+#include <cmath>
+
 #include "engine/train/batch.h"
 
 #include "engine/autograd/grad_mode.h"
@@ -53,6 +55,7 @@ EvalResult evaluate(nn::Module& model, const ArrayDataset& data, int64_t batch, 
   }
   r.n = data.n;
   r.loss = data.n ? loss_sum / (double)data.n : 0.0;
+  r.correct = correct;
   r.accuracy = data.n ? (double)correct / (double)data.n : 0.0;
   return r;
 }
@@ -82,6 +85,7 @@ EvalResult evaluate_source(nn::Module& model, DataSource& data, int64_t batch, i
   if (!sums.defined() || sums.device().is_meta()) return r;
   const std::vector<double> v = to_device(sums, Device::cpu()).to_vector<double>();
   r.loss = v[0] / (double)r.n;
+  r.correct = (int64_t)std::llround(v[1]);
   r.accuracy = v[1] / (double)r.n;
   return r;
 }

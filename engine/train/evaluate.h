@@ -16,6 +16,7 @@ namespace kiln {
 struct EvalResult {
   double loss = 0, accuracy = 0;  // segmentation: accuracy = pixel accuracy
   int64_t n = 0;                  // samples (images)
+  int64_t correct = 0;            // correct predictions (classification; accuracy = correct / n)
   std::optional<train::SegmentMetrics> segment;  // segmentation only (engine/train/segment_task.h)
 };
 

@@ -256,6 +256,10 @@ EpochStats Trainer::run_epoch(int64_t epoch) {
   es.train_acc = !has_metric ? -1
                  : has_total ? (double)sums.correct / (double)std::max<int64_t>(sums.metric_total, 1)
                              : (double)sums.correct / (double)std::max<int64_t>(sums.seen, 1);
+  if (has_metric) {
+    es.train_correct = sums.correct;
+    es.train_total = has_total ? sums.metric_total : sums.seen;
+  }
   if (scaler.enabled()) {
     es.loss_scale = scaler.current_scale();
     es.skipped_steps = scaler.skipped_steps();
@@ -298,6 +302,15 @@ FitResult fit(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler&
       es.val_loss = ev.loss;
       es.val_acc = ev.accuracy;
       es.val_segment = ev.segment;
+      if (ev.segment) {  // pixel accuracy: the confusion matrix's diagonal over the pixels counted
+        const SegmentMetrics& m = *ev.segment;
+        es.val_correct = 0;
+        for (int64_t k = 0; k < m.num_classes; ++k) es.val_correct += m.confusion[(size_t)(k * m.num_classes + k)];
+        es.val_total = m.pixels;
+      } else if (ev.n > 0) {
+        es.val_correct = ev.correct;
+        es.val_total = ev.n;
+      }
     }
     if (o.callbacks.on_epoch_end) o.callbacks.on_epoch_end(es);
     result.epochs.push_back(es);

@@ -29,6 +29,9 @@ struct EpochStats {
   double train_loss = 0, train_acc = 0;  // train_acc: classification accuracy, or the metric's
                                           // share (segmentation: pixel accuracy); -1 without a metric
   double val_loss = -1, val_acc = -1;  // -1: no validation data (segmentation: val_acc = pixel accuracy)
+  // The counts behind train_acc and val_acc (correct predictions or pixels, and of how many), -1 unknown:
+  // what every printed percentage is computed from (engine/core/percent.h).
+  int64_t train_correct = -1, train_total = -1, val_correct = -1, val_total = -1;
   // Segmentation (FitOptions::evaluate that fills EvalResult::segment): the validation set's metrics.
   std::optional<SegmentMetrics> val_segment;
   double images_per_s = 0;

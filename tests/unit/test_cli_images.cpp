@@ -135,6 +135,8 @@ TEST_CASE("cli images: progressive resizing") {
                     " --channels 1 --image-size 12:1,16 --epochs 2 --batch 8 --threads 1 --device cpu --out " + out);
   REQUIRE_MESSAGE(r.status == 0, r.output);
   CHECK(contains(r.output, "progressive resizing: 12:1,16"));
+  // The start line gives each epoch's input shape (it once said "(1x16x16)" only: issue 34, item 8).
+  CHECK(contains(r.output, " samples (1x12x12 for epoch 1, 1x16x16 for epoch 2)"));
   CHECK(contains(r.output, "epoch 2/2"));
   CHECK(last_ledger(out)["data"]["image_size"] == "12:1,16");
 }

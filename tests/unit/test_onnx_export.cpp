@@ -176,16 +176,19 @@ TEST_CASE("kiln export: size, channels and classes come from the weights file, m
   bad.model = "resnet18";
   CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "holds a small_cnn, not a resnet18"));
   bad = o;
-  bad.image_size = 16;  // small_cnn's fc1 depends on the size: the weights do not fit
+  bad.image_size = 16;  // another size than the weights': refused as kiln predict refuses it
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "--image-size 16 (trained at 12)"));
+  bad.force = true;  // small_cnn's fc1 depends on the size: the weights do not fit
   CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "fc1.weight"));
 
   // A weights file without kiln's metadata needs the flags.
   save_safetensors(dir + "/bare.safetensors", m->state_dict(), {});
   bad = o;
   bad.weights = dir + "/bare.safetensors";
-  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }), "no num_classes metadata; pass --num-classes"));
-  bad.num_classes = 3;
-  bad.channels = 1;
+  // (the classes and channels come from fc2.weight and conv1.weight: only the size is asked for)
+  CHECK(contains(error_of([&] { kiln_cli::run_export_command(bad, out); }),
+                 "has no image_size metadata and no tensor's shape gives the input size (num_classes 3 from fc2.weight "
+                 "(3, 128), in_channels 1 from conv1.weight (32, 1, 3, 3)); pass --image-size"));
   bad.image_size = 12;
   kiln_cli::run_export_command(bad, out);
 
@@ -194,6 +197,28 @@ TEST_CASE("kiln export: size, channels and classes come from the weights file, m
                                             "/x.onnx --opset 12");
   CHECK(r.status != 0);
   CHECK(contains(r.output, "kiln: error: export: --opset 12 is not supported (kiln writes opsets 13 to 17)"));
+}
+
+TEST_CASE("kiln export: torchvision weights without metadata give num_classes and channels by their shapes, only the size is asked for") {
+  const std::string dir = kiln_test::cli_temp_dir("onnx_torchvision");
+  // kiln's resnet18 has torchvision's parameter names; saved as PyTorch saves a state_dict: no metadata.
+  nn::ModulePtr m = models::make_model("resnet18", 7, 1, 32);
+  save_safetensors(dir + "/tv.safetensors", m->state_dict(), {{"format", "pt"}});
+  const std::string base = "export --model resnet18 --weights " + dir + "/tv.safetensors --onnx " + dir + "/m.onnx";
+  const kiln_test::CliRun r = kiln_test::run_kiln(base);
+  CAPTURE(r.output);
+  CHECK(r.status == 1);
+  CHECK_FALSE(contains(r.output, "--num-classes"));
+  CHECK_FALSE(contains(r.output, "--channels"));
+  CHECK(contains(r.output, "num_classes 7 from fc.weight (7, 512), in_channels 1 from conv1.weight (64, 1, 7, 7)"));
+  CHECK(contains(r.output, "pass --image-size (torchvision's ImageNet weights: 224)"));
+  const kiln_test::CliRun ok = kiln_test::run_kiln(base + " --image-size 32");
+  CAPTURE(ok.output);
+  CHECK(ok.status == 0);
+  CHECK(contains(ok.output, "has no kiln metadata: num_classes 7 from fc.weight (7, 512), in_channels 1 from conv1.weight"));
+  CHECK(contains(ok.output, "input 'input' f32 (N, 1, 32, 32), output 'logits' f32 (N, 7)"));
+  // A flag still wins over the shapes where it agrees with the tensors.
+  CHECK(kiln_test::run_kiln(base + " --image-size 32 --num-classes 7 --channels 1").status == 0);
 }
 
 TEST_CASE("onnx export: a model file's joins and op layers become their nodes, and what ONNX cannot express is named") {
