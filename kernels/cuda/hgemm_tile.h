@@ -21,6 +21,7 @@
 #include "kernels/common/tile_mma.h"
 #include "kernels/common/tile_smem.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/kernel_launch.h"
 
 namespace kiln::cuda::tc {
 
@@ -118,13 +119,13 @@ __device__ __forceinline__ void load_tile(const P& p, const __half* g, __half* s
 // (partial != nullptr) split z writes its raw f32 sums to partial[z][m][n] instead (M x N dense)
 // and splitk_reduce finishes.
 template <class P, Layout LA, Layout LB, class OutT>
-__global__ void __launch_bounds__(Tile::THREADS)
+__global__ void KILN_KERNEL_BOUNDS(Tile::THREADS)
     tc_gemm_kernel(P p, const __half* __restrict__ A, const __half* __restrict__ B, OutT* C, float alpha, float beta,
                    float* partial, int splits) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using TA = OperandTile<LA, Tile::BM>;
   using TB = OperandTile<LB, Tile::BN>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  KILN_DYNAMIC_SHARED(unsigned char, smem_raw);
   __half* sA = reinterpret_cast<__half*>(smem_raw);  // [STAGES][TA::ELEMS]
   __half* sB = sA + Tile::STAGES * TA::ELEMS;         // [STAGES][TB::ELEMS]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(Tile::THREADS)
 
 // Sums the split-K partials [splits][M][N] into C = alpha * sum + beta * C.
 template <class P, class OutT>
-__global__ void splitk_reduce_kernel(P p, const float* __restrict__ partial, int splits, OutT* C, float alpha,
+__global__ void KILN_KERNEL_BOUNDS(256) splitk_reduce_kernel(P p, const float* __restrict__ partial, int splits, OutT* C, float alpha,
                                      float beta) {
   const long long mn = p.M * p.N;
   for (long long id = blockIdx.x * (long long)blockDim.x + threadIdx.x; id < mn;
@@ -241,14 +242,14 @@ void launch_tc_gemm(const P& p, const __half* A, const __half* B, OutT* C, float
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), what);
   const long long tiles = tile::ceil_div(p.M, Tile::BM) * tile::ceil_div(p.N, Tile::BN);
   if (splits < 1) splits = 1;
-  kernel<<<dim3((unsigned)tiles, (unsigned)splits), Tile::THREADS, kSmemBytes, stream>>>(
+  launch_kernel("tc_gemm_kernel", kernel, dim3((unsigned)tiles, (unsigned)splits), Tile::THREADS, kSmemBytes, stream,
       p, A, B, C, alpha, beta, splits > 1 ? partial : nullptr, splits);
   KILN_CUDA_LAUNCH_CHECK(what);
   if (splits > 1) {
     const long long mn = p.M * p.N;
     long long blocks = (mn + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    splitk_reduce_kernel<P, OutT><<<(unsigned)blocks, 256, 0, stream>>>(p, partial, splits, C, alpha, beta);
+    launch_kernel("splitk_reduce_kernel", splitk_reduce_kernel<P, OutT>, (unsigned)blocks, 256, 0, stream, p, partial, splits, C, alpha, beta);
     KILN_CUDA_LAUNCH_CHECK(what);
   }
 }
