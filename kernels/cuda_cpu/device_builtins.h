@@ -84,36 +84,38 @@ inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred
 inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, !pred) == 0; }
 
 // ---- atomics (fibres never run at once: a read-modify-write is atomic) ----
+// Not instrumented for the shared-memory race check (shadow.h): atomics from several threads are no race.
+#define KILN_CPU_ATOMIC __attribute__((no_sanitize("thread")))
 template <typename T>
-T atomicAdd(T* p, T v) {
+KILN_CPU_ATOMIC T atomicAdd(T* p, T v) {
   ::kiln::cuda_on_cpu::count_spin("atomicAdd");
   const T old = *p;
   *p = old + v;
   return old;
 }
 template <typename T>
-T atomicMin(T* p, T v) {
+KILN_CPU_ATOMIC T atomicMin(T* p, T v) {
   ::kiln::cuda_on_cpu::count_spin("atomicMin");
   const T old = *p;
   if (v < old) *p = v;
   return old;
 }
 template <typename T>
-T atomicMax(T* p, T v) {
+KILN_CPU_ATOMIC T atomicMax(T* p, T v) {
   ::kiln::cuda_on_cpu::count_spin("atomicMax");
   const T old = *p;
   if (v > old) *p = v;
   return old;
 }
 template <typename T>
-T atomicExch(T* p, T v) {
+KILN_CPU_ATOMIC T atomicExch(T* p, T v) {
   ::kiln::cuda_on_cpu::count_spin("atomicExch");
   const T old = *p;
   *p = v;
   return old;
 }
 template <typename T>
-T atomicCAS(T* p, T cmp, T v) {
+KILN_CPU_ATOMIC T atomicCAS(T* p, T cmp, T v) {
   ::kiln::cuda_on_cpu::count_spin("atomicCAS");
   const T old = *p;
   if (old == cmp) *p = v;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "kernels/cuda_cpu/shadow.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KILN_FIBER_ASAN 1
@@ -199,6 +200,7 @@ bool release(Runner& R) {
     if (!complete) continue;
     for (int b = 0; b < 32; ++b)
       if (f.mask >> b & 1u) R.fibers[w * 32 + b]->st = St::runnable;
+    if (std::strcmp(f.what, "__syncwarp") == 0) shadow::warp_barrier(w);
     released = true;
   }
   if (released) return true;
@@ -231,6 +233,7 @@ bool release(Runner& R) {
   }
   for (int i = 0; i < n; ++i)
     if (R.fibers[i]->st == St::at_block) R.fibers[i]->st = St::runnable;
+  shadow::barrier();
   return true;
 }
 
@@ -309,11 +312,14 @@ void run_grid(const char* name, const void* kernel, dim3 grid, dim3 block, size_
           p.grid = grid;
           p.linear = i;
         }
+        shadow::block_begin((n + 31) / 32);
         R.dyn = std::malloc(smem ? smem : 1);
         std::memset(R.dyn, 0xff, smem);
+        shadow::add_buffer(R.dyn, smem, "dynamic shared memory");
         ++g_stats.blocks;
         g_stats.threads += n;
         run_block(R);
+        shadow::block_end();
         free_block_shared(R);
       }
   R.active = false;
@@ -394,6 +400,7 @@ void* static_shared_bytes(const void* site, size_t bytes, const char* name) {
   void* p = std::malloc(bytes ? bytes : 1);
   std::memset(p, 0xff, bytes);
   R.statics.emplace_back(site, p);
+  shadow::add_buffer(p, bytes, name);
   return p;
 }
 
@@ -411,5 +418,7 @@ cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
 }
 
 RunStats run_stats() { return g_stats; }
+
+bool shadow_checks_on() { return shadow::instrumented(); }
 
 }  // namespace kiln::cuda_on_cpu

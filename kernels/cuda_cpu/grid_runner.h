@@ -61,6 +61,10 @@ T* dynamic_shared() {
 bool register_kernel_bounds(const char* name, int max_threads);
 cudaError_t set_max_dynamic_shared(const void* kernel, int bytes);
 
+// Whether the shared-memory race and uninitialised-read checks run in this binary (shadow.h: GCC
+// builds; not the ASan build).
+bool shadow_checks_on();
+
 // Launches and fibre switches so far (tests report them).
 struct RunStats {
   int64_t launches = 0, blocks = 0, threads = 0, switches = 0;

@@ -144,3 +144,62 @@ TEST_CASE("CPU mode mutation: launch limits (launch bounds, grid.y, dynamic shar
   launch_kernel("dyn_kernel", dyn_kernel, 1, 32, 64 * 1024, nullptr, out.data());
   CHECK(out[1] == 30.f);
 }
+
+// ---- shared-memory races and uninitialised reads (kernels/cuda_cpu/shadow.h) ----
+namespace {
+
+enum class Smem { none, removed_barrier_raw, removed_barrier_war, waw, uninit };
+
+template <Smem F>
+__global__ void KILN_KERNEL_BOUNDS(64) smem_kernel(const float* x, float* out) {
+  KILN_SHARED(float, s, 64);
+  const int t = threadIdx.x;
+  if (F == Smem::waw) {
+    s[0] = (float)t;  // every thread writes the same word in one interval
+    __syncthreads();
+    out[t] = s[0];
+    return;
+  }
+  if (F != Smem::uninit || t != 7) s[t] = x[t];  // uninit: nobody writes s[7]
+  if (F != Smem::removed_barrier_raw) __syncthreads();
+  // raw: thread t reads what thread t-1 just wrote; war: thread t reads s[t + 1] before thread t + 1 writes it
+  const float v = F == Smem::removed_barrier_war ? s[(t + 1) % 64] : t > 0 ? s[t - 1] : 0.f;
+  if (F != Smem::removed_barrier_war) __syncthreads();
+  s[t] = 2.f * v;  // war: thread t overwrites s[t] that thread t+1 read in this interval
+  __syncthreads();
+  out[t] = s[t];
+}
+
+const bool registered_smem = register_kernel_bounds("smem_kernel", 64);
+
+template <Smem F>
+std::string run_smem() {
+  std::vector<float> x(64, 1.f), out(64, 0.f);
+  return launch_error([&] { launch_kernel("smem_kernel", smem_kernel<F>, 1, 64, 0, nullptr, x.data(), out.data()); });
+}
+
+}  // namespace
+
+TEST_CASE("CPU mode mutation: shared-memory races (removed barrier RAW, WAR, WAW) and uninitialised reads") {
+  REQUIRE(registered_smem);
+#if defined(KILN_CUDA_CPU_SHADOW)
+  REQUIRE(kiln::cuda_on_cpu::shadow_checks_on());
+  CHECK(run_smem<Smem::none>().empty());
+  const std::string raw = run_smem<Smem::removed_barrier_raw>(), war = run_smem<Smem::removed_barrier_war>(),
+                    waw = run_smem<Smem::waw>(), uninit = run_smem<Smem::uninit>();
+  MESSAGE(raw);
+  MESSAGE(war);
+  MESSAGE(waw);
+  MESSAGE(uninit);
+  CHECK(raw.find("shared-memory race (read after write): thread (1, 0, 0) reads s byte 0 that thread (0, 0, 0) wrote") !=
+        std::string::npos);
+  CHECK(war.find("shared-memory race (write after read)") != std::string::npos);
+  CHECK(war.find("thread (1, 0, 0) writes s byte 4 that thread (0, 0, 0) read") != std::string::npos);
+  CHECK(waw.find("shared-memory race (write after write)") != std::string::npos);
+  CHECK(uninit.find("uninitialised shared-memory read: thread (8, 0, 0) reads s byte 28") != std::string::npos);
+#else
+  MESSAGE("shared-memory race checks skipped: this build has no -fsanitize=thread hooks (the sanitizer build; "
+          "it checks out-of-bounds shared accesses with ASan instead)");
+  CHECK(run_smem<Smem::none>().empty());
+#endif
+}
