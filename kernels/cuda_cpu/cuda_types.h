@@ -6,6 +6,10 @@
 struct uint3 {
   unsigned int x, y, z;
 };
+struct alignas(16) uint4 {
+  unsigned int x, y, z, w;
+};
+inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
 struct dim3 {
   unsigned int x = 1, y = 1, z = 1;
   constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}

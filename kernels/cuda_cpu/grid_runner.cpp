@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "kernels/cuda_cpu/ptx_host.h"
 #include "kernels/cuda_cpu/shadow.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -158,6 +159,7 @@ struct Runner {
   std::vector<std::pair<const void*, void*>> statics;  // this block's KILN_SHARED buffers
   size_t static_bytes = 0;
   void* dyn = nullptr;
+  size_t dyn_size = 0;
   bool active = false;
 };
 
@@ -376,6 +378,8 @@ void run_grid(const char* name, const void* kernel, dim3 grid, dim3 block, size_
           p.linear = i;
         }
         shadow::block_begin((n + 31) / 32);
+        ptx_block_begin(n);
+        R.dyn_size = smem;
         R.dyn = std::malloc(smem ? smem : 1);
         std::memset(R.dyn, 0xff, smem);
         shadow::add_buffer(R.dyn, smem, "dynamic shared memory");
@@ -416,6 +420,17 @@ void sync_warp(unsigned mask, const char* what) {
   f->what = what;
   f->spins = 0;
   to_scheduler(R, false);
+}
+
+const unsigned char* warp_gather(unsigned mask, const void* mine, size_t bytes, const char* what) {
+  Runner& R = t_runner;
+  Fiber* f = R.cur;
+  if (!f) throw Error(str_cat(what, " outside a kernel"));
+  const int lane = f->pos.linear & 31, w = f->pos.linear >> 5;
+  const int parity = (int)(f->collectives++ & 1u);
+  std::memcpy(R.warps[w].slot[parity][lane], mine, bytes);
+  sync_warp(mask, what);
+  return &R.warps[w].slot[parity][0][0];
 }
 
 const void* warp_exchange(unsigned mask, const void* mine, size_t bytes, int src, const char* what) {
@@ -468,6 +483,7 @@ void* static_shared_bytes(const void* site, size_t bytes, const char* name) {
 }
 
 void* dynamic_shared_bytes() { return t_runner.dyn; }
+size_t dynamic_shared_size() { return t_runner.dyn_size; }
 
 bool register_kernel_bounds(const char* name, int max_threads) {
   bounds_table()[name] = max_threads;

@@ -34,6 +34,9 @@ void sync_block(const char* file, int line);
 // Warp-wide rendezvous of the lanes in `mask` (all of them must arrive); then `exchange` runs with
 // every lane's 16-byte value (lanes outside the mask: undefined, here zero).
 void sync_warp(unsigned mask, const char* what);
+// Collective gather: publishes `mine` (<= 16 bytes), waits for the lanes in mask, returns the warp's
+// 32 slots (16 bytes apart; valid until this lane's next collective).
+const unsigned char* warp_gather(unsigned mask, const void* mine, size_t bytes, const char* what);
 // Collective exchange: publishes `mine` (<= 16 bytes), waits for the lanes in mask, returns a
 // pointer to lane `src`'s published bytes (valid until this lane's next collective).
 const void* warp_exchange(unsigned mask, const void* mine, size_t bytes, int src, const char* what);
@@ -47,6 +50,7 @@ void count_spin(const char* what);
 // at block start.
 void* static_shared_bytes(const void* site, size_t bytes, const char* name);
 void* dynamic_shared_bytes();
+size_t dynamic_shared_size();
 template <typename T>
 T* static_shared(const void* site, size_t n, const char* name) {
   return static_cast<T*>(static_shared_bytes(site, n * sizeof(T), name));

@@ -110,6 +110,7 @@ void block_end() {
 void barrier() { ++S.bep; }
 void warp_barrier(int w) { ++S.wep[(size_t)w]; }
 bool instrumented() { return g_instrumented; }
+void note(const void* p, size_t n, bool write) { access(p, n, write); }
 
 // ---- the hooks GCC's -fsanitize=thread calls (C names; the namespace does not change them) ----
 extern "C" {

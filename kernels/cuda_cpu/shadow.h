@@ -14,6 +14,8 @@ void add_buffer(void* p, size_t n, const char* name);
 void block_end();
 void barrier();           // __syncthreads released: the block's interval ends
 void warp_barrier(int w); // __syncwarp released in warp w
+// An access made by the runtime on the running thread's behalf (cp.async landing, ldmatrix rows).
+void note(const void* p, size_t n, bool write);
 // Whether any translation unit of this binary was built with the hooks (GCC, not under ASan).
 bool instrumented();
 

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_cpu/prelude.h"
 #include "kernels/cuda/kernel_launch.h"
+#include "kernels/cuda_cpu/ptx_host.h"
 
 namespace {
 
@@ -201,5 +202,54 @@ TEST_CASE("CPU mode mutation: shared-memory races (removed barrier RAW, WAR, WAW
   MESSAGE("shared-memory race checks skipped: this build has no -fsanitize=thread hooks (the sanitizer build; "
           "it checks out-of-bounds shared accesses with ASan instead)");
   CHECK(run_smem<Smem::none>().empty());
+#endif
+}
+
+// ---- cp.async: a wait_group count one too high (the GEMM pipeline's fault) -------------------------
+namespace {
+
+// 32 threads, two stages of 128 floats: each thread copies its 16-byte chunk of both stages with
+// cp.async (one commit group per stage), waits, and after the barrier reads its neighbour's chunk of
+// stage 0. WAIT = 1 retires stage 0 (correct); WAIT = 2 retires nothing, so the read sees the old
+// contents and the copy lands later, over a chunk another thread has read (a write after read).
+template <int WAIT>
+__global__ void KILN_KERNEL_BOUNDS(32) cp_async_kernel(const float* g, float* out) {
+  KILN_DYNAMIC_SHARED(float, s);
+  const int t = threadIdx.x;
+  for (int i = 0; i < 4; ++i) s[4 * t + i] = -1.f;  // the previous contents of stage 0
+  __syncthreads();
+  for (int stage = 0; stage < 2; ++stage) {
+    kiln::cuda_on_cpu::ptx_cp_async16(kiln::cuda_on_cpu::ptx_shared_address(s + stage * 128 + 4 * t),
+                                      g + stage * 128 + 4 * t, 16);
+    kiln::cuda_on_cpu::ptx_cp_async_commit();
+  }
+  kiln::cuda_on_cpu::ptx_cp_async_wait(WAIT);
+  __syncthreads();
+  const float v = s[(4 * t + 4) % 128];
+  kiln::cuda_on_cpu::ptx_cp_async_wait(0);
+  out[t] = v;
+}
+
+const bool registered_cp = register_kernel_bounds("cp_async_kernel", 32);
+
+}  // namespace
+
+TEST_CASE("CPU mode mutation: a cp.async wait_group count one too high reads stale shared memory") {
+  REQUIRE(registered_cp);
+  alignas(16) float g[256];
+  for (int i = 0; i < 256; ++i) g[i] = (float)i;
+  std::vector<float> out(32, 0.f);
+  launch_kernel("cp_async_kernel", cp_async_kernel<1>, 1, 32, 256 * sizeof(float), nullptr, g, out.data());
+  CHECK(out[0] == 4.f);
+  CHECK(out[31] == 0.f);
+  const std::string e = launch_error(
+      [&] { launch_kernel("cp_async_kernel", cp_async_kernel<2>, 1, 32, 256 * sizeof(float), nullptr, g, out.data()); });
+#if defined(KILN_CUDA_CPU_SHADOW)
+  MESSAGE(e);
+  CHECK(e.find("cp_async_kernel") != std::string::npos);
+  CHECK(e.find("shared-memory race (write after read)") != std::string::npos);
+#else
+  CHECK(e.empty());
+  CHECK(out[0] == -1.f);  // stale: the copy had not landed when it was read
 #endif
 }
