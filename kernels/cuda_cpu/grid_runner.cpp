@@ -359,6 +359,12 @@ void run_grid(const char* name, const void* kernel, dim3 grid, dim3 block, size_
       throw Error(str_cat("launch of ", name, ": ", smem, " bytes of dynamic shared memory, the kernel opted in to ",
                           opted, " (cudaFuncSetAttribute MaxDynamicSharedMemorySize)"));
   }
+  // KILN_CUDA_CPU_LAUNCH_LOG=<file>: each launch's kernel name appended (docs/gpu-status.md is built from it).
+  if (const char* log = std::getenv("KILN_CUDA_CPU_LAUNCH_LOG"); log && *log)
+    if (FILE* fp = std::fopen(log, "a")) {
+      std::fprintf(fp, "%s\n", name);
+      std::fclose(fp);
+    }
   while ((int)R.fibers.size() < n) R.fibers.push_back(std::make_unique<Fiber>());
   R.n = n;
   R.warps.assign((size_t)(n + 31) / 32, Warp{});

@@ -125,6 +125,24 @@ TEST_CASE("CPU mode: copy between float dtypes, fill and where are bit-exact wit
   check_cast(0.0);
   check_cast(kiln::half(0.f));
   check_cast(kiln::bfloat16(0.f));
+  // Same dtype: a word copy, here from a transposed (31, 33) view (misaligned by one element).
+  for (DType d : {DType::f32, DType::f16, DType::f64, DType::u8}) {
+    const size_t es = kiln::dtype_size(d);
+    std::vector<unsigned char> src(31 * 33 * es + es), cw(31 * 33 * es), cg(31 * 33 * es);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = (unsigned char)(i * 37 + 11);
+    LoopShape s2;
+    s2.ndim = 2;
+    s2.sizes[0] = 33;
+    s2.sizes[1] = 31;
+    StridedOperand so, dw, dg;
+    so.data = reinterpret_cast<char*>(src.data() + es), so.dtype = d, so.strides[0] = 1, so.strides[1] = 33;
+    dw.data = reinterpret_cast<char*>(cw.data()), dw.dtype = d, dw.strides[0] = 31, dw.strides[1] = 1;
+    dg = dw;
+    dg.data = reinterpret_cast<char*>(cg.data());
+    cpu::copy(s2, dw, so);
+    gpu::copy(s2, dg, so);
+    CHECK_MESSAGE(cw == cg, "copy ", dtype_name(d));
+  }
   std::vector<float> w((size_t)n), g((size_t)n);
   cpu::fill(shape, operand(w.data(), 1, 0), -0.0);
   gpu::fill(shape, operand(g.data(), 1, 0), -0.0);
@@ -135,6 +153,24 @@ TEST_CASE("CPU mode: copy between float dtypes, fill and where are bit-exact wit
   gpu::where(shape, operand(g.data(), 1, 0), operand(cond.data(), 1, 0), operand((float*)x.data(), 1, 0),
              operand(y.data(), 1, 0));
   CHECK(compare(g, w, 0, 0, "where") == 0);
+}
+
+TEST_CASE("CPU mode: random_fill (Philox uniform and normal) matches the CPU backend") {
+  for (DType d : {DType::f32, DType::f64})
+    for (int kind : {0, 1})
+      for (int64_t n : {1, 7, 1001}) {
+        std::vector<double> w((size_t)n), g((size_t)n);
+        cpu::random_fill(w.data(), d, n, kind, -1.0, 2.0, 99, 4);
+        gpu::random_fill(g.data(), d, n, kind, -1.0, 2.0, 99, 4);
+        if (d == DType::f32) {
+          std::vector<float> wf((size_t)n), gf((size_t)n);
+          std::memcpy(wf.data(), w.data(), (size_t)n * 4);
+          std::memcpy(gf.data(), g.data(), (size_t)n * 4);
+          CHECK(compare(gf, wf, 1e-6, 1e-7, "random_fill f32") == 0);
+        } else {
+          CHECK(compare(g, w, 1e-12, 1e-14, "random_fill f64") == 0);
+        }
+      }
 }
 
 TEST_CASE("CPU mode: dropout masks (Philox) and optimizer updates match the CPU backend") {

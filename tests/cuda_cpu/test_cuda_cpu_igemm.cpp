@@ -95,4 +95,9 @@ TEST_CASE("CPU mode: implicit-GEMM convolution (fprop, dgrad, wgrad) against an 
   d = kiln::Conv2dDesc{};
   d.N = 1, d.C = 16, d.H = 4, d.W = 4, d.K = 8, d.R = 1, d.S = 1;
   conv_case(d, 3);
+  // N*P*Q = 512 (16 k-tiles) over one output tile: the weight gradient splits K 4 ways (splitk_reduce).
+  d = kiln::Conv2dDesc{};
+  d.N = 2, d.C = 8, d.H = 16, d.W = 16, d.K = 8, d.R = 3, d.S = 3, d.pad_h = 1, d.pad_w = 1;
+  REQUIRE(gpu::igemm_conv_workspace_bytes(d, gpu::ConvPass::wgrad) > 0);
+  conv_case(d, 4);
 }
