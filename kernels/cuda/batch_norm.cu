@@ -26,11 +26,11 @@ __device__ __forceinline__ int64_t chan_offset(int64_t j, int64_t c, int64_t C, 
 }
 
 template <typename T>
-__global__ void bn_train_fwd_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ x,
+__global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_train_fwd_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ x,
                                     const T* __restrict__ gamma, const T* __restrict__ beta, double eps,
                                     T* __restrict__ y, T* __restrict__ save_mean, T* __restrict__ save_invstd,
                                     T* __restrict__ running_mean, T* __restrict__ running_var, double momentum) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   const int64_t M = N * HW;
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
     double s = 0;
@@ -61,7 +61,7 @@ __global__ void bn_train_fwd_kernel(int64_t N, int64_t C, int64_t HW, const T* _
 }
 
 template <typename T>
-__global__ void bn_eval_fwd_kernel(int64_t C, int64_t HW, const T* __restrict__ x, const T* __restrict__ gamma,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) bn_eval_fwd_kernel(int64_t C, int64_t HW, const T* __restrict__ x, const T* __restrict__ gamma,
                                    const T* __restrict__ beta, const T* __restrict__ running_mean,
                                    const T* __restrict__ running_var, double eps, T* __restrict__ y, int64_t total) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -78,11 +78,11 @@ __global__ void bn_eval_fwd_kernel(int64_t C, int64_t HW, const T* __restrict__ 
 //        proj = sum(dy * (x - mean)) * invstd^2 / M.  invstd = save_invstd.
 // eval:  invstd = 1 / sqrt(running_var + eps); dx is done by bn_eval_dx_kernel.
 template <typename T, bool TRAIN>
-__global__ void bn_bwd_reduce_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ dy,
+__global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_bwd_reduce_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ dy,
                                      const T* __restrict__ x, const T* __restrict__ gamma,
                                      const T* __restrict__ mean_in, const T* __restrict__ stat_in, double eps,
                                      T* __restrict__ dx, T* __restrict__ dgamma, T* __restrict__ dbeta) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   const int64_t M = N * HW;
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
     const double mean = (double)mean_in[c];
@@ -113,7 +113,7 @@ __global__ void bn_bwd_reduce_kernel(int64_t N, int64_t C, int64_t HW, const T* 
 }
 
 template <typename T>
-__global__ void bn_eval_dx_kernel(int64_t C, int64_t HW, const T* __restrict__ dy, const T* __restrict__ gamma,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) bn_eval_dx_kernel(int64_t C, int64_t HW, const T* __restrict__ dy, const T* __restrict__ gamma,
                                   const T* __restrict__ running_var, double eps, T* __restrict__ dx, int64_t total) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t c = (e / HW) % C;
@@ -137,7 +137,7 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
   check_sizes(N, C, HW, "batch_norm_forward_train (cuda)");
   KILN_CHECK(N * HW > 1, "batch_norm_forward_train (cuda): expected more than 1 value per channel when training, ",
              "got input (", N, ", ", C, ", ", HW, ")");
-  bn_train_fwd_kernel<T><<<channel_grid(C), kBnThreads, 0, stream()>>>(
+  launch_kernel("bn_train_fwd_kernel", bn_train_fwd_kernel<T>, channel_grid(C), kBnThreads, 0, stream(),
       N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum);
   KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_forward_train (cuda) x (", N, ", ", C, ", ", HW, ")"));
 }
@@ -150,7 +150,7 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
              "batch_norm_forward_eval (cuda): running_mean and running_var are required");
   const int64_t total = N * C * HW;
   if (total == 0) return;
-  bn_eval_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(C, HW, x, gamma, beta, running_mean,
+  launch_kernel("bn_eval_fwd_kernel", bn_eval_fwd_kernel<T>, grid_for(total), kThreads, 0, stream(), C, HW, x, gamma, beta, running_mean,
                                                                     running_var, eps, y, total);
   KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_forward_eval (cuda) x (", N, ", ", C, ", ", HW, ")"));
 }
@@ -160,7 +160,7 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, co
                                const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
   check_sizes(N, C, HW, "batch_norm_backward_train (cuda)");
   if (!dx && !dgamma && !dbeta) return;
-  bn_bwd_reduce_kernel<T, true><<<channel_grid(C), kBnThreads, 0, stream()>>>(N, C, HW, dy, x, gamma, save_mean,
+  launch_kernel("bn_bwd_reduce_kernel", bn_bwd_reduce_kernel<T, true>, channel_grid(C), kBnThreads, 0, stream(), N, C, HW, dy, x, gamma, save_mean,
                                                                              save_invstd, 0.0, dx, dgamma, dbeta);
   KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_train (cuda) x (", N, ", ", C, ", ", HW, ")"));
 }
@@ -172,13 +172,13 @@ void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, con
   KILN_CHECK(running_mean && running_var,
              "batch_norm_backward_eval (cuda): running_mean and running_var are required");
   if (dgamma || dbeta) {
-    bn_bwd_reduce_kernel<T, false><<<channel_grid(C), kBnThreads, 0, stream()>>>(
+    launch_kernel("bn_bwd_reduce_kernel", bn_bwd_reduce_kernel<T, false>, channel_grid(C), kBnThreads, 0, stream(),
         N, C, HW, dy, x, gamma, running_mean, running_var, eps, nullptr, dgamma, dbeta);
     KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_eval (cuda) x (", N, ", ", C, ", ", HW, ")"));
   }
   const int64_t total = N * C * HW;
   if (dx && total > 0) {
-    bn_eval_dx_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(C, HW, dy, gamma, running_var, eps, dx, total);
+    launch_kernel("bn_eval_dx_kernel", bn_eval_dx_kernel<T>, grid_for(total), kThreads, 0, stream(), C, HW, dy, gamma, running_var, eps, dx, total);
     KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_eval (cuda) dx, x (", N, ", ", C, ", ", HW, ")"));
   }
 }

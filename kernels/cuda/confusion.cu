@@ -18,11 +18,11 @@ namespace {
 constexpr int64_t kSharedCells = 4096;  // 32 KiB of u64 counters per block
 
 template <typename T>
-__global__ void confusion_kernel(int64_t N, int64_t K, int64_t HW, const T* __restrict__ scores,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) confusion_kernel(int64_t N, int64_t K, int64_t HW, const T* __restrict__ scores,
                                  const int64_t* __restrict__ target, int64_t ignore_index,
                                  unsigned long long* __restrict__ counts, unsigned long long* __restrict__ first_bad,
                                  bool shared_counts) {
-  __shared__ unsigned long long local[kSharedCells];
+  KILN_SHARED(unsigned long long, local, kSharedCells);
   const int64_t KK = K * K;
   if (shared_counts) {
     for (int64_t c = threadIdx.x; c < KK; c += blockDim.x) local[c] = 0;
@@ -44,7 +44,7 @@ __global__ void confusion_kernel(int64_t N, int64_t K, int64_t HW, const T* __re
   }
 }
 
-__global__ void confusion_report_kernel(const unsigned long long* first_bad, const int64_t* target, int64_t K,
+__global__ void KILN_KERNEL_BOUNDS(1) confusion_report_kernel(const unsigned long long* first_bad, const int64_t* target, int64_t K,
                                         int64_t ignore_index, DeferredTargetError* slot) {
   const unsigned long long bad = *first_bad;
   if (bad == ULLONG_MAX || slot->pos >= 0) return;  // none, or an earlier error not yet reported
@@ -70,11 +70,11 @@ void confusion_matrix_accumulate(int64_t N, int64_t K, int64_t HW, const T* scor
   auto* first_bad = static_cast<unsigned long long*>(ws.get());
   cudaStream_t s = stream();
   KILN_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), s), op);
-  confusion_kernel<T><<<grid_for(total), kThreads, 0, s>>>(N, K, HW, scores, target, ignore_index,
+  launch_kernel("confusion_kernel", confusion_kernel<T>, grid_for(total), kThreads, 0, s, N, K, HW, scores, target, ignore_index,
                                                            reinterpret_cast<unsigned long long*>(counts), first_bad,
                                                            K * K <= kSharedCells);
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " N ", N, ", K ", K, ", HW ", HW));
-  confusion_report_kernel<<<1, 1, 0, s>>>(first_bad, target, K, ignore_index, deferred_error_slot(current_device()));
+  launch_kernel("confusion_report_kernel", confusion_report_kernel, 1, 1, 0, s, first_bad, target, K, ignore_index, deferred_error_slot(current_device()));
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " target check"));
 }
 

@@ -12,7 +12,7 @@ namespace kiln::cuda {
 namespace {
 
 template <typename T>
-__global__ void convt_fwd_kernel(ConvTranspose2dDesc d, const T* __restrict__ x, const T* __restrict__ w,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) convt_fwd_kernel(ConvTranspose2dDesc d, const T* __restrict__ x, const T* __restrict__ w,
                                  const T* __restrict__ bias, T* __restrict__ y, int64_t total) {
   using A = typename Compute<T>::type;
   const int64_t OH = d.out_h(), OW = d.out_w();
@@ -25,7 +25,7 @@ __global__ void convt_fwd_kernel(ConvTranspose2dDesc d, const T* __restrict__ x,
 }
 
 template <typename T>
-__global__ void convt_bwd_input_kernel(ConvTranspose2dDesc d, const T* __restrict__ dy, const T* __restrict__ w,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) convt_bwd_input_kernel(ConvTranspose2dDesc d, const T* __restrict__ dy, const T* __restrict__ w,
                                        T* __restrict__ dx, int64_t total) {
   using A = typename Compute<T>::type;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -36,10 +36,10 @@ __global__ void convt_bwd_input_kernel(ConvTranspose2dDesc d, const T* __restric
 
 // Block b (grid-stride) owns weight element b = ((c * Kg + kk) * R + r) * S + s.
 template <typename T>
-__global__ void convt_bwd_weight_kernel(ConvTranspose2dDesc d, const T* __restrict__ x, const T* __restrict__ dy,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) convt_bwd_weight_kernel(ConvTranspose2dDesc d, const T* __restrict__ x, const T* __restrict__ dy,
                                         T* __restrict__ dw, int64_t nweights) {
   using A = typename Compute<T>::type;
-  __shared__ A scratch[32];
+  KILN_SHARED(A, scratch, 32);
   const int64_t Kg = d.K / d.groups, HW = d.H * d.W, terms = d.N * HW;
   for (int64_t b = blockIdx.x; b < nweights; b += gridDim.x) {
     const int64_t s = b % d.S, r = (b / d.S) % d.R, kk = (b / (d.S * d.R)) % Kg, c = b / (d.S * d.R * Kg);
@@ -55,9 +55,9 @@ __global__ void convt_bwd_weight_kernel(ConvTranspose2dDesc d, const T* __restri
 
 // Block k (grid-stride) sums dy over (n, oh, ow) of channel k.
 template <typename T>
-__global__ void convt_bwd_bias_kernel(ConvTranspose2dDesc d, const T* __restrict__ dy, T* __restrict__ db) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) convt_bwd_bias_kernel(ConvTranspose2dDesc d, const T* __restrict__ dy, T* __restrict__ db) {
   using A = typename Compute<T>::type;
-  __shared__ A scratch[32];
+  KILN_SHARED(A, scratch, 32);
   const int64_t P = d.out_h() * d.out_w(), terms = d.N * P;
   for (int64_t k = blockIdx.x; k < d.K; k += gridDim.x) {
     A acc = A(0);
@@ -81,7 +81,7 @@ void conv_transpose2d_forward(const ConvTranspose2dDesc& d, const T* x, const T*
   conv_transpose2d_check(d, "conv_transpose2d_forward (cuda)");
   const int64_t total = d.N * d.K * d.out_h() * d.out_w();
   if (total == 0) return;
-  convt_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, x, w, bias, y, total);
+  launch_kernel("convt_fwd_kernel", convt_fwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, x, w, bias, y, total);
   KILN_CUDA_LAUNCH_CHECK("conv_transpose2d_forward (cuda)");
 }
 
@@ -90,7 +90,7 @@ void conv_transpose2d_backward_input(const ConvTranspose2dDesc& d, const T* dy, 
   conv_transpose2d_check(d, "conv_transpose2d_backward_input (cuda)");
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total == 0) return;
-  convt_bwd_input_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, dy, w, dx, total);
+  launch_kernel("convt_bwd_input_kernel", convt_bwd_input_kernel<T>, grid_for(total), kThreads, 0, stream(), d, dy, w, dx, total);
   KILN_CUDA_LAUNCH_CHECK("conv_transpose2d_backward_input (cuda)");
 }
 
@@ -100,10 +100,10 @@ void conv_transpose2d_backward_weight(const ConvTranspose2dDesc& d, const T* x, 
   conv_transpose2d_check(d, "conv_transpose2d_backward_weight (cuda)");
   const int64_t nweights = d.C * (d.K / d.groups) * d.R * d.S;
   // With N == 0 every sum is empty: the kernels still run and write zeros.
-  convt_bwd_weight_kernel<T><<<blocks_for(nweights), kThreads, 0, stream()>>>(d, x, dy, dw, nweights);
+  launch_kernel("convt_bwd_weight_kernel", convt_bwd_weight_kernel<T>, blocks_for(nweights), kThreads, 0, stream(), d, x, dy, dw, nweights);
   KILN_CUDA_LAUNCH_CHECK("conv_transpose2d_backward_weight (cuda)");
   if (dbias) {
-    convt_bwd_bias_kernel<T><<<blocks_for(d.K), kThreads, 0, stream()>>>(d, dy, dbias);
+    launch_kernel("convt_bwd_bias_kernel", convt_bwd_bias_kernel<T>, blocks_for(d.K), kThreads, 0, stream(), d, dy, dbias);
     KILN_CUDA_LAUNCH_CHECK("conv_transpose2d_backward_weight (cuda, bias)");
   }
 }

@@ -71,7 +71,7 @@ struct alignas(16) Vec16 {  // 16 bytes of T; alignas(16) lets nvcc emit one 128
 };
 
 template <typename T>
-__global__ void unary_contig(UnaryOp op, int64_t n, T* out, const T* in, typename Compute<T>::type a,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) unary_contig(UnaryOp op, int64_t n, T* out, const T* in, typename Compute<T>::type a,
                              typename Compute<T>::type b, bool vec) {
   using C = typename Compute<T>::type;
   const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
@@ -91,7 +91,7 @@ __global__ void unary_contig(UnaryOp op, int64_t n, T* out, const T* in, typenam
 }
 
 template <typename T>
-__global__ void unary_strided(UnaryOp op, int64_t n, Indexer<2> ix, char* out, const char* in,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) unary_strided(UnaryOp op, int64_t n, Indexer<2> ix, char* out, const char* in,
                               typename Compute<T>::type a, typename Compute<T>::type b) {
   using C = typename Compute<T>::type;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -102,7 +102,7 @@ __global__ void unary_strided(UnaryOp op, int64_t n, Indexer<2> ix, char* out, c
 }
 
 template <typename T>
-__global__ void binary_contig(BinaryOp op, int64_t n, T* out, const T* x, const T* y, typename Compute<T>::type a,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) binary_contig(BinaryOp op, int64_t n, T* out, const T* x, const T* y, typename Compute<T>::type a,
                               bool vec) {
   using C = typename Compute<T>::type;
   const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
@@ -122,7 +122,7 @@ __global__ void binary_contig(BinaryOp op, int64_t n, T* out, const T* x, const 
 }
 
 template <typename T>
-__global__ void binary_strided(BinaryOp op, int64_t n, Indexer<3> ix, char* out, const char* x, const char* y,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) binary_strided(BinaryOp op, int64_t n, Indexer<3> ix, char* out, const char* x, const char* y,
                                typename Compute<T>::type a) {
   using C = typename Compute<T>::type;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -142,10 +142,10 @@ void unary_t(UnaryOp op, const LoopShape& s, StridedOperand out, StridedOperand 
   const int64_t n = s.numel();
   if (all_contiguous<2>(ix, ops)) {
     bool vec = aligned16(base[0]) && aligned16(base[1]);
-    unary_contig<T><<<grid_for(vec ? n / Vec16<T>::n + 1 : n), kThreads, 0, stream()>>>(
+    launch_kernel("unary_contig", unary_contig<T>, grid_for(vec ? n / Vec16<T>::n + 1 : n), kThreads, 0, stream(),
         op, n, (T*)base[0], (const T*)base[1], (C)a, (C)b, vec);
   } else {
-    unary_strided<T><<<grid_for(n), kThreads, 0, stream()>>>(op, n, ix, base[0], base[1], (C)a, (C)b);
+    launch_kernel("unary_strided", unary_strided<T>, grid_for(n), kThreads, 0, stream(), op, n, ix, base[0], base[1], (C)a, (C)b);
   }
   KILN_CUDA_LAUNCH_CHECK(str_cat("unary op ", (int)op, " ", dtype_name(out.dtype), loop_str(s)));
 }
@@ -159,10 +159,10 @@ void binary_t(BinaryOp op, const LoopShape& s, StridedOperand out, StridedOperan
   const int64_t n = s.numel();
   if (all_contiguous<3>(ix, ops)) {
     bool vec = aligned16(base[0]) && aligned16(base[1]) && aligned16(base[2]);
-    binary_contig<T><<<grid_for(vec ? n / Vec16<T>::n + 1 : n), kThreads, 0, stream()>>>(
+    launch_kernel("binary_contig", binary_contig<T>, grid_for(vec ? n / Vec16<T>::n + 1 : n), kThreads, 0, stream(),
         op, n, (T*)base[0], (const T*)base[1], (const T*)base[2], (C)a, vec);
   } else {
-    binary_strided<T><<<grid_for(n), kThreads, 0, stream()>>>(op, n, ix, base[0], base[1], base[2], (C)a);
+    launch_kernel("binary_strided", binary_strided<T>, grid_for(n), kThreads, 0, stream(), op, n, ix, base[0], base[1], base[2], (C)a);
   }
   KILN_CUDA_LAUNCH_CHECK(str_cat("binary op ", (int)op, " ", dtype_name(out.dtype), loop_str(s)));
 }
@@ -171,7 +171,7 @@ void binary_t(BinaryOp op, const LoopShape& s, StridedOperand out, StridedOperan
 
 // Same dtype, any layout: moves W-byte words.
 template <typename W>
-__global__ void copy_words(int64_t n, Indexer<2> ix, char* dst, const char* src) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) copy_words(int64_t n, Indexer<2> ix, char* dst, const char* src) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[2];
     ix.offsets(i, off);
@@ -204,7 +204,7 @@ __device__ __forceinline__ void store_any(char* p, DType dt, double v) {
   }
 }
 
-__global__ void cast_kernel(int64_t n, Indexer<2> ix, char* dst, DType ddt, const char* src, DType sdt) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) cast_kernel(int64_t n, Indexer<2> ix, char* dst, DType ddt, const char* src, DType sdt) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[2];
     ix.offsets(i, off);
@@ -213,7 +213,7 @@ __global__ void cast_kernel(int64_t n, Indexer<2> ix, char* dst, DType ddt, cons
 }
 
 template <typename W>
-__global__ void fill_words(int64_t n, Indexer<1> ix, char* dst, W value) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) fill_words(int64_t n, Indexer<1> ix, char* dst, W value) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[1];
     ix.offsets(i, off);
@@ -222,7 +222,7 @@ __global__ void fill_words(int64_t n, Indexer<1> ix, char* dst, W value) {
 }
 
 template <typename W>
-__global__ void where_words(int64_t n, Indexer<4> ix, char* out, const char* cond, const char* x, const char* y) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) where_words(int64_t n, Indexer<4> ix, char* out, const char* cond, const char* x, const char* y) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[4];
     ix.offsets(i, off);
@@ -238,7 +238,7 @@ void fill_t(const LoopShape& s, StridedOperand dst, const char* bits) {
   StridedOperand ops[1] = {dst};
   char* base[1];
   Indexer<1> ix = make_indexer<1>(s, ops, base);
-  fill_words<W><<<grid_for(s.numel()), kThreads, 0, stream()>>>(s.numel(), ix, base[0], v);
+  launch_kernel("fill_words", fill_words<W>, grid_for(s.numel()), kThreads, 0, stream(), s.numel(), ix, base[0], v);
 }
 
 template <typename W>
@@ -246,7 +246,7 @@ void where_t(const LoopShape& s, StridedOperand out, StridedOperand cond, Stride
   StridedOperand ops[4] = {out, cond, x, y};
   char* base[4];
   Indexer<4> ix = make_indexer<4>(s, ops, base);
-  where_words<W><<<grid_for(s.numel()), kThreads, 0, stream()>>>(s.numel(), ix, base[0], base[1], base[2], base[3]);
+  launch_kernel("where_words", where_words<W>, grid_for(s.numel()), kThreads, 0, stream(), s.numel(), ix, base[0], base[1], base[2], base[3]);
 }
 
 // ---- random ----
@@ -255,7 +255,7 @@ void where_t(const LoopShape& s, StridedOperand out, StridedOperand cond, Stride
 // them into FMAs (the CPU does not): uniform is bit-identical; normal uses device log/cos, which
 // may differ from glibc's in the last bit of a double.
 template <typename T>
-__global__ void random_kernel(T* out, int64_t n, int kind, double lo, double hi, uint64_t seed, uint64_t offset) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) random_kernel(T* out, int64_t n, int kind, double lo, double hi, uint64_t seed, uint64_t offset) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     double v;
     if (kind == 0) {
@@ -271,7 +271,7 @@ __global__ void random_kernel(T* out, int64_t n, int kind, double lo, double hi,
 }
 
 template <typename T>
-__global__ void dropout_fwd_kernel(int64_t n, const T* x, float pf, T scale, uint64_t seed, uint64_t offset, T* y,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) dropout_fwd_kernel(int64_t n, const T* x, float pf, T scale, uint64_t seed, uint64_t offset, T* y,
                                    uint8_t* mask) {
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
@@ -291,7 +291,7 @@ __global__ void dropout_fwd_kernel(int64_t n, const T* x, float pf, T scale, uin
 }
 
 template <typename T>
-__global__ void dropout_bwd_kernel(int64_t n, const T* dy, const uint8_t* mask, T scale, T* dx) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) dropout_bwd_kernel(int64_t n, const T* dy, const uint8_t* mask, T scale, T* dx) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     dx[i] = dropout_apply(dy[i], mask[i] != 0, scale);
 }
@@ -321,13 +321,13 @@ void copy(const LoopShape& s, StridedOperand dst, StridedOperand src) {
       return;
     }
     switch (es) {
-      case 1: copy_words<uint8_t><<<grid_for(n), kThreads, 0, stream()>>>(n, ix, base[0], base[1]); break;
-      case 2: copy_words<uint16_t><<<grid_for(n), kThreads, 0, stream()>>>(n, ix, base[0], base[1]); break;
-      case 4: copy_words<uint32_t><<<grid_for(n), kThreads, 0, stream()>>>(n, ix, base[0], base[1]); break;
-      default: copy_words<uint64_t><<<grid_for(n), kThreads, 0, stream()>>>(n, ix, base[0], base[1]); break;
+      case 1: launch_kernel("copy_words", copy_words<uint8_t>, grid_for(n), kThreads, 0, stream(), n, ix, base[0], base[1]); break;
+      case 2: launch_kernel("copy_words", copy_words<uint16_t>, grid_for(n), kThreads, 0, stream(), n, ix, base[0], base[1]); break;
+      case 4: launch_kernel("copy_words", copy_words<uint32_t>, grid_for(n), kThreads, 0, stream(), n, ix, base[0], base[1]); break;
+      default: launch_kernel("copy_words", copy_words<uint64_t>, grid_for(n), kThreads, 0, stream(), n, ix, base[0], base[1]); break;
     }
   } else {
-    cast_kernel<<<grid_for(n), kThreads, 0, stream()>>>(n, ix, base[0], dst.dtype, base[1], src.dtype);
+    launch_kernel("cast_kernel", cast_kernel, grid_for(n), kThreads, 0, stream(), n, ix, base[0], dst.dtype, base[1], src.dtype);
   }
   KILN_CUDA_LAUNCH_CHECK(what());
 }
@@ -378,7 +378,7 @@ void where(const LoopShape& s, StridedOperand out, StridedOperand cond, StridedO
 void random_fill(void* out, DType dt, int64_t n, int kind, double lo, double hi, uint64_t seed, uint64_t offset) {
   if (n <= 0) return;
   KILN_FLOAT_SWITCH(dt, "random",
-                    (random_kernel<T><<<grid_for(n), kThreads, 0, stream()>>>((T*)out, n, kind, lo, hi, seed, offset)));
+                    (launch_kernel("random_kernel", random_kernel<T>, grid_for(n), kThreads, 0, stream(), (T*)out, n, kind, lo, hi, seed, offset)));
   KILN_CUDA_LAUNCH_CHECK(str_cat("random_fill ", dtype_name(dt), " n=", n, kind ? " normal" : " uniform"));
 }
 
@@ -388,7 +388,7 @@ void dropout_forward(int64_t n, const T* x, double p, uint64_t seed, uint64_t of
   KILN_CHECK(n >= 0, "dropout_forward: bad size ", n);
   if (n == 0) return;
   const T scale = (T)(p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
-  dropout_fwd_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, stream()>>>(n, x, (float)p, scale, seed, offset, y, mask);
+  launch_kernel("dropout_fwd_kernel", dropout_fwd_kernel<T>, grid_for((n + 3) / 4), kThreads, 0, stream(), n, x, (float)p, scale, seed, offset, y, mask);
   KILN_CUDA_LAUNCH_CHECK(str_cat("dropout_forward n=", n, " p=", p));
 }
 
@@ -398,7 +398,7 @@ void dropout_backward(int64_t n, const T* dy, const uint8_t* mask, double p, T* 
   KILN_CHECK(mask != nullptr || n == 0, "dropout_backward: the forward's mask is required");
   if (n == 0) return;
   const T scale = (T)(p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
-  dropout_bwd_kernel<T><<<grid_for(n), kThreads, 0, stream()>>>(n, dy, mask, scale, dx);
+  launch_kernel("dropout_bwd_kernel", dropout_bwd_kernel<T>, grid_for(n), kThreads, 0, stream(), n, dy, mask, scale, dx);
   KILN_CUDA_LAUNCH_CHECK(str_cat("dropout_backward n=", n, " p=", p));
 }
 

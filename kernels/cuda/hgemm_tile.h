@@ -9,8 +9,8 @@
 // K steps of BK = 32 (two k16 mma steps per stage). Shared memory per stage: A tile 128 x 32 and
 // B tile 32 x 128 halves (16 KiB), 4 stages = 64 KiB (dynamic, opted in above 48 KiB).
 #pragma once
-#if !defined(__CUDACC__)
-#error "hgemm_tile.h holds device code: include it from .cu files only"
+#if !defined(__CUDACC__) && !defined(KILN_CUDA_ON_CPU)
+#error "hgemm_tile.h holds device code: include it from .cu files only (or the CPU execution mode)"
 #endif
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,6 +21,10 @@
 #include "kernels/common/tile_mma.h"
 #include "kernels/common/tile_smem.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/kernel_launch.h"
+#if defined(KILN_CUDA_ON_CPU)
+#include "kernels/cuda_cpu/ptx_host.h"
+#endif
 
 namespace kiln::cuda::tc {
 
@@ -39,6 +43,21 @@ template <Layout L, int OUTER> struct OperandTile {
 constexpr int kSmemBytes = Tile::STAGES * (Tile::BM + Tile::BN) * Tile::BK * 2;
 
 // ---- PTX wrappers -----------------------------------------------------------------------------
+#if defined(KILN_CUDA_ON_CPU)
+// The CPU execution mode's host bodies (kernels/cuda_cpu/ptx_host.h), same contracts as below.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return ::kiln::cuda_on_cpu::ptx_shared_address(p); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  ::kiln::cuda_on_cpu::ptx_cp_async16(dst, src, src_bytes);
+}
+__device__ __forceinline__ void cp_async_commit() { ::kiln::cuda_on_cpu::ptx_cp_async_commit(); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { ::kiln::cuda_on_cpu::ptx_cp_async_wait(N); }
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) { ::kiln::cuda_on_cpu::ptx_ldmatrix_x4(r, addr, TRANS); }
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  ::kiln::cuda_on_cpu::ptx_mma_m16n8k16(d, a, b0, b1);
+}
+#else
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // 16-byte global->shared copy of src_bytes (16) bytes, the rest zero-filled; .cg: bypass L1.
@@ -66,6 +85,8 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+#endif
 
 template <Layout L>
 __device__ __forceinline__ tile::LdsmAddr ldsm_addr(int lane) {
@@ -118,13 +139,13 @@ __device__ __forceinline__ void load_tile(const P& p, const __half* g, __half* s
 // (partial != nullptr) split z writes its raw f32 sums to partial[z][m][n] instead (M x N dense)
 // and splitk_reduce finishes.
 template <class P, Layout LA, Layout LB, class OutT>
-__global__ void __launch_bounds__(Tile::THREADS)
+__global__ void KILN_KERNEL_BOUNDS(Tile::THREADS)
     tc_gemm_kernel(P p, const __half* __restrict__ A, const __half* __restrict__ B, OutT* C, float alpha, float beta,
                    float* partial, int splits) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || defined(KILN_CUDA_ON_CPU)
   using TA = OperandTile<LA, Tile::BM>;
   using TB = OperandTile<LB, Tile::BN>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  KILN_DYNAMIC_SHARED(unsigned char, smem_raw);
   __half* sA = reinterpret_cast<__half*>(smem_raw);  // [STAGES][TA::ELEMS]
   __half* sB = sA + Tile::STAGES * TA::ELEMS;         // [STAGES][TB::ELEMS]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -217,7 +238,7 @@ __global__ void __launch_bounds__(Tile::THREADS)
 
 // Sums the split-K partials [splits][M][N] into C = alpha * sum + beta * C.
 template <class P, class OutT>
-__global__ void splitk_reduce_kernel(P p, const float* __restrict__ partial, int splits, OutT* C, float alpha,
+__global__ void KILN_KERNEL_BOUNDS(256) splitk_reduce_kernel(P p, const float* __restrict__ partial, int splits, OutT* C, float alpha,
                                      float beta) {
   const long long mn = p.M * p.N;
   for (long long id = blockIdx.x * (long long)blockDim.x + threadIdx.x; id < mn;
@@ -241,14 +262,14 @@ void launch_tc_gemm(const P& p, const __half* A, const __half* B, OutT* C, float
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), what);
   const long long tiles = tile::ceil_div(p.M, Tile::BM) * tile::ceil_div(p.N, Tile::BN);
   if (splits < 1) splits = 1;
-  kernel<<<dim3((unsigned)tiles, (unsigned)splits), Tile::THREADS, kSmemBytes, stream>>>(
+  launch_kernel("tc_gemm_kernel", kernel, dim3((unsigned)tiles, (unsigned)splits), Tile::THREADS, kSmemBytes, stream,
       p, A, B, C, alpha, beta, splits > 1 ? partial : nullptr, splits);
   KILN_CUDA_LAUNCH_CHECK(what);
   if (splits > 1) {
     const long long mn = p.M * p.N;
     long long blocks = (mn + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    splitk_reduce_kernel<P, OutT><<<(unsigned)blocks, 256, 0, stream>>>(p, partial, splits, C, alpha, beta);
+    launch_kernel("splitk_reduce_kernel", splitk_reduce_kernel<P, OutT>, (unsigned)blocks, 256, 0, stream, p, partial, splits, C, alpha, beta);
     KILN_CUDA_LAUNCH_CHECK(what);
   }
 }

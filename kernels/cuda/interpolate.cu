@@ -11,7 +11,7 @@ namespace kiln::cuda {
 namespace {
 
 template <typename T>
-__global__ void interp_fwd_kernel(Interp2dDesc d, const T* __restrict__ x, T* __restrict__ y, int64_t total) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) interp_fwd_kernel(Interp2dDesc d, const T* __restrict__ x, T* __restrict__ y, int64_t total) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t ow = e % d.OW, oh = (e / d.OW) % d.OH, pl = e / (d.OW * d.OH);
     const T* xp = x + pl * d.H * d.W;
@@ -28,7 +28,7 @@ __global__ void interp_fwd_kernel(Interp2dDesc d, const T* __restrict__ x, T* __
 }
 
 template <typename T>
-__global__ void interp_bwd_kernel(Interp2dDesc d, const T* __restrict__ dy, T* __restrict__ dx, int64_t total) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) interp_bwd_kernel(Interp2dDesc d, const T* __restrict__ dy, T* __restrict__ dx, int64_t total) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t ow = e % d.OW, oh = (e / d.OW) % d.OH, pl = e / (d.OW * d.OH);
     T* xp = dx + pl * d.H * d.W;
@@ -55,7 +55,7 @@ void interpolate2d_forward(const Interp2dDesc& d, const T* x, T* y) {
   interp2d_check(d, "interpolate2d_forward (cuda)");
   const int64_t total = d.N * d.C * d.OH * d.OW;
   if (total == 0) return;
-  interp_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, x, y, total);
+  launch_kernel("interp_fwd_kernel", interp_fwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, x, y, total);
   KILN_CUDA_LAUNCH_CHECK("interpolate2d_forward (cuda)");
 }
 
@@ -66,7 +66,7 @@ void interpolate2d_backward(const Interp2dDesc& d, const T* dy, T* dx) {
   if (in_total == 0) return;
   KILN_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)in_total * sizeof(T), stream()), "interpolate2d_backward (cuda)");
   if (total == 0) return;
-  interp_bwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, dy, dx, total);
+  launch_kernel("interp_bwd_kernel", interp_bwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, dy, dx, total);
   KILN_CUDA_LAUNCH_CHECK("interpolate2d_backward (cuda)");
 }
 

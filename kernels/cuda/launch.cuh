@@ -11,6 +11,7 @@
 #include "engine/core/half.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handles.h"
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/runtime.h"
 
 namespace kiln::cuda {

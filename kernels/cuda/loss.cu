@@ -36,10 +36,10 @@ __device__ __forceinline__ double wt(const T* weight, int64_t c) {
 }
 
 template <typename T>
-__global__ void target_stats_kernel(int64_t N, int64_t K, const int64_t* __restrict__ targets,
+__global__ void KILN_KERNEL_BOUNDS(kStatThreads) target_stats_kernel(int64_t N, int64_t K, const int64_t* __restrict__ targets,
                                     const T* __restrict__ weight, int64_t ignore_index, double ls,
                                     TargetStats* st, DeferredTargetError* slot, int32_t op) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   double d = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
     const int64_t t = targets[i];
@@ -85,10 +85,10 @@ __device__ __forceinline__ bool out_of_range(int64_t t, int64_t K, int64_t ignor
 // order, then a fixed tree), so the scratch is one double per block, not per sample (a
 // 2 x 2048 x 2048 segmentation batch would otherwise need 64 MiB the memory predictor never sees).
 template <typename T>
-__global__ void ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
                                  const T* __restrict__ weight, double ls, int64_t ignore_index, Reduction r,
                                  T* __restrict__ out, double* __restrict__ parts) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   const int wpb = blockDim.x >> 5, lane = threadIdx.x & 31;
   double acc = 0;
   for (int64_t i = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); i < N; i += (int64_t)gridDim.x * wpb) {
@@ -115,10 +115,10 @@ __global__ void ce_sample_kernel(int64_t N, int64_t K, const T* __restrict__ log
 
 // nll per sample, one thread per row; none: out[i], sum/mean: per-block sums as ce_sample_kernel.
 template <typename T>
-__global__ void nll_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) nll_sample_kernel(int64_t N, int64_t K, const T* __restrict__ logp, const int64_t* __restrict__ targets,
                                   const T* __restrict__ weight, int64_t ignore_index, Reduction r, T* __restrict__ out,
                                   double* __restrict__ parts) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   double acc = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = targets[i];
@@ -136,9 +136,9 @@ __global__ void nll_sample_kernel(int64_t N, int64_t K, const T* __restrict__ lo
 // out[0] = sum(parts) for sum, sum(parts) / divisor for mean (divisor = *dev_div when given, else
 // host_div; 0 / 0 -> NaN like PyTorch). One block, fixed order: deterministic.
 template <typename T>
-__global__ void finish_sum_kernel(const double* __restrict__ parts, int64_t n, Reduction r,
+__global__ void KILN_KERNEL_BOUNDS(kStatThreads) finish_sum_kernel(const double* __restrict__ parts, int64_t n, Reduction r,
                                   const TargetStats* __restrict__ st, double host_div, T* __restrict__ out) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += parts[i];
   s = block_sum(s, scratch);
@@ -156,7 +156,7 @@ __device__ __forceinline__ double grad_scale(Reduction r, const T* grad_out, int
 // dlogits[i, c] = g_i * (p_c * sum(q) - q_c), q_c = (ls/K) w_c + (1 - ls) w_t [c == t]; 0 when ignored
 // (NaN where logp is NaN, as PyTorch).
 template <typename T>
-__global__ void ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out, const T* __restrict__ logp,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out, const T* __restrict__ logp,
                               const int64_t* __restrict__ targets, const T* __restrict__ weight, double ls,
                               int64_t ignore_index, Reduction r, const TargetStats* __restrict__ st,
                               T* __restrict__ dlogits) {
@@ -177,7 +177,7 @@ __global__ void ce_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_o
 }
 
 template <typename T>
-__global__ void nll_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) nll_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_out,
                                const int64_t* __restrict__ targets, const T* __restrict__ weight,
                                int64_t ignore_index, Reduction r, const TargetStats* __restrict__ st,
                                T* __restrict__ dlogp) {
@@ -192,9 +192,9 @@ __global__ void nll_bwd_kernel(int64_t N, int64_t K, const T* __restrict__ grad_
 
 // mse: none writes (x - t)^2 per element; otherwise each block writes its f64 partial sum.
 template <typename T>
-__global__ void mse_fwd_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ target, Reduction r,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) mse_fwd_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ target, Reduction r,
                                T* __restrict__ out, double* __restrict__ parts) {
-  __shared__ double scratch[32];
+  KILN_SHARED(double, scratch, 32);
   double s = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const double d = (double)x[i] - (double)target[i];
@@ -207,7 +207,7 @@ __global__ void mse_fwd_kernel(int64_t n, const T* __restrict__ x, const T* __re
 }
 
 template <typename T>
-__global__ void mse_bwd_kernel(int64_t n, const T* __restrict__ grad_out, const T* __restrict__ x,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) mse_bwd_kernel(int64_t n, const T* __restrict__ grad_out, const T* __restrict__ x,
                                const T* __restrict__ target, Reduction r, T* __restrict__ dx) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const T g = r == Reduction::none ? grad_out[i]
@@ -240,7 +240,7 @@ void launch_target_stats(int64_t N, int64_t K, const int64_t* targets, const T* 
                          double ls, TargetStats* st, DeferredOp dop, const char* op) {
   cudaStream_t s = stream();
   KILN_CUDA_CHECK(cudaMemsetAsync(st, 0xff, sizeof(TargetStats), s), op);
-  target_stats_kernel<T><<<1, kStatThreads, 0, s>>>(N, K, targets, weight, ignore_index, ls, st,
+  launch_kernel("target_stats_kernel", target_stats_kernel<T>, 1, kStatThreads, 0, s, N, K, targets, weight, ignore_index, ls, st,
                                                     deferred_error_slot(current_device()), (int32_t)dop);
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) target check, N ", N, ", K ", K));
 }
@@ -248,7 +248,7 @@ void launch_target_stats(int64_t N, int64_t K, const int64_t* targets, const T* 
 template <typename T>
 void launch_finish(const double* parts, int64_t n, Reduction r, const TargetStats* st, double host_div, T* out,
                    const char* op) {
-  finish_sum_kernel<T><<<1, kStatThreads, 0, stream()>>>(parts, n, r, st, host_div, out);
+  launch_kernel("finish_sum_kernel", finish_sum_kernel<T>, 1, kStatThreads, 0, stream(), parts, n, r, st, host_div, out);
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) reduction over ", n));
 }
 
@@ -267,7 +267,7 @@ void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t*
                       DeferredOp::cross_entropy_forward, op);
   log_softmax_forward<T>(N, K, logits, logp);
   if (N > 0) {
-    ce_sample_kernel<T><<<blocks, kThreads, 0, stream()>>>(N, K, logp, targets, weight, label_smoothing,
+    launch_kernel("ce_sample_kernel", ce_sample_kernel<T>, blocks, kThreads, 0, stream(), N, K, logp, targets, weight, label_smoothing,
                                                            ignore_index, reduction, out, sc.per);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
@@ -285,7 +285,7 @@ void cross_entropy_backward(int64_t N, int64_t K, const T* grad_out, const T* lo
   launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st,
                       DeferredOp::cross_entropy_backward, op);
   if (N > 0) {
-    ce_bwd_kernel<T><<<grid_for(N * K), kThreads, 0, stream()>>>(N, K, grad_out, logp, targets, weight,
+    launch_kernel("ce_bwd_kernel", ce_bwd_kernel<T>, grid_for(N * K), kThreads, 0, stream(), N, K, grad_out, logp, targets, weight,
                                                                  label_smoothing, ignore_index, reduction, sc.st,
                                                                  dlogits);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
@@ -301,7 +301,7 @@ void nll_loss_forward(int64_t N, int64_t K, const T* logp, const int64_t* target
   ClassScratch sc(blocks);
   launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_forward, op);
   if (N > 0) {
-    nll_sample_kernel<T><<<blocks, kThreads, 0, stream()>>>(N, K, logp, targets, weight, ignore_index, reduction,
+    launch_kernel("nll_sample_kernel", nll_sample_kernel<T>, blocks, kThreads, 0, stream(), N, K, logp, targets, weight, ignore_index, reduction,
                                                             out, sc.per);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
@@ -316,7 +316,7 @@ void nll_loss_backward(int64_t N, int64_t K, const T* grad_out, const int64_t* t
   ClassScratch sc(0);
   launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_backward, op);
   if (N > 0) {
-    nll_bwd_kernel<T><<<grid_for(N * K), kThreads, 0, stream()>>>(N, K, grad_out, targets, weight, ignore_index,
+    launch_kernel("nll_bwd_kernel", nll_bwd_kernel<T>, grid_for(N * K), kThreads, 0, stream(), N, K, grad_out, targets, weight, ignore_index,
                                                                   reduction, sc.st, dlogp);
     KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) N ", N, ", K ", K));
   }
@@ -328,13 +328,13 @@ void mse_loss_forward(int64_t n, const T* x, const T* target, Reduction reductio
   const unsigned blocks = grid_for(n);
   if (reduction == Reduction::none) {
     if (n == 0) return;
-    mse_fwd_kernel<T><<<blocks, kThreads, 0, stream()>>>(n, x, target, reduction, out, nullptr);
+    launch_kernel("mse_fwd_kernel", mse_fwd_kernel<T>, blocks, kThreads, 0, stream(), n, x, target, reduction, out, nullptr);
     KILN_CUDA_LAUNCH_CHECK(str_cat("mse_loss_forward (cuda) n ", n));
     return;
   }
   Workspace ws(current_device(), sizeof(double) * blocks);
   double* parts = static_cast<double*>(ws.get());
-  mse_fwd_kernel<T><<<blocks, kThreads, 0, stream()>>>(n, x, target, reduction, out, parts);
+  launch_kernel("mse_fwd_kernel", mse_fwd_kernel<T>, blocks, kThreads, 0, stream(), n, x, target, reduction, out, parts);
   KILN_CUDA_LAUNCH_CHECK(str_cat("mse_loss_forward (cuda) n ", n));
   launch_finish(parts, (int64_t)blocks, reduction, nullptr, (double)n, out, "mse_loss_forward");
 }
@@ -343,7 +343,7 @@ template <typename T>
 void mse_loss_backward(int64_t n, const T* grad_out, const T* x, const T* target, Reduction reduction, T* dx) {
   KILN_CHECK(n >= 0, "mse_loss_backward (cuda): bad size ", n);
   if (n == 0) return;
-  mse_bwd_kernel<T><<<grid_for(n), kThreads, 0, stream()>>>(n, grad_out, x, target, reduction, dx);
+  launch_kernel("mse_bwd_kernel", mse_bwd_kernel<T>, grid_for(n), kThreads, 0, stream(), n, grad_out, x, target, reduction, dx);
   KILN_CUDA_LAUNCH_CHECK(str_cat("mse_loss_backward (cuda) n ", n));
 }
 

@@ -17,7 +17,7 @@ namespace kiln::cuda {
 namespace {
 
 template <typename T>
-__global__ void one_hot_kernel(int64_t N, int64_t K, int64_t S, const int64_t* __restrict__ target,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) one_hot_kernel(int64_t N, int64_t K, int64_t S, const int64_t* __restrict__ target,
                                int64_t ignore_index, T* __restrict__ out, unsigned long long* bad_pos) {
   const int64_t total = N * K * S;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -34,7 +34,7 @@ __global__ void one_hot_kernel(int64_t N, int64_t K, int64_t S, const int64_t* _
 
 // One thread: records the first bad position (if any) in the deferred-error slot, unless the slot
 // already holds an unreported error.
-__global__ void one_hot_report_kernel(const unsigned long long* bad_pos, const int64_t* target, int64_t K,
+__global__ void KILN_KERNEL_BOUNDS(1) one_hot_report_kernel(const unsigned long long* bad_pos, const int64_t* target, int64_t K,
                                       int64_t ignore_index, DeferredTargetError* slot) {
   const unsigned long long bad = *bad_pos;
   if (bad == ULLONG_MAX || slot->pos >= 0) return;
@@ -59,9 +59,9 @@ void one_hot_forward(int64_t N, int64_t K, int64_t S, const int64_t* target, int
   Workspace ws(current_device(), sizeof(unsigned long long));
   auto* bad = static_cast<unsigned long long*>(ws.get());
   KILN_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), st), "one_hot (cuda) scratch");
-  one_hot_kernel<T><<<grid_for(total), kThreads, 0, st>>>(N, K, S, target, ignore_index, out, bad);
+  launch_kernel("one_hot_kernel", one_hot_kernel<T>, grid_for(total), kThreads, 0, st, N, K, S, target, ignore_index, out, bad);
   KILN_CUDA_LAUNCH_CHECK(str_cat("one_hot (cuda) N ", N, ", K ", K, ", S ", S));
-  one_hot_report_kernel<<<1, 1, 0, st>>>(bad, target, K, ignore_index, deferred_error_slot(current_device()));
+  launch_kernel("one_hot_report_kernel", one_hot_report_kernel, 1, 1, 0, st, bad, target, K, ignore_index, deferred_error_slot(current_device()));
   KILN_CUDA_LAUNCH_CHECK("one_hot (cuda) error report");
 }
 

@@ -11,7 +11,7 @@ namespace kiln::cuda {
 namespace {
 
 // p, g, buf: (n,) contiguous f32. buf is nullptr when momentum is 0 (the rule never touches it).
-__global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf, int64_t n,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf, int64_t n,
                            bool first_step, optim::SgdParams h) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -23,7 +23,7 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, f
 }
 
 // p, g, m, v: (n,) contiguous f32.
-__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, optim::AdamWParams h) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -40,7 +40,7 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
 void sgd_fused(float* p, const float* g, float* momentum_buffer, int64_t n, bool first_step,
                const optim::SgdParams& h) {
   if (n <= 0) return;
-  sgd_kernel<<<grid_for(n), kThreads, 0, stream()>>>(p, g, momentum_buffer, n, first_step, h);
+  launch_kernel("sgd_kernel", sgd_kernel, grid_for(n), kThreads, 0, stream(), p, g, momentum_buffer, n, first_step, h);
   KILN_CUDA_LAUNCH_CHECK(str_cat("sgd_fused: ", n, " f32 elements, momentum ", h.momentum,
                                  momentum_buffer ? " (with buffer)" : " (no buffer)"));
 }
@@ -48,7 +48,7 @@ void sgd_fused(float* p, const float* g, float* momentum_buffer, int64_t n, bool
 void adamw_fused(float* p, const float* g, float* exp_avg, float* exp_avg_sq, int64_t n,
                  const optim::AdamWParams& h) {
   if (n <= 0) return;
-  adamw_kernel<<<grid_for(n), kThreads, 0, stream()>>>(p, g, exp_avg, exp_avg_sq, n, h);
+  launch_kernel("adamw_kernel", adamw_kernel, grid_for(n), kThreads, 0, stream(), p, g, exp_avg, exp_avg_sq, n, h);
   KILN_CUDA_LAUNCH_CHECK(str_cat("adamw_fused: ", n, " f32 elements"));
 }
 

@@ -23,7 +23,7 @@ __device__ __forceinline__ void out_range(int64_t p, int64_t stride, int64_t pad
 }
 
 template <typename T>
-__global__ void max_pool_fwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const T* __restrict__ x,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) max_pool_fwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const T* __restrict__ x,
                                     T* __restrict__ y, int64_t* __restrict__ indices, int64_t total) {
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t ow = o % OW, oh = (o / OW) % OH, pl = o / (OW * OH);
@@ -52,7 +52,7 @@ __global__ void max_pool_fwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const 
 
 // One thread per input element (n, c, h, w): sums dy over the outputs whose argmax is this element.
 template <typename T>
-__global__ void max_pool_bwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const T* __restrict__ dy,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) max_pool_bwd_kernel(Pool2dDesc d, int64_t OH, int64_t OW, const T* __restrict__ dy,
                                     const int64_t* __restrict__ indices, T* __restrict__ dx, int64_t total) {
   const int64_t span_h = d.dil_h * (d.kh - 1) + 1, span_w = d.dil_w * (d.kw - 1) + 1;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -77,7 +77,7 @@ __device__ __forceinline__ int64_t avg_divisor(const AvgWin& a, const AvgWin& b,
 }
 
 template <typename T>
-__global__ void avg_pool_fwd_kernel(Pool2dDesc d, bool include_pad, int64_t OH, int64_t OW, const T* __restrict__ x,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) avg_pool_fwd_kernel(Pool2dDesc d, bool include_pad, int64_t OH, int64_t OW, const T* __restrict__ x,
                                     T* __restrict__ y, int64_t total) {
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t ow = o % OW, oh = (o / OW) % OH, pl = o / (OW * OH);
@@ -92,7 +92,7 @@ __global__ void avg_pool_fwd_kernel(Pool2dDesc d, bool include_pad, int64_t OH, 
 }
 
 template <typename T>
-__global__ void avg_pool_bwd_kernel(Pool2dDesc d, bool include_pad, int64_t OH, int64_t OW, const T* __restrict__ dy,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) avg_pool_bwd_kernel(Pool2dDesc d, bool include_pad, int64_t OH, int64_t OW, const T* __restrict__ dy,
                                     T* __restrict__ dx, int64_t total) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t w = e % d.W, h = (e / d.W) % d.H, pl = e / (d.W * d.H);
@@ -116,7 +116,7 @@ __global__ void avg_pool_bwd_kernel(Pool2dDesc d, bool include_pad, int64_t OH, 
 }
 
 template <typename T>
-__global__ void adaptive_avg_fwd_kernel(int64_t H, int64_t W, int64_t OH, int64_t OW, const T* __restrict__ x,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) adaptive_avg_fwd_kernel(int64_t H, int64_t W, int64_t OH, int64_t OW, const T* __restrict__ x,
                                         T* __restrict__ y, int64_t total) {
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t ow = o % OW, oh = (o / OW) % OH, pl = o / (OW * OH);
@@ -133,7 +133,7 @@ __global__ void adaptive_avg_fwd_kernel(int64_t H, int64_t W, int64_t OH, int64_
 // The adaptive windows containing input row h are oh in [start(h, OH, H), end(h, OH, H)) (the same
 // floor/ceil formulas with in and out swapped); each is re-checked against its own window.
 template <typename T>
-__global__ void adaptive_avg_bwd_kernel(int64_t H, int64_t W, int64_t OH, int64_t OW, const T* __restrict__ dy,
+__global__ void KILN_KERNEL_BOUNDS(kThreads) adaptive_avg_bwd_kernel(int64_t H, int64_t W, int64_t OH, int64_t OW, const T* __restrict__ dy,
                                         T* __restrict__ dx, int64_t total) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t w = e % W, h = (e / W) % H, pl = e / (W * H);
@@ -166,7 +166,7 @@ void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices)
   pool2d_check(d, "max_pool2d_forward (cuda)");
   const int64_t OH = d.out_h(), OW = d.out_w(), total = d.N * d.C * OH * OW;
   if (total == 0) return;
-  max_pool_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, OH, OW, x, y, indices, total);
+  launch_kernel("max_pool_fwd_kernel", max_pool_fwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, OH, OW, x, y, indices, total);
   KILN_CUDA_LAUNCH_CHECK("max_pool2d_forward (cuda)");
 }
 
@@ -176,7 +176,7 @@ void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indice
   KILN_CHECK(indices != nullptr, "max_pool2d_backward (cuda): indices from the forward are required");
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total == 0) return;
-  max_pool_bwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, d.out_h(), d.out_w(), dy, indices, dx, total);
+  launch_kernel("max_pool_bwd_kernel", max_pool_bwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, d.out_h(), d.out_w(), dy, indices, dx, total);
   KILN_CUDA_LAUNCH_CHECK("max_pool2d_backward (cuda)");
 }
 
@@ -186,7 +186,7 @@ void avg_pool2d_forward(const Pool2dDesc& d, bool count_include_pad, const T* x,
   KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_forward (cuda): dilation must be 1");
   const int64_t OH = d.out_h(), OW = d.out_w(), total = d.N * d.C * OH * OW;
   if (total == 0) return;
-  avg_pool_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, count_include_pad, OH, OW, x, y, total);
+  launch_kernel("avg_pool_fwd_kernel", avg_pool_fwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, count_include_pad, OH, OW, x, y, total);
   KILN_CUDA_LAUNCH_CHECK("avg_pool2d_forward (cuda)");
 }
 
@@ -196,7 +196,7 @@ void avg_pool2d_backward(const Pool2dDesc& d, bool count_include_pad, const T* d
   KILN_CHECK(d.dil_h == 1 && d.dil_w == 1, "avg_pool2d_backward (cuda): dilation must be 1");
   const int64_t total = d.N * d.C * d.H * d.W;
   if (total == 0) return;
-  avg_pool_bwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(d, count_include_pad, d.out_h(), d.out_w(), dy,
+  launch_kernel("avg_pool_bwd_kernel", avg_pool_bwd_kernel<T>, grid_for(total), kThreads, 0, stream(), d, count_include_pad, d.out_h(), d.out_w(), dy,
                                                                      dx, total);
   KILN_CUDA_LAUNCH_CHECK("avg_pool2d_backward (cuda)");
 }
@@ -207,7 +207,7 @@ void adaptive_avg_pool2d_forward(int64_t N, int64_t C, int64_t H, int64_t W, int
   check_adaptive(N, C, H, W, OH, OW, "adaptive_avg_pool2d_forward (cuda)");
   const int64_t total = N * C * OH * OW;
   if (total == 0) return;
-  adaptive_avg_fwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(H, W, OH, OW, x, y, total);
+  launch_kernel("adaptive_avg_fwd_kernel", adaptive_avg_fwd_kernel<T>, grid_for(total), kThreads, 0, stream(), H, W, OH, OW, x, y, total);
   KILN_CUDA_LAUNCH_CHECK("adaptive_avg_pool2d_forward (cuda)");
 }
 
@@ -217,7 +217,7 @@ void adaptive_avg_pool2d_backward(int64_t N, int64_t C, int64_t H, int64_t W, in
   check_adaptive(N, C, H, W, OH, OW, "adaptive_avg_pool2d_backward (cuda)");
   const int64_t total = N * C * H * W;
   if (total == 0) return;
-  adaptive_avg_bwd_kernel<T><<<grid_for(total), kThreads, 0, stream()>>>(H, W, OH, OW, dy, dx, total);
+  launch_kernel("adaptive_avg_bwd_kernel", adaptive_avg_bwd_kernel<T>, grid_for(total), kThreads, 0, stream(), H, W, OH, OW, dy, dx, total);
   KILN_CUDA_LAUNCH_CHECK("adaptive_avg_pool2d_backward (cuda)");
 }
 

@@ -93,7 +93,7 @@ __device__ void reduce_row(ReduceOp op, const T* p, int64_t cols, int lane, int 
 }
 
 template <typename T>
-__global__ void reduce_warp_rows(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) reduce_warp_rows(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
   const int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;  // whole warps exit together: no block-level sync in the warp path
   reduce_row<T, false>(op, x + r * cols, cols, threadIdx.x & 31, 32, out + r, idx ? idx + r : nullptr, nullptr,
@@ -101,9 +101,9 @@ __global__ void reduce_warp_rows(ReduceOp op, const T* x, int64_t rows, int64_t 
 }
 
 template <typename T>
-__global__ void reduce_block_rows(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
-  __shared__ double scratch[32];
-  __shared__ ArgBest bscratch[32];
+__global__ void KILN_KERNEL_BOUNDS(rt::kBlockRowThreads) reduce_block_rows(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
+  KILN_SHARED(double, scratch, 32);
+  KILN_SHARED(ArgBest, bscratch, 32);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
     reduce_row<T, true>(op, x + r * cols, cols, threadIdx.x, blockDim.x, out + r, idx ? idx + r : nullptr, scratch,
                         bscratch);
@@ -113,10 +113,10 @@ template <typename T>
 void reduce_t(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
   if (!rt::use_block_rows(cols)) {
     const int warps = kThreads / rt::kWarp;
-    reduce_warp_rows<T><<<(unsigned)((rows + warps - 1) / warps), kThreads, 0, stream()>>>(op, x, rows, cols, out, idx);
+    launch_kernel("reduce_warp_rows", reduce_warp_rows<T>, (unsigned)((rows + warps - 1) / warps), kThreads, 0, stream(), op, x, rows, cols, out, idx);
   } else {
     unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
-    reduce_block_rows<T><<<blocks, rt::kBlockRowThreads, 0, stream()>>>(op, x, rows, cols, out, idx);
+    launch_kernel("reduce_block_rows", reduce_block_rows<T>, blocks, rt::kBlockRowThreads, 0, stream(), op, x, rows, cols, out, idx);
   }
 }
 

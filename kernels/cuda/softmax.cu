@@ -54,9 +54,9 @@ struct RowGroup {
 };
 
 template <typename T, bool BLOCK, bool LOG>
-__global__ void softmax_fwd_kernel(int64_t rows, int64_t cols, const T* __restrict__ x, T* __restrict__ y) {
-  __shared__ double dscratch[32];
-  __shared__ T tscratch[32];
+__global__ void KILN_KERNEL_BOUNDS(kRowBlockThreads) softmax_fwd_kernel(int64_t rows, int64_t cols, const T* __restrict__ x, T* __restrict__ y) {
+  KILN_SHARED(double, dscratch, 32);
+  KILN_SHARED(T, tscratch, 32);
   const RowGroup<BLOCK> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* xr = x + r * cols;
@@ -79,9 +79,9 @@ __global__ void softmax_fwd_kernel(int64_t rows, int64_t cols, const T* __restri
 
 // softmax: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy).
 template <typename T, bool BLOCK, bool LOG>
-__global__ void softmax_bwd_kernel(int64_t rows, int64_t cols, const T* __restrict__ y, const T* __restrict__ dy,
+__global__ void KILN_KERNEL_BOUNDS(kRowBlockThreads) softmax_bwd_kernel(int64_t rows, int64_t cols, const T* __restrict__ y, const T* __restrict__ dy,
                                    T* __restrict__ dx) {
-  __shared__ double dscratch[32];
+  KILN_SHARED(double, dscratch, 32);
   const RowGroup<BLOCK> g;
   for (int64_t r = g.first; r < rows; r += g.step) {
     const T* yr = y + r * cols;
@@ -103,9 +103,9 @@ void launch_fwd(int64_t rows, int64_t cols, const T* x, T* y, const char* op) {
   check(rows, cols, op);
   if (rows == 0) return;
   if (cols <= kWarpRowMaxCols) {
-    softmax_fwd_kernel<T, false, LOG><<<grid_for(rows * 32), kThreads, 0, stream()>>>(rows, cols, x, y);
+    launch_kernel("softmax_fwd_kernel", softmax_fwd_kernel<T, false, LOG>, grid_for(rows * 32), kThreads, 0, stream(), rows, cols, x, y);
   } else {
-    softmax_fwd_kernel<T, true, LOG><<<grid_for(rows, 1), kRowBlockThreads, 0, stream()>>>(rows, cols, x, y);
+    launch_kernel("softmax_fwd_kernel", softmax_fwd_kernel<T, true, LOG>, grid_for(rows, 1), kRowBlockThreads, 0, stream(), rows, cols, x, y);
   }
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) rows ", rows, ", cols ", cols));
 }
@@ -115,9 +115,9 @@ void launch_bwd(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, cons
   check(rows, cols, op);
   if (rows == 0) return;
   if (cols <= kWarpRowMaxCols) {
-    softmax_bwd_kernel<T, false, LOG><<<grid_for(rows * 32), kThreads, 0, stream()>>>(rows, cols, y, dy, dx);
+    launch_kernel("softmax_bwd_kernel", softmax_bwd_kernel<T, false, LOG>, grid_for(rows * 32), kThreads, 0, stream(), rows, cols, y, dy, dx);
   } else {
-    softmax_bwd_kernel<T, true, LOG><<<grid_for(rows, 1), kRowBlockThreads, 0, stream()>>>(rows, cols, y, dy, dx);
+    launch_kernel("softmax_bwd_kernel", softmax_bwd_kernel<T, true, LOG>, grid_for(rows, 1), kRowBlockThreads, 0, stream(), rows, cols, y, dy, dx);
   }
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) rows ", rows, ", cols ", cols));
 }

@@ -2,6 +2,7 @@
 // stream stays busy for a known time. Test support only (cross-stream allocator reuse needs work
 // that is certainly still queued when the host asks); nothing in a training run launches it.
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/runtime.h"
 
 namespace kiln::cuda {
@@ -13,7 +14,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-__global__ void sleep_kernel(unsigned long long ns) {
+__global__ void KILN_KERNEL_BOUNDS(1) sleep_kernel(unsigned long long ns) {
   const unsigned long long start = global_ns();
   while (global_ns() - start < ns) __nanosleep(1000);  // sm_70+; the timer, not the sleep, bounds it
 }
@@ -22,7 +23,7 @@ __global__ void sleep_kernel(unsigned long long ns) {
 
 void sleep_on_stream(cudaStream_t stream, int64_t microseconds) {
   if (microseconds <= 0) return;
-  sleep_kernel<<<1, 1, 0, stream>>>((unsigned long long)microseconds * 1000ull);
+  launch_kernel("sleep_kernel", sleep_kernel, 1, 1, 0, stream, (unsigned long long)microseconds * 1000ull);
   KILN_CUDA_LAUNCH_CHECK(str_cat("sleep_on_stream: ", microseconds, " us"));
 }
 

@@ -1,0 +1,224 @@
+// kiln's row reduction, softmax, batch-norm and loss kernels (kernels/cuda/*.cu) run in the CPU
+// execution mode (kiln_cuda_cpu: blocks of fibres, warp shuffles, __syncthreads) against the CPU
+// backend on adversarial inputs: NaN, +-inf, -0, denormals, huge and tiny values, ties, and sizes
+// that are not multiples of the warp or the block, on both the warp-per-row and block-per-row paths.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "engine/core/half.h"
+#include "engine/core/op_modes.h"
+#include "kernels/cpu/batch_norm.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/softmax.h"
+#include "cuda_cpu/adversarial.h"
+// The CPU mode's declarations (same signatures, namespace kiln::cuda_on_cpu); after the CPU backend's.
+#include "kernels/cuda_cpu/prelude.h"
+#include "kernels/cuda/backend.h"
+#include "kernels/cuda/deferred_error.h"
+#include "kernels/cuda/nn_backend.h"
+
+namespace cpu = kiln::cpu;
+namespace gpu = kiln::cuda_on_cpu;
+using kiln::DType;
+using kiln::ReduceOp;
+using kiln_test::adversarial;
+using kiln_test::compare;
+
+namespace {
+
+template <typename T> DType dtype_of();
+template <> DType dtype_of<float>() { return DType::f32; }
+template <> DType dtype_of<double>() { return DType::f64; }
+template <> DType dtype_of<kiln::half>() { return DType::f16; }
+
+template <typename T>
+void reduce_case(int64_t rows, int64_t cols, uint64_t seed, double rtol) {
+  const std::vector<T> x = adversarial<T>((size_t)(rows * cols), seed);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min, ReduceOp::var,
+                      ReduceOp::var_unbiased}) {
+    const bool arg = op == ReduceOp::max || op == ReduceOp::min;
+    std::vector<T> want((size_t)rows, T(-5.0)), got((size_t)rows, T(-5.0));
+    std::vector<int64_t> wi((size_t)rows, -9), gi((size_t)rows, -9);
+    cpu::reduce_rows(op, dtype_of<T>(), x.data(), rows, cols, want.data(), arg ? wi.data() : nullptr);
+    gpu::reduce_rows(op, dtype_of<T>(), x.data(), rows, cols, got.data(), arg ? gi.data() : nullptr);
+    const std::string what = kiln::str_cat("reduce op ", (int)op, " (", rows, ", ", cols, ")");
+    CHECK_MESSAGE(compare(got, want, arg ? 0.0 : rtol, arg ? 0.0 : 1e-30, what) == 0, what);
+    if (arg) CHECK_MESSAGE(gi == wi, what, ": indices differ");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CPU mode: reduce_rows: warp and block paths against the CPU backend on adversarial rows") {
+  // cols <= 4096: a warp per row, 8 rows per block (rows not a multiple of 8); above: a block per row.
+  reduce_case<float>(1, 1, 1, 1e-6);
+  reduce_case<float>(11, 31, 2, 1e-6);
+  reduce_case<float>(9, 33, 3, 1e-6);
+  reduce_case<double>(5, 100, 4, 1e-12);
+  reduce_case<float>(3, 4097, 5, 1e-6);
+  reduce_case<kiln::half>(4, 77, 6, 1e-3);
+  // Ties and constant rows: the first extreme wins on both backends.
+  std::vector<float> ties(3 * 40, 2.0f);
+  ties[5] = ties[17] = 9.0f;
+  ties[40 + 3] = ties[40 + 30] = -1.0f;
+  std::vector<float> gw(3), gg(3);
+  std::vector<int64_t> iw(3), ig(3);
+  cpu::reduce_rows(ReduceOp::max, DType::f32, ties.data(), 3, 40, gw.data(), iw.data());
+  gpu::reduce_rows(ReduceOp::max, DType::f32, ties.data(), 3, 40, gg.data(), ig.data());
+  CHECK(ig == iw);
+  CHECK(ig[0] == 5);
+  cpu::reduce_rows(ReduceOp::min, DType::f32, ties.data(), 3, 40, gw.data(), iw.data());
+  gpu::reduce_rows(ReduceOp::min, DType::f32, ties.data(), 3, 40, gg.data(), ig.data());
+  CHECK(ig == iw);
+  CHECK(ig[1] == 3);
+  // Empty: no launch, nothing written.
+  gpu::reduce_rows(ReduceOp::sum, DType::f32, ties.data(), 0, 40, gg.data(), nullptr);
+}
+
+namespace {
+
+template <typename T>
+void softmax_case(int64_t rows, int64_t cols, uint64_t seed, double rtol, int special_every) {
+  const std::vector<T> x = adversarial<T>((size_t)(rows * cols), seed, special_every);
+  const std::vector<T> dy = adversarial<T>((size_t)(rows * cols), seed + 100, 0);
+  const size_t n = (size_t)(rows * cols);
+  for (bool log : {false, true}) {
+    std::vector<T> yw(n), yg(n), dw(n), dg(n);
+    if (log) {
+      cpu::log_softmax_forward(rows, cols, x.data(), yw.data());
+      gpu::log_softmax_forward(rows, cols, x.data(), yg.data());
+    } else {
+      cpu::softmax_forward(rows, cols, x.data(), yw.data());
+      gpu::softmax_forward(rows, cols, x.data(), yg.data());
+    }
+    const std::string what = kiln::str_cat(log ? "log_" : "", "softmax (", rows, ", ", cols, ")");
+    CHECK_MESSAGE(compare(yg, yw, rtol, rtol, what + " forward") == 0, what);
+    if (log) {
+      cpu::log_softmax_backward(rows, cols, yw.data(), dy.data(), dw.data());
+      gpu::log_softmax_backward(rows, cols, yw.data(), dy.data(), dg.data());
+    } else {
+      cpu::softmax_backward(rows, cols, yw.data(), dy.data(), dw.data());
+      gpu::softmax_backward(rows, cols, yw.data(), dy.data(), dg.data());
+    }
+    CHECK_MESSAGE(compare(dg, dw, rtol, rtol, what + " backward") == 0, what);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CPU mode: softmax and log_softmax: forward and backward, warp and block rows, adversarial") {
+  softmax_case<float>(1, 1, 11, 1e-5, 0);
+  softmax_case<float>(13, 37, 12, 1e-5, 9);  // NaN / inf rows among finite ones
+  softmax_case<double>(6, 65, 13, 1e-12, 9);
+  softmax_case<float>(2, 4099, 14, 1e-5, 0);  // block per row (512 threads), cols not a multiple of 512
+  // All-negative and all-positive huge rows (the max subtraction matters).
+  std::vector<float> x(2 * 33);
+  for (int i = 0; i < 33; ++i) x[i] = -1e30f + (float)i * 1e24f, x[33 + i] = 80.0f + (float)i;
+  std::vector<float> yw(66), yg(66);
+  cpu::softmax_forward<float>(2, 33, x.data(), yw.data());
+  gpu::softmax_forward<float>(2, 33, x.data(), yg.data());
+  CHECK(compare(yg, yw, 1e-5, 1e-7, "softmax huge rows") == 0);
+}
+
+TEST_CASE("CPU mode: batch_norm: train and eval, forward and backward, against the CPU backend") {
+  for (auto [N, C, HW] : {std::tuple<int64_t, int64_t, int64_t>{2, 3, 1}, {3, 5, 7}, {2, 2, 1000}}) {
+    const size_t n = (size_t)(N * C * HW);
+    const std::vector<float> x = kiln_test::moderate<float>(n, 20 + n), dy = kiln_test::moderate<float>(n, 21 + n);
+    const std::vector<float> gamma = kiln_test::moderate<float>((size_t)C, 22), beta = kiln_test::moderate<float>((size_t)C, 23);
+    const double eps = 1e-5, mom = 0.1;
+    std::vector<float> rmw((size_t)C, 0.5f), rvw((size_t)C, 2.0f), rmg = rmw, rvg = rvw;
+    std::vector<float> yw(n), yg(n), smw((size_t)C), sig((size_t)C), smg((size_t)C), siw((size_t)C);
+    cpu::batch_norm_forward_train<float>(N, C, HW, x.data(), gamma.data(), beta.data(), eps, yw.data(), smw.data(),
+                                         siw.data(), rmw.data(), rvw.data(), mom);
+    gpu::batch_norm_forward_train<float>(N, C, HW, x.data(), gamma.data(), beta.data(), eps, yg.data(), smg.data(),
+                                         sig.data(), rmg.data(), rvg.data(), mom);
+    const std::string what = kiln::str_cat("batch_norm (", N, ", ", C, ", ", HW, ")");
+    CHECK_MESSAGE(compare(yg, yw, 1e-4, 1e-5, what + " y") == 0, what);
+    CHECK_MESSAGE(compare(smg, smw, 1e-5, 1e-6, what + " mean") == 0, what);
+    CHECK_MESSAGE(compare(sig, siw, 1e-4, 1e-6, what + " invstd") == 0, what);
+    CHECK_MESSAGE(compare(rmg, rmw, 1e-5, 1e-6, what + " running mean") == 0, what);
+    CHECK_MESSAGE(compare(rvg, rvw, 1e-4, 1e-6, what + " running var") == 0, what);
+    std::vector<float> dxw(n), dxg(n), dgw((size_t)C), dgg((size_t)C), dbw((size_t)C), dbg((size_t)C);
+    cpu::batch_norm_backward_train<float>(N, C, HW, dy.data(), x.data(), gamma.data(), smw.data(), siw.data(),
+                                          dxw.data(), dgw.data(), dbw.data());
+    gpu::batch_norm_backward_train<float>(N, C, HW, dy.data(), x.data(), gamma.data(), smw.data(), siw.data(),
+                                          dxg.data(), dgg.data(), dbg.data());
+    CHECK_MESSAGE(compare(dxg, dxw, 1e-3, 1e-4, what + " dx") == 0, what);
+    CHECK_MESSAGE(compare(dgg, dgw, 1e-4, 1e-4, what + " dgamma") == 0, what);
+    CHECK_MESSAGE(compare(dbg, dbw, 1e-5, 1e-5, what + " dbeta") == 0, what);
+    cpu::batch_norm_forward_eval<float>(N, C, HW, x.data(), gamma.data(), beta.data(), rmw.data(), rvw.data(), eps,
+                                        yw.data());
+    gpu::batch_norm_forward_eval<float>(N, C, HW, x.data(), gamma.data(), beta.data(), rmw.data(), rvw.data(), eps,
+                                        yg.data());
+    CHECK_MESSAGE(compare(yg, yw, 1e-5, 1e-6, what + " eval y") == 0, what);
+    cpu::batch_norm_backward_eval<float>(N, C, HW, dy.data(), x.data(), gamma.data(), rmw.data(), rvw.data(), eps,
+                                         dxw.data(), dgw.data(), dbw.data());
+    gpu::batch_norm_backward_eval<float>(N, C, HW, dy.data(), x.data(), gamma.data(), rmw.data(), rvw.data(), eps,
+                                         dxg.data(), dgg.data(), dbg.data());
+    CHECK_MESSAGE(compare(dxg, dxw, 1e-5, 1e-6, what + " eval dx") == 0, what);
+    CHECK_MESSAGE(compare(dgg, dgw, 1e-4, 1e-4, what + " eval dgamma") == 0, what);
+    CHECK_MESSAGE(compare(dbg, dbw, 1e-5, 1e-5, what + " eval dbeta") == 0, what);
+  }
+}
+
+TEST_CASE("CPU mode: losses: cross_entropy, nll and mse, every reduction, ignored targets, against the CPU backend") {
+  using kiln::Reduction;
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {37, 3}, {300, 10}}) {
+    const std::vector<float> logits = kiln_test::moderate<float>((size_t)(N * K), 30 + N);
+    const std::vector<float> w = kiln_test::moderate<float>((size_t)K, 31, 0.3);
+    std::vector<float> weight(w.size());
+    for (size_t i = 0; i < w.size(); ++i) weight[i] = 1.0f + std::fabs(w[i]);
+    std::vector<int64_t> t((size_t)N);
+    for (int64_t i = 0; i < N; ++i) t[(size_t)i] = (i * 7 + 3) % K;
+    if (N > 2) t[1] = -100;  // ignore_index
+    for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum})
+      for (bool weighted : {false, true})
+        for (double ls : {0.0, 0.1}) {
+          const size_t on = r == Reduction::none ? (size_t)N : 1;
+          const float* wp = weighted ? weight.data() : nullptr;
+          std::vector<float> ow(on), og(on), lpw((size_t)(N * K)), lpg((size_t)(N * K));
+          cpu::cross_entropy_forward<float>(N, K, logits.data(), t.data(), wp, ls, -100, r, ow.data(), lpw.data());
+          gpu::cross_entropy_forward<float>(N, K, logits.data(), t.data(), wp, ls, -100, r, og.data(), lpg.data());
+          const std::string what = kiln::str_cat("cross_entropy N ", N, " K ", K, " reduction ", (int)r,
+                                                 weighted ? " weighted" : "", " ls ", ls);
+          CHECK_MESSAGE(compare(og, ow, 1e-5, 1e-6, what) == 0, what);
+          CHECK_MESSAGE(compare(lpg, lpw, 1e-5, 1e-6, what + " logp") == 0, what);
+          const std::vector<float> go = kiln_test::moderate<float>(on, 33);
+          std::vector<float> dw((size_t)(N * K)), dg((size_t)(N * K));
+          cpu::cross_entropy_backward<float>(N, K, go.data(), lpw.data(), t.data(), wp, ls, -100, r, dw.data());
+          gpu::cross_entropy_backward<float>(N, K, go.data(), lpw.data(), t.data(), wp, ls, -100, r, dg.data());
+          CHECK_MESSAGE(compare(dg, dw, 1e-5, 1e-6, what + " backward") == 0, what);
+          if (ls != 0.0) continue;
+          cpu::nll_loss_forward<float>(N, K, lpw.data(), t.data(), wp, -100, r, ow.data());
+          gpu::nll_loss_forward<float>(N, K, lpw.data(), t.data(), wp, -100, r, og.data());
+          CHECK_MESSAGE(compare(og, ow, 1e-5, 1e-6, what + " nll") == 0, what);
+          cpu::nll_loss_backward<float>(N, K, go.data(), t.data(), wp, -100, r, dw.data());
+          gpu::nll_loss_backward<float>(N, K, go.data(), t.data(), wp, -100, r, dg.data());
+          CHECK_MESSAGE(compare(dg, dw, 1e-6, 1e-7, what + " nll backward") == 0, what);
+        }
+  }
+  for (int64_t n : {1, 33, 1000, 70000}) {  // 70000: more than one block of partial sums
+    const std::vector<float> x = adversarial<float>((size_t)n, 40 + n, n > 1000 ? 0 : 11), y = adversarial<float>((size_t)n, 41 + n, 0);
+    for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+      const size_t on = r == Reduction::none ? (size_t)n : 1;
+      std::vector<float> ow(on), og(on), go = kiln_test::moderate<float>(on, 42), dw((size_t)n), dg((size_t)n);
+      cpu::mse_loss_forward<float>(n, x.data(), y.data(), r, ow.data());
+      gpu::mse_loss_forward<float>(n, x.data(), y.data(), r, og.data());
+      const std::string what = kiln::str_cat("mse n ", n, " reduction ", (int)r);
+      CHECK_MESSAGE(compare(og, ow, 1e-5, 1e-6, what) == 0, what);
+      cpu::mse_loss_backward<float>(n, go.data(), x.data(), y.data(), r, dw.data());
+      gpu::mse_loss_backward<float>(n, go.data(), x.data(), y.data(), r, dg.data());
+      CHECK_MESSAGE(compare(dg, dw, 1e-5, 1e-6, what + " backward") == 0, what);
+    }
+  }
+}
+
+TEST_CASE("CPU mode: cross_entropy: an out-of-range target is reported at the next check, as on the GPU") {
+  std::vector<float> logits(4 * 3, 0.5f), lp(12), out(1);
+  std::vector<int64_t> t = {0, 1, 7, 2};
+  gpu::cross_entropy_forward<float>(4, 3, logits.data(), t.data(), nullptr, 0.0, -100, kiln::Reduction::mean,
+                                    out.data(), lp.data());
+  CHECK_THROWS_WITH_AS(gpu::check_deferred_errors(0, "test"), doctest::Contains("target 7 at position 2"), kiln::Error);
+}
