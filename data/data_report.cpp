@@ -209,7 +209,7 @@ int run_data_report(const DataReportOptions& opt) {
   for (double& s : stdv)
     if (s < 5e-5) s = 1.0, constant = true;
   out << "per-channel mean/std (" << splits[0].first << ", RGB on [0, 1]; " << kNormalizeStatisticsScope
-      << "; what kiln train --normalize auto measures and uses):\n  --normalize "
+      << "; the numbers kiln train measures for normalize auto):\n  --normalize "
       << normalize_flag_values(3, mean.data(), stdv.data()) << "\n";
   if (constant) out << "  (a channel is constant: its std is given as 1, the scale left alone)\n";
   return 0;
