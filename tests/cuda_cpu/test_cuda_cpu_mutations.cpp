@@ -116,6 +116,15 @@ TEST_CASE("CPU mode mutation: a full-mask warp shuffle with a lane that has exit
   CHECK(e.find("lane 3, which has exited") != std::string::npos);
 }
 
+TEST_CASE("CPU mode mutation: a full-mask shuffle in a partial warp names lanes that do not exist") {
+  std::vector<float> x(64, 1.f), out(2, 0.f);
+  // 48 threads: warp 1 has lanes 0..15 only, and the full mask names lanes 16..31 too.
+  const std::string e = launch_error(
+      [&] { launch_kernel("warp_sum_kernel", warp_sum_kernel<false>, 1, 48, 0, nullptr, x.data(), out.data()); });
+  MESSAGE(e);
+  CHECK(e.find("names lane 16, which does not exist (the block has 48 threads)") != std::string::npos);
+}
+
 TEST_CASE("CPU mode mutation: a spin-wait on another block is reported, not a hang") {
   int flag = 0;
   const std::string e = launch_error([&] { launch_kernel("spin_kernel", spin_kernel, 2, 32, 0, nullptr, &flag); });
