@@ -10,7 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "engine/core/error.h"
@@ -48,6 +50,31 @@ inline void check_launch_shape(const char* name, dim3 grid, dim3 block, size_t s
     throw Error(str_cat("launch of ", name, ": ", smem, " bytes of dynamic shared memory (the most is 227 KiB)"));
 }
 
+#if !defined(KILN_CUDA_ON_CPU)
+// The kernel's limits from the runtime (its __launch_bounds__ and register use, its shared-memory opt-in),
+// queried once per kernel, again when a launch asks for more dynamic shared memory than the cached opt-in
+// (cudaFuncSetAttribute may have raised it since). False when they cannot be read (no device): the launch
+// itself reports then.
+inline bool kernel_limits(const void* kernel, size_t smem, cudaFuncAttributes& out) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, cudaFuncAttributes> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find(kernel);
+  if (it != cache.end() && smem <= (size_t)it->second.maxDynamicSharedSizeBytes) {
+    out = it->second;
+    return true;
+  }
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  cache[kernel] = a;
+  out = a;
+  return true;
+}
+#endif
+
 template <typename... P, typename... A>
 void launch_kernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    A&&... args) {
@@ -57,10 +84,8 @@ void launch_kernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block
   ::kiln::cuda_on_cpu::run_grid(name, (const void*)kernel, grid, block, smem, stream,
                                 [&]() { kernel(P(args)...); });
 #else
-  // The kernel's own limits (its __launch_bounds__ and register use, its shared-memory opt-in); when
-  // they cannot be read (no device), the launch itself reports.
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess) {
+  if (kernel_limits((const void*)kernel, smem, attr)) {
     const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
     if (threads > (unsigned long long)attr.maxThreadsPerBlock)
       throw Error(str_cat("launch of ", name, ": ", threads, " threads per block, the kernel allows ",
@@ -68,8 +93,6 @@ void launch_kernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block
     if (smem > (size_t)attr.maxDynamicSharedSizeBytes)
       throw Error(str_cat("launch of ", name, ": ", smem, " bytes of dynamic shared memory, the kernel opted in to ",
                           attr.maxDynamicSharedSizeBytes));
-  } else {
-    (void)cudaGetLastError();
   }
   kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
 #endif

@@ -95,7 +95,9 @@ void access(const void* addr, size_t size, bool write) {
 }  // namespace
 
 void block_begin(int warps) {
-  S.on = true;
+  // Only where the kernel sources report their accesses: the runtime's own (cp.async, ldmatrix) alone
+  // would see every plain store as missing.
+  S.on = g_instrumented;
   S.bep = 1;
   S.wep.assign((size_t)warps, 1);
   S.bufs.clear();

@@ -23,6 +23,7 @@
 #include "kernels/cuda_cpu/prelude.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/confusion_backend.h"
+#include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/upsampling_backend.h"
 
@@ -291,4 +292,16 @@ TEST_CASE("CPU mode: one_hot and the confusion matrix (ignored targets, NaN scor
   cpu::confusion_matrix_accumulate<float>(N, K, S, scores.data(), t.data(), 255, cw.data());
   gpu::confusion_matrix_accumulate<float>(N, K, S, scores.data(), t.data(), 255, cg.data());
   CHECK(cg == cw);
+}
+
+TEST_CASE("CPU mode: an out-of-range one_hot or confusion target is reported at the next check, as on the GPU") {
+  std::vector<int64_t> t = {0, 1, 9, 2};
+  std::vector<float> out(4 * 3);
+  gpu::one_hot_forward<float>(4, 3, 1, t.data(), 255, out.data(), "target");
+  CHECK_THROWS_WITH_AS(gpu::check_deferred_errors(0, "test"), doctest::Contains("target 9 at position 2"), kiln::Error);
+  const std::vector<float> scores(4 * 3, 0.5f);
+  std::vector<int64_t> counts(9, 0);
+  gpu::confusion_matrix_accumulate<float>(4, 3, 1, scores.data(), t.data(), 255, counts.data());
+  CHECK_THROWS_WITH_AS(gpu::check_deferred_errors(0, "test"), doctest::Contains("confusion_matrix"), kiln::Error);
+  gpu::check_deferred_errors(0, "test");  // reported once, then clear
 }

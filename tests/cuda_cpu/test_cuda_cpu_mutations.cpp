@@ -116,6 +116,15 @@ TEST_CASE("CPU mode mutation: a full-mask warp shuffle with a lane that has exit
   CHECK(e.find("lane 3, which has exited") != std::string::npos);
 }
 
+TEST_CASE("CPU mode mutation: a full-mask shuffle in a partial warp names lanes that do not exist") {
+  std::vector<float> x(64, 1.f), out(2, 0.f);
+  // 48 threads: warp 1 has lanes 0..15 only, and the full mask names lanes 16..31 too.
+  const std::string e = launch_error(
+      [&] { launch_kernel("warp_sum_kernel", warp_sum_kernel<false>, 1, 48, 0, nullptr, x.data(), out.data()); });
+  MESSAGE(e);
+  CHECK(e.find("names lane 16, which does not exist (the block has 48 threads)") != std::string::npos);
+}
+
 TEST_CASE("CPU mode mutation: a spin-wait on another block is reported, not a hang") {
   int flag = 0;
   const std::string e = launch_error([&] { launch_kernel("spin_kernel", spin_kernel, 2, 32, 0, nullptr, &flag); });
@@ -252,4 +261,39 @@ TEST_CASE("CPU mode mutation: a cp.async wait_group count one too high reads sta
   CHECK(e.empty());
   CHECK(out[0] == -1.f);  // stale: the copy had not landed when it was read
 #endif
+}
+
+// ---- __syncwarp orders shared memory within a warp only ---------------------------------------------
+namespace {
+
+// Lane l writes s[l], then (SYNC: after __syncwarp) reads s[l ^ 1] of its own warp.
+template <bool SYNC>
+__global__ void KILN_KERNEL_BOUNDS(32) warp_sync_kernel(float* out) {
+  KILN_SHARED(float, s, 32);
+  const int l = threadIdx.x;
+  s[l] = -1.f;
+  __syncthreads();
+  s[l] = (float)l;
+  if (SYNC) __syncwarp();
+  out[l] = s[l ^ 1];
+}
+
+const bool registered_ws = register_kernel_bounds("warp_sync_kernel", 32);
+
+}  // namespace
+
+TEST_CASE("CPU mode mutation: a removed __syncwarp between lanes' shared writes and reads is a race") {
+  REQUIRE(registered_ws);
+  std::vector<float> out(32, 0.f);
+#if defined(KILN_CUDA_CPU_SHADOW)
+  // Without the __syncwarp lane 0 reads s[1] and lane 1 then overwrites it (lanes run in order here; the
+  // other order would be a read after write): a race either way.
+  const std::string e = launch_error([&] { launch_kernel("warp_sync_kernel", warp_sync_kernel<false>, 1, 32, 0, nullptr, out.data()); });
+  MESSAGE(e);
+  CHECK(e.find("shared-memory race (write after read): thread (1, 0, 0) writes s byte 4 that thread (0, 0, 0) read") !=
+        std::string::npos);
+#endif
+  CHECK(launch_error([&] { launch_kernel("warp_sync_kernel", warp_sync_kernel<true>, 1, 32, 0, nullptr, out.data()); }).empty());
+  CHECK(out[0] == 1.f);
+  CHECK(out[31] == 30.f);
 }
