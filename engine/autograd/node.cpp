@@ -50,8 +50,15 @@ Tensor FunctionNode::saved(int i) const { return saved_.at(i).unpack(op_); }
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = grads.at(0);
-  if (!g.defined()) return {};
   AutogradMeta& m = *leaf_->autograd;
+  if (!g.defined()) {
+    // Nothing flows in along this backward's edges, but every path into the leaf is done: a recompute
+    // segment that lists the leaf as a parameter accumulated into it from its own backward (where the hook
+    // is off, engine/nn/recompute.cpp), so this is when its gradient is complete.
+    if (m.grad.defined())
+      if (const GradAccumulatedHook& hook = grad_accumulated_hook()) hook(leaf_.get());
+    return {};
+  }
   NoGradGuard ng;
   if (!m.grad.defined() && m.grad_slot.defined()) {
     // A preassigned slot (a view into a data-parallel bucket): the gradient is copied in and the slot

@@ -4,6 +4,8 @@
 // next segment's recompute starts.
 #include "engine/nn/recompute.h"
 
+#include "engine/autograd/grad_hook.h"
+
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/core/generator.h"
@@ -86,7 +88,14 @@ Tensor recompute(const std::function<Tensor(const std::vector<Tensor>&)>& fn, co
                           KILN_CHECK(yr.sizes() == g[0].sizes(), label, ": the recomputed output ", yr.str(),
                                      " does not match the gradient ", shape_str(g[0].sizes()));
                           // Parameters get their gradients here (AccumulateGrad), as in a plain backward.
-                          if (yr.requires_grad()) run_backward({yr}, {g[0]}, /*retain_graph=*/false);
+                          // The gradient-accumulated hook is off meanwhile: a parameter this segment shares
+                          // with another (or with the plain part) is not complete yet; the outer backward's
+                          // AccumulateGrad of each listed parameter runs after every segment that lists it
+                          // and calls the hook once (engine/autograd/grad_hook.h).
+                          if (yr.requires_grad()) {
+                            GradAccumulatedHookGuard no_hook(nullptr);
+                            run_backward({yr}, {g[0]}, /*retain_graph=*/false);
+                          }
                           std::vector<Tensor> out(n_inputs);
                           for (size_t i = 0; i < n_x; ++i) {
                             if (!nd.needs_input_grad(i) || !xd[i].grad().defined()) continue;

@@ -271,7 +271,13 @@ void DataParallel::gradient_ready(const TensorImpl* leaf) {
   const auto it = param_of_.find(leaf);
   if (it == param_of_.end()) return;  // a leaf that is not a parameter of this model (an input)
   const size_t i = it->second, b = bucket_of_[i];
-  if (b == SIZE_MAX || ready_[i]) return;
+  if (b == SIZE_MAX) return;
+  // A gradient accumulated again after its bucket's all-reduce started would race with the sum and leave
+  // this rank's second part out of it: an error, never a silent wrong gradient.
+  KILN_CHECK(!(ready_[i] && next_start_ > b), "data-parallel: the gradient of ", params_[i].name(),
+             " was accumulated again after its bucket ", b, " started its all-reduce (a second backward inside "
+             "the step's last backward); run it before the last backward, or without overlap");
+  if (ready_[i]) return;
   ready_[i] = 1;
   if (--left_[b] > 0) return;
   // Start every complete bucket from the next one in order: bucket k never starts before k-1.

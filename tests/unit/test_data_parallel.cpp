@@ -13,6 +13,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/dist/shard.h"
 #include "engine/nn/linear.h"
+#include "engine/nn/recompute.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/sgd.h"
 #include "engine/train/data_parallel.h"
@@ -61,6 +62,30 @@ void step(kiln::train::DataParallel& dp, TwoLinear& m) {
     kiln::sum(m.forward(x)).backward();
   }
   dp.all_reduce_gradients();
+}
+
+// One weight shared three ways: two recompute segments run the same Linear `a` (each lists a's parameters),
+// and the plain part runs it once more before the head.
+struct SharedSegments : kiln::nn::Module {
+  explicit SharedSegments(bool segments) : Module("SharedSegments"), segments(segments) {
+    a = register_module("a", std::make_shared<kiln::nn::Linear>(4, 4));
+    head = register_module("head", std::make_shared<kiln::nn::Linear>(4, 2));
+  }
+  kiln::Tensor forward(const kiln::Tensor& x) override {
+    auto seg = [this](const kiln::Tensor& t) { return kiln::relu((*a)(t)); };
+    kiln::Tensor h = x;
+    for (const char* label : {"seg1", "seg2"})
+      h = segments ? kiln::nn::recompute(seg, h, {a->weight, a->bias}, label) : seg(h);
+    return (*head)((*a)(h));
+  }
+  bool segments;
+  std::shared_ptr<kiln::nn::Linear> a, head;
+};
+
+kiln::Tensor shared_input() {
+  std::vector<float> v(3 * 4);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * (float)((i * 7) % 11) - 1.0f;
+  return kiln::tensor_from(v, {3, 4});
 }
 
 }  // namespace
@@ -375,4 +400,60 @@ TEST_CASE("data-parallel: an all-reduce past the group's timeout is an error nam
                                  "s: rank 1 died or hangs (--dist-timeout 4)");
   CHECK(g.float_calls == 1);  // the second bucket is not started after the first failed
   CHECK(g.context() == "step 12");
+}
+
+TEST_CASE("data-parallel: a weight shared by recompute segments and the plain part is seen once, complete") {
+  // Issue 33, defect 9: each segment's own backward accumulated into the shared weight and called the hook,
+  // so its bucket could start its all-reduce while later segments still added to the gradient.
+  SharedSegments plain(false), seg(true);
+  seg.load_state_dict(plain.state_dict());
+  kiln::sum(plain.forward(shared_input())).backward();
+  const std::vector<float> want = plain.a->weight.grad().to_vector<float>();
+  std::vector<std::vector<float>> seen_a;
+  {
+    kiln::GradAccumulatedHookGuard guard([&](const kiln::TensorImpl* leaf) {
+      if (leaf == seg.a->weight.impl()) seen_a.push_back(seg.a->weight.grad().to_vector<float>());
+    });
+    kiln::sum(seg.forward(shared_input())).backward();
+  }
+  REQUIRE(seen_a.size() == 1);
+  const std::vector<float> got = seg.a->weight.grad().to_vector<float>();
+  CHECK(seen_a[0] == got);  // complete when seen: nothing was added after the hook
+  // The plain model's gradient, up to the order of the three parts' sum.
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+}
+
+TEST_CASE("data-parallel: buckets over a weight shared by recompute segments sum the whole gradient") {
+  // The reference: the same segmented model in one process (the same summation order, so bit for bit).
+  SharedSegments plain(true), seg(true);
+  seg.load_state_dict(plain.state_dict());
+  kiln::sum(plain.forward(shared_input())).backward();
+  PretendPair g;  // doubles each bucket: the peer had the same gradients
+  g.delay_ms = 20;
+  kiln::train::DataParallelOptions o;
+  o.first_bucket_bytes = 2 * 4;  // head.bias alone, then head.weight + a's parameters
+  o.bucket_bytes = 8 * 4;
+  kiln::train::DataParallel dp(g, seg, o);
+  REQUIRE(dp.overlaps());
+  REQUIRE(dp.buckets().size() >= 2);
+  dp.begin_step();
+  {
+    kiln::GradAccumulatedHookGuard guard(dp.backward_hook());
+    kiln::sum(seg.forward(shared_input())).backward();
+  }
+  dp.all_reduce_gradients();
+  for (auto [p, q] : {std::pair{&plain.a->weight, &seg.a->weight}, {&plain.a->bias, &seg.a->bias},
+                      {&plain.head->weight, &seg.head->weight}}) {
+    std::vector<float> want = p->grad().to_vector<float>();
+    for (float& v : want) v *= 2;
+    CHECK(q->grad().to_vector<float>() == want);
+  }
+  // A second backward into a bucket already summing is refused, naming the parameter.
+  dp.begin_step();
+  kiln::GradAccumulatedHookGuard guard(dp.backward_hook());
+  kiln::sum(seg.forward(shared_input())).backward();
+  CHECK_THROWS_WITH(kiln::sum(seg.forward(shared_input())).backward(),
+                    doctest::Contains("was accumulated again after its bucket"));
+  dp.all_reduce_gradients();
 }
