@@ -1,6 +1,6 @@
 // `kiln predict`'s memory plan against the prediction (engine/run/plan_predict.h): for each of predict's
-// three paths (labelled classification on arrays, unlabelled images through a glob, segmentation with
-// unet_small and masks), at two batch sizes that end in a short last batch, the measured whole-run peaks
+// three paths (labelled classification on arrays and on an image folder decoded by 2 loader workers,
+// unlabelled images through a glob, segmentation with unet_small and masks), at two batch sizes that end in a short last batch, the measured whole-run peaks
 // (allocated and reserved, from the model's copy to the device to the end of the pass) equal the plan's to
 // the byte; `--dry-run` prints the same plan and writes nothing; a budget the plan does not fit is refused
 // by --dry-run with status 1.
@@ -49,8 +49,10 @@ std::vector<PredictPath> predict_paths() {
   {  // unlabelled images: 15 JPEGs through a glob
     const std::string d = cli_temp_dir("predict_plan_images");
     kiln_test::make_image_folder(d + "/set", 3, 10, 16, 3, false);
-    paths.push_back({"classify, unlabelled images", trained(d, "--model small_cnn --data " + d + "/set --batch 8"),
-                     "'" + d + "/set/val/*/*.jpg'", {4, 6}});
+    const std::string w = trained(d, "--model small_cnn --data " + d + "/set --batch 8");
+    paths.push_back({"classify, unlabelled images", w, "'" + d + "/set/val/*/*.jpg'", {4, 6}});
+    // labelled: the folder's val/ split, decoded by 2 loader workers
+    paths.push_back({"classify, labelled image folder, 2 workers", w, d + "/set --workers 2 --prefetch 2", {4, 6}});
   }
   {  // segmentation: unet_small, 12 images with masks
     const std::string d = cli_temp_dir("predict_plan_segment");
