@@ -103,7 +103,7 @@ std::vector<std::string> differences(const PredictConfig& c, const ModelCard& ca
 }
 
 // Unlabelled images (see predict.h): path,class,score,class_1,score_1,...
-PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, DataSource& data,
+PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, DataSource& data, const PredictPassOptions& pass,
                                  const std::vector<std::string>& names, std::ostream& log) {
   const int64_t k = (int64_t)names.size(), top = std::min<int64_t>(5, k);
   std::ostringstream csv;
@@ -112,9 +112,7 @@ PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, Data
   csv << "\n";
   int64_t n = 0;
   char buf[32];
-  PredictPassOptions o;
-  o.batch = c.batch;
-  predict_pass(model, data, o, nullptr, [&](const SourceBatch& b, const PredictBatchOutput& r) {
+  predict_pass(model, data, pass, nullptr, [&](const SourceBatch& b, const PredictBatchOutput& r) {
     const Tensor logits = contiguous(to_device(r.out, Device::cpu()));
     const std::vector<float> l = logits.to_vector<float>();
     for (int64_t i = 0; i < logits.size(0); ++i) {
@@ -271,7 +269,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
     if (model_names[(size_t)k].empty()) model_names[(size_t)k] = std::to_string(k);  // --force --num-classes
   // Images without labels: path, the class and its probability, the top classes; no accuracy.
   if (images && data_names.empty()) {
-    PredictResult r = predict_unlabelled(c, *model, data, model_names, log);
+    PredictResult r = predict_unlabelled(c, *model, data, pass, model_names, log);
     report_predict_memory(peaks, plan, r, log);
     return r;
   }
