@@ -241,6 +241,13 @@ int main(int argc, char** argv) {
   predict->add_option("--device", pc.device, "auto, cpu or cuda:N")->capture_default_str();
 
   kiln_cli::add_image_options(predict, pc.image, false);
+  predict->add_flag("--dry-run", pc.dry_run,
+                    "print the prediction's memory plan (its model and batches replayed on the meta device: peak "
+                    "allocated and reserved, against the budget) and exit without predicting or writing anything "
+                    "(status 1 when it does not fit)");
+  predict->add_option("--device-memory", pc.device_memory,
+                      "pretend the device has this much memory (e.g. 6G, 512M): the plan's budget, and a small GPU "
+                      "simulated on the CPU");
   predict->add_flag("--force", pc.force,
                     "use the given --image-size/--resize/--crop/--normalize/--channels/--model/--num-classes even "
                     "where they contradict what the weights were trained with; --task segment: overwrite mask, overlay "
@@ -313,7 +320,8 @@ int main(int argc, char** argv) {
       pc.data = pc.inputs.front();
       for (const char* name : {"image-size", "resize", "crop", "normalize", "channels"})
         if (predict->get_option(std::string("--") + name)->count() > 0) pc.given.insert(name);
-      kiln::run_predict(pc, std::cout);
+      const kiln::PredictResult pr = kiln::run_predict(pc, std::cout);
+      if (pc.dry_run && !pr.plan_fits) return 1;
     } else if (model_cmd->parsed()) {
       kiln::run_model_show(mso, std::cout);
     } else if (data_cmd->parsed()) {

@@ -17,9 +17,11 @@
 #include "engine/ops/ops.h"
 #include "engine/train/train_state.h"
 #include "models/model_file.h"
+#include "tools/predict_memory.h"
 #include "tools/predict_segment.h"
 #include "tools/trained_size.h"
 #include "engine/run/run_model.h"
+#include "engine/run/predict_pass.h"
 #include "engine/run/run_data.h"
 
 namespace kiln {
@@ -101,7 +103,7 @@ std::vector<std::string> differences(const PredictConfig& c, const ModelCard& ca
 }
 
 // Unlabelled images (see predict.h): path,class,score,class_1,score_1,...
-PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, DataSource& data,
+PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, DataSource& data, const PredictPassOptions& pass,
                                  const std::vector<std::string>& names, std::ostream& log) {
   const int64_t k = (int64_t)names.size(), top = std::min<int64_t>(5, k);
   std::ostringstream csv;
@@ -109,38 +111,31 @@ PredictResult predict_unlabelled(const PredictConfig& c, nn::Module& model, Data
   for (int64_t t = 1; t <= top; ++t) csv << ",class_" << t << ",score_" << t;
   csv << "\n";
   int64_t n = 0;
-  model.eval();
-  {
-    NoGradGuard no_grad;
-    data.start_epoch(0, c.batch, false);
-    SourceBatch b;
-    char buf[32];
-    while (data.next(&b)) {
-      MemoryScope scope(MemoryTag::temporary);
-      const Tensor logits = contiguous(to_device(model(b.x), Device::cpu()));
-      const std::vector<float> l = logits.to_vector<float>();
-      for (int64_t i = 0; i < logits.size(0); ++i) {
-        // softmax in double, max subtracted
-        const float* row = l.data() + i * k;
-        const double mx = *std::max_element(row, row + k);
-        std::vector<double> p((size_t)k);
-        double sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += p[(size_t)j] = std::exp((double)row[j] - mx);
-        std::vector<int64_t> order((size_t)k);
-        for (int64_t j = 0; j < k; ++j) order[(size_t)j] = j;
-        // best first; equal scores: the lower class index first (argmax's rule)
-        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t bb) { return row[a] > row[bb]; });
-        csv << csv_field(data.path(b.indices[(size_t)i]));
-        for (int64_t t = 0; t <= top; ++t) {
-          const int64_t j = order[(size_t)std::max<int64_t>(0, t - 1)];
-          std::snprintf(buf, sizeof buf, "%.6f", p[(size_t)j] / sum);
-          csv << "," << csv_field(names[(size_t)j]) << "," << buf;
-        }
-        csv << "\n";
-        ++n;
+  char buf[32];
+  predict_pass(model, data, pass, nullptr, [&](const SourceBatch& b, const PredictBatchOutput& r) {
+    const Tensor logits = contiguous(to_device(r.out, Device::cpu()));
+    const std::vector<float> l = logits.to_vector<float>();
+    for (int64_t i = 0; i < logits.size(0); ++i) {
+      // softmax in double, max subtracted
+      const float* row = l.data() + i * k;
+      const double mx = *std::max_element(row, row + k);
+      std::vector<double> p((size_t)k);
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += p[(size_t)j] = std::exp((double)row[j] - mx);
+      std::vector<int64_t> order((size_t)k);
+      for (int64_t j = 0; j < k; ++j) order[(size_t)j] = j;
+      // best first; equal scores: the lower class index first (argmax's rule)
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t bb) { return row[a] > row[bb]; });
+      csv << csv_field(data.path(b.indices[(size_t)i]));
+      for (int64_t t = 0; t <= top; ++t) {
+        const int64_t j = order[(size_t)std::max<int64_t>(0, t - 1)];
+        std::snprintf(buf, sizeof buf, "%.6f", p[(size_t)j] / sum);
+        csv << "," << csv_field(names[(size_t)j]) << "," << buf;
       }
+      csv << "\n";
+      ++n;
     }
-  }
+  });
   report_bad_samples(data, log);
   const std::string s = csv.str();
   atomic_write_file(c.out, s.data(), s.size());
@@ -232,18 +227,24 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   }
 
   // A model file's text travels in the weights: a moved or missing file still predicts.
-  nn::ModulePtr model;
+  PredictModelSpec spec{model_name, "", c.weights + " (model_json)", num_classes, data.channels(), data.image_size(0)};
   if (models::is_model_file_name(model_name) && !wf.model_json.empty() && !std::filesystem::exists(model_name))
-    model = models::build_graph_model(wf.model_json, c.weights + " (model_json)",
-                                      {num_classes, data.channels(), data.image_size(0)});
-  else
-    model = build_model(model_name, num_classes, data.channels(), data.image_size(0));
-  model->to(device);
-  NamedTensors state;
-  for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, device));
-  wf.tensors.clear();
+    spec.model_json = wf.model_json;
+  PredictPassOptions pass;
+  pass.batch = c.batch;
+  // ---- the memory plan: the same model and pass on the meta device ----
+  const RunPlan plan = plan_predict_memory(c, spec, data, pass, device, log);
+  if (c.dry_run) {
+    log << "predict --dry-run: the plan only; nothing written\n";
+    PredictResult r;
+    note_predict_plan(plan, r);
+    return r;
+  }
+  RunPeaks peaks;  // from the model's copy to the device, as planned
+  peaks.start(device);
+  nn::ModulePtr model;
   try {
-    model->load_state_dict(state, true);
+    model = build_predict_model(spec, &wf.tensors, device);
   } catch (const Error& e) {
     // A model whose classifier is sized for its input (small_cnn) fits only images of the trained size.
     const int64_t trained = p.image_size, size = data.image_size(0);
@@ -253,7 +254,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
                         images ? str_cat("pass --image-size ", trained) : std::string("give data of that size"),
                         " (", e.what(), ")"));
   }
-  state.clear();
+  wf.tensors.clear();
 
   // ---- the data's classes matched to the model's by name ----
   std::vector<std::string> data_names = data.class_names();
@@ -267,7 +268,11 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   for (int64_t k = 0; k < num_classes; ++k)
     if (model_names[(size_t)k].empty()) model_names[(size_t)k] = std::to_string(k);  // --force --num-classes
   // Images without labels: path, the class and its probability, the top classes; no accuracy.
-  if (images && data_names.empty()) return predict_unlabelled(c, *model, data, model_names, log);
+  if (images && data_names.empty()) {
+    PredictResult r = predict_unlabelled(c, *model, data, pass, model_names, log);
+    report_predict_memory(peaks, plan, r, log);
+    return r;
+  }
   std::unordered_map<std::string, int64_t> model_index;
   for (int64_t k = 0; k < num_classes; ++k) model_index.emplace(model_names[(size_t)k], k);
   std::vector<int64_t> to_model(data_names.size(), -1);
@@ -325,16 +330,9 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
       csv << "\n";
     }
   };
-  model->eval();
-  {
-    NoGradGuard no_grad;
-    data.start_epoch(0, c.batch, false);
-    SourceBatch b;
-    while (data.next(&b)) {
-      MemoryScope scope(MemoryTag::temporary);
-      write_rows(contiguous(to_device((*model)(b.x), Device::cpu())), b);
-    }
-  }
+  predict_pass(*model, data, pass, nullptr, [&](const SourceBatch& b, const PredictBatchOutput& r) {
+    write_rows(contiguous(to_device(r.out, Device::cpu())), b);
+  });
   report_bad_samples(data, log);
   const std::string s = csv.str();
   atomic_write_file(c.out, s.data(), s.size());
@@ -349,7 +347,9 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
           << n - scored << " have another label: predicted, not scored)";
   }
   log << "\n";
-  return {n, scored, accuracy};
+  PredictResult r{n, scored, accuracy};
+  report_predict_memory(peaks, plan, r, log);
+  return r;
 }
 
 }  // namespace kiln

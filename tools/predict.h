@@ -13,6 +13,8 @@
 // normalization) are one error naming each difference unless `force`; a file without a card
 // (written before it existed) predicts with one warning naming what was assumed. The
 // normalization is always the training set's: predict never measures the data it predicts.
+// Memory: the prediction is planned on the meta device first (engine/run/plan_predict.h) and the plan
+// printed; after the pass, one line puts the measured peaks beside the plan's.
 #pragma once
 #include <cstdint>
 #include <ostream>
@@ -39,12 +41,19 @@ struct PredictConfig {
   // the others come from the weights file.
   std::set<std::string> given;
   bool force = false;       // given options that contradict the weights' preprocessing win; segment: overwrite
+  // The memory plan (engine/run/plan_predict.h) is printed before the pass, and the measured peaks against it
+  // after; dry_run: the plan only, nothing written. device_memory: the device's budget ("": its capacity).
+  bool dry_run = false;
+  std::string device_memory;
 };
 
 struct PredictResult {
   int64_t n = 0;
   int64_t scored = 0;       // samples whose class is one of the model's (segment: pixels scored by masks)
   double accuracy = 0;      // correct / scored (segment: pixel accuracy)
+  bool plan_fits = true;    // the memory plan fits the budget
+  int64_t planned_allocated = 0, planned_reserved = 0;    // the plan's peaks (bytes)
+  int64_t measured_allocated = -1, measured_reserved = -1;  // the pass's (-1: not run, or no statistics)
 };
 
 PredictResult run_predict(const PredictConfig& c, std::ostream& log);

@@ -22,7 +22,9 @@
 #include "engine/train/segment_task.h"
 #include "models/model_file.h"
 #include "engine/run/run_model.h"
+#include "engine/run/predict_pass.h"
 #include "engine/run/run_data.h"
+#include "tools/predict_memory.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -102,8 +104,8 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
     std::error_code ec;
     KILN_CHECK(!fs::exists(c.out, ec) || fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out,
                " is a file; give a folder for the mask and overlay PNGs");
-    fs::create_directories(c.out, ec);
-    KILN_CHECK(fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out, ": cannot create the folder (",
+    if (!c.dry_run) fs::create_directories(c.out, ec);
+    KILN_CHECK(c.dry_run || fs::is_directory(c.out, ec), "predict --task segment: --out ", c.out, ": cannot create the folder (",
                ec.message(), ")");
   }
   KILN_CHECK(c.inputs.size() <= 1, "predict --task segment: --data takes one folder or CSV, got ", c.inputs.size(),
@@ -113,7 +115,7 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
   KILN_CHECK(data.size() > 0, "predict: ", c.data, " holds no images");
   // Every file this run writes, checked before any is: an existing one is refused unless --force.
   const std::vector<std::string> names = output_names(data);
-  {
+  if (!c.dry_run) {
     std::vector<std::string> existing;
     std::error_code ec;
     for (const std::string& n : names)
@@ -125,68 +127,58 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
                "): pass --force to overwrite them, or give another --out");
   }
 
-  nn::ModulePtr model;
+  PredictModelSpec spec{model_name, "", c.weights + " (model_json)", num_classes, data.channels(), data.image_size(0)};
   if (models::is_model_file_name(model_name) && !wf.model_json.empty() && !fs::exists(model_name))
-    model = models::build_graph_model(wf.model_json, c.weights + " (model_json)",
-                                      {num_classes, data.channels(), data.image_size(0)});
-  else
-    model = build_model(model_name, num_classes, data.channels(), data.image_size(0));
-  model->to(device);
-  NamedTensors state;
-  for (const NamedArray& a : wf.tensors) state.emplace_back(a.name, from_host_array(a.array, device));
+    spec.model_json = wf.model_json;
+  PredictPassOptions pass;
+  pass.batch = c.batch;
+  pass.segment = true;
+  pass.num_classes = num_classes;
+  pass.who = str_cat("predict: --model ", model_name);
+  // ---- the memory plan: the same model and pass on the meta device ----
+  const RunPlan plan = plan_predict_memory(c, spec, data, pass, device, log);
+  if (c.dry_run) {
+    log << "predict --dry-run: the plan only; nothing written\n";
+    PredictResult r;
+    note_predict_plan(plan, r);
+    return r;
+  }
+  RunPeaks peaks;  // from the model's copy to the device, as planned
+  peaks.start(device);
+  nn::ModulePtr model = build_predict_model(spec, &wf.tensors, device);
   wf.tensors.clear();
-  model->load_state_dict(state, true);
-  state.clear();
 
   const std::vector<PngColor> palette = class_palette((int)num_classes);
   nlohmann::json images = nlohmann::json::array();
   Tensor counts;  // the set's confusion matrix on the device, when the data has masks
   PredictResult result;
-  model->eval();
-  {
-    NoGradGuard no_grad;
-    data.start_epoch(0, c.batch, false);
-    SourceBatch b;
-    while (data.next(&b)) {
-      if (b.x.size(0) == 0) continue;
-      MemoryScope scope(MemoryTag::temporary);
-      Tensor out = (*model)(b.x);
-      const bool masks = b.y.defined() && b.y.dim() == 3;
-      const Tensor shape_y = masks ? b.y : empty({b.x.size(0), b.x.size(2), b.x.size(3)}, DType::i64, Device::meta());
-      train::check_segmentation_output(out, shape_y, str_cat("predict: --model ", model_name));
-      KILN_CHECK(out.size(1) == num_classes, "predict: ", model_name, " gives ", out.size(1), " classes, the weights ",
-                 num_classes);
-      if (masks) {
-        if (!counts.defined()) counts = zeros({num_classes, num_classes}, DType::i64, out.device());
-        confusion_matrix_add_(counts, out, b.y, train::kSegmentIgnoreIndex);
+  predict_pass(*model, data, pass, &counts, [&](const SourceBatch& b, const PredictBatchOutput& r) {
+    const Tensor& out = r.out;
+    const Tensor cls = to_device(r.cls, Device::cpu());
+    const Tensor x = contiguous(to_device(b.x, Device::cpu()));
+    const int64_t bn = out.size(0), h = out.size(2), w = out.size(3), ch = x.size(1);
+    const int64_t* cp = cls.data<int64_t>();
+    for (int64_t i = 0; i < bn; ++i) {
+      const int64_t index = b.indices[(size_t)i];
+      const std::string& stem = names[(size_t)index];
+      if (stem.find('/') != std::string::npos) fs::create_directories(fs::path(c.out) / fs::path(stem).parent_path());
+      Image mask;
+      mask.w = (int)w, mask.h = (int)h, mask.c = 1;
+      mask.px.resize((size_t)(w * h));
+      std::vector<int64_t> per_class((size_t)num_classes, 0);
+      for (int64_t p = 0; p < h * w; ++p) {
+        const int64_t k = cp[i * h * w + p];
+        mask.px[(size_t)p] = (uint8_t)k;
+        ++per_class[(size_t)k];
       }
-      // The class of each pixel: argmax, the first of equal maxima (the metrics' rule).
-      const Tensor cls = to_device(argmax(out, 1), Device::cpu());
-      const Tensor x = contiguous(to_device(b.x, Device::cpu()));
-      const int64_t bn = out.size(0), h = out.size(2), w = out.size(3), ch = x.size(1);
-      const int64_t* cp = cls.data<int64_t>();
-      for (int64_t i = 0; i < bn; ++i) {
-        const int64_t index = b.indices[(size_t)i];
-        const std::string& stem = names[(size_t)index];
-        if (stem.find('/') != std::string::npos) fs::create_directories(fs::path(c.out) / fs::path(stem).parent_path());
-        Image mask;
-        mask.w = (int)w, mask.h = (int)h, mask.c = 1;
-        mask.px.resize((size_t)(w * h));
-        std::vector<int64_t> per_class((size_t)num_classes, 0);
-        for (int64_t p = 0; p < h * w; ++p) {
-          const int64_t k = cp[i * h * w + p];
-          mask.px[(size_t)p] = (uint8_t)k;
-          ++per_class[(size_t)k];
-        }
-        write_png_palette((fs::path(c.out) / (stem + "_mask.png")).string(), mask, palette);
-        const Image in = input_image(x.data<float>() + i * ch * h * w, ch, h, w, card.preprocessing);
-        write_png((fs::path(c.out) / (stem + "_overlay.png")).string(), side_by_side_overlay(in, mask, palette, 0.5f));
-        images.push_back({{"index", index}, {"stem", stem}, {"path", data.path(index)},
-                          {"pixels_per_class", per_class}});
-        ++result.n;
-      }
+      write_png_palette((fs::path(c.out) / (stem + "_mask.png")).string(), mask, palette);
+      const Image in = input_image(x.data<float>() + i * ch * h * w, ch, h, w, card.preprocessing);
+      write_png((fs::path(c.out) / (stem + "_overlay.png")).string(), side_by_side_overlay(in, mask, palette, 0.5f));
+      images.push_back({{"index", index}, {"stem", stem}, {"path", data.path(index)},
+                        {"pixels_per_class", per_class}});
+      ++result.n;
     }
-  }
+  });
   report_bad_samples(data, log);
   nlohmann::json summary = {{"weights", c.weights}, {"model", model_name}, {"data", data.source()},
                             {"num_classes", num_classes}, {"images", images}};
@@ -215,6 +207,7 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
   log << "\n";
   const std::string text = summary.dump(1) + "\n";
   atomic_write_file((fs::path(c.out) / "summary.json").string(), text.data(), text.size());
+  report_predict_memory(peaks, plan, result, log);
   return result;
 }
 
