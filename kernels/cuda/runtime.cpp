@@ -208,12 +208,38 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
   }
   if (dst_dev.is_cuda() && src_dev.is_cuda()) {
     PerDevice& d = per_device(dst_dev.index);
-    per_device(src_dev.index);
-    DeviceGuard g(dst_dev.index);
-    if (dst_dev.index == src_dev.index)
+    if (dst_dev.index == src_dev.index) {
+      DeviceGuard g(dst_dev.index);
       KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, d.compute), what());
-    else
-      KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, n, d.compute), what());
+      return;
+    }
+    // Across devices each allocator knows only its own compute stream, so the copy runs on the SOURCE's
+    // compute stream, fenced both ways: after the destination's pending work (the last readers of dst)
+    // and before its later work (the consumers of dst). The source block is then used only on its own
+    // stream: freed and reused after the copy, as for any op there (issue 33, defect 1: the copy ran on
+    // the destination's stream alone, so src could still be being written, or be freed and reused).
+    PerDevice& s = per_device(src_dev.index);
+    cudaEvent_t dst_ready = nullptr, copied = nullptr;
+    cudaError_t e;
+    {
+      DeviceGuard g(dst_dev.index);
+      e = cudaEventCreateWithFlags(&dst_ready, cudaEventDisableTiming);
+      if (e == cudaSuccess) e = cudaEventRecord(dst_ready, d.compute);
+    }
+    if (e == cudaSuccess) {
+      DeviceGuard g(src_dev.index);
+      e = cudaStreamWaitEvent(s.compute, dst_ready, 0);
+      if (e == cudaSuccess) e = cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, n, s.compute);
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&copied, cudaEventDisableTiming);
+      if (e == cudaSuccess) e = cudaEventRecord(copied, s.compute);
+    }
+    if (e == cudaSuccess) {
+      DeviceGuard g(dst_dev.index);
+      e = cudaStreamWaitEvent(d.compute, copied, 0);
+    }
+    if (dst_ready) cudaEventDestroy(dst_ready);  // destroying a recorded event is safe: the wait holds it
+    if (copied) cudaEventDestroy(copied);
+    if (e != cudaSuccess) throw_cuda(what(), "cudaMemcpyPeerAsync on the source's stream, fenced by events", e);
     return;
   }
   // Host <-> device: order after the compute stream's pending work (the producer of src, or the

@@ -53,7 +53,9 @@ class DeviceGuard {
 
 // Copies n bytes between any two of cpu and cuda:N (used by to_device). Host<->device copies run on
 // the device's copy stream after the compute stream's pending work and are complete on return
-// (the host buffer may be pageable); device<->device copies run on the destination's compute stream.
+// (the host buffer may be pageable); a copy within one device runs on its compute stream; a copy between
+// devices runs on the source's compute stream after the destination's pending work, and the destination's
+// later work waits for it (each allocator sees its blocks used on its own stream only).
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n);
 
 // Waits for all work on the device's compute and copy streams.
