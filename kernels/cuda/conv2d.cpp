@@ -2,8 +2,9 @@
 // forward (+ bias via cudnnAddTensor), input gradient, weight gradient (+ bias gradient). The
 // candidate algorithms of each (shape, dtype, layout, direction, device, benchmark mode) come once
 // from cuDNN's heuristics, or with cudnn_benchmark() from cudnnFind*AlgorithmEx timings, and are
-// cached; each call sets the candidate's math type on the descriptor and falls back to the next
-// candidate on CUDNN_STATUS_NOT_SUPPORTED. f32 uses FMA math (no TF32) unless allow_tf32().
+// cached; each call sets the candidate's math type on the descriptor, queries that algorithm's
+// workspace, and falls back to the next candidate on any failure of this one (math type, query,
+// workspace, the call's status). f32 uses FMA math (no TF32) unless allow_tf32().
 // Workspace comes from kiln's allocator under the `temporary` tag, on the compute stream, and is
 // released right after the call; candidates needing more than cudnn_workspace_limit()
 // (kernels/common/workspace_limit.h, KILN_CUDNN_WORKSPACE_LIMIT) are skipped, so `kiln mem` can
@@ -115,7 +116,7 @@ struct Candidate {
 };
 
 // The usable candidates of one key, best first, and the one in use (advanced past candidates
-// that returned CUDNN_STATUS_NOT_SUPPORTED at run time).
+// that failed at run time; its workspace is the queried one once it ran).
 struct Choice {
   std::vector<Candidate> cands;
   size_t current = 0;
@@ -245,9 +246,25 @@ std::vector<Candidate> candidates(Dir dir, cudnnDataType_t dt, int dev, cudnnHan
   return found;
 }
 
-// Runs `call(candidate, workspace)` with the cached candidate of this key, trying the next one
-// whenever cuDNN answers CUDNN_STATUS_NOT_SUPPORTED (as PyTorch's try-all), and remembers the
-// one that ran. The candidate's math type is set on the descriptor before each attempt.
+// The workspace the chosen algorithm needs with the math type now set on the descriptor (the
+// heuristic's `memory` field is its estimate for the listed math type, not this query's answer).
+cudnnStatus_t workspace_size(Dir dir, cudnnHandle_t h, const Descs& ds, int algo, size_t* bytes) {
+  if (dir == Dir::fwd)
+    return cudnnGetConvolutionForwardWorkspaceSize(h, ds.x, ds.w, ds.conv, ds.y, (cudnnConvolutionFwdAlgo_t)algo,
+                                                   bytes);
+  if (dir == Dir::bwd_data)
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, ds.w, ds.y, ds.conv, ds.x,
+                                                        (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+  return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, ds.x, ds.y, ds.conv, ds.w,
+                                                        (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+}
+
+// Runs `call(candidate, workspace)` with the cached candidate of this key. Each candidate's workspace
+// is queried for the algorithm with its math type set (issue 33, defect 7: it was taken from the
+// heuristic's estimate); any failure of a candidate (the math type, the query, a workspace over kiln's
+// limit or one kiln's allocator cannot give, the call's own status) moves on to the next one, as
+// PyTorch's try-all does, and the error after the last names what each one answered. The one that ran
+// is remembered with its queried workspace.
 template <typename Call>
 void run_with_fallback(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nhwc, int dev, cudnnHandle_t h,
                        const Descs& ds, const Buffers& buf, Call call) {
@@ -261,24 +278,43 @@ void run_with_fallback(const Conv2dDesc& d, Dir dir, cudnnDataType_t dt, bool nh
   }
   if (!cached) c.cands = candidates(dir, dt, dev, h, ds, buf);
   std::string tried;
+  auto failed = [&](const Candidate& cand, const std::string& why) {
+    tried += str_cat(tried.empty() ? "" : "; ", "algo ", cand.algo, " math ", (int)cand.math, ": ", why);
+  };
   for (size_t i = c.current; i < c.cands.size(); ++i) {
-    const Candidate& cand = c.cands[i];
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(ds.conv, cand.math), ds.what);
-    Workspace ws(dev, cand.workspace);
-    const cudnnStatus_t st = call(cand, ws.get());
-    if (st == CUDNN_STATUS_NOT_SUPPORTED) {
-      tried += str_cat(tried.empty() ? "" : ", ", "algo ", cand.algo, " math ", (int)cand.math);
+    Candidate cand = c.cands[i];
+    cudnnStatus_t st = cudnnSetConvolutionMathType(ds.conv, cand.math);
+    size_t need = 0;
+    if (st == CUDNN_STATUS_SUCCESS) st = workspace_size(dir, h, ds, cand.algo, &need);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      failed(cand, cudnnGetErrorString(st));
       continue;
     }
-    KILN_CUDNN_CHECK(st, ds.what);
-    if (!cached || i != c.current) {
+    if (need > cudnn_workspace_limit()) {
+      failed(cand, str_cat("workspace ", need, " bytes over kiln's limit of ", cudnn_workspace_limit()));
+      continue;
+    }
+    cand.workspace = need;
+    try {
+      Workspace ws(dev, need);
+      st = call(cand, ws.get());
+    } catch (const OutOfMemory& e) {
+      failed(cand, str_cat("workspace ", need, " bytes: ", e.what()));
+      continue;
+    }
+    if (st != CUDNN_STATUS_SUCCESS) {
+      failed(cand, cudnnGetErrorString(st));
+      continue;
+    }
+    if (!cached || i != c.current || c.cands[i].workspace != need) {
       c.current = i;
+      c.cands[i].workspace = need;
       std::lock_guard<std::mutex> lock(g_mu);
       g_cache[k] = c;
     }
     return;
   }
-  throw Error(str_cat(ds.what, ": every cuDNN algorithm returned CUDNN_STATUS_NOT_SUPPORTED (", tried, ")"));
+  throw Error(str_cat(ds.what, ": no cuDNN algorithm ran (", tried, ")"));
 }
 
 template <typename T>
