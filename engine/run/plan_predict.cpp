@@ -105,17 +105,4 @@ std::string predict_plan_text(const RunPlan& plan) {
          std::to_string(plan.steps_replayed) + " batches):" + t.substr(eol);
 }
 
-std::string measured_vs_planned_line(int64_t allocated, int64_t reserved, const RunPlan& plan) {
-  if (allocated < 0) return "memory: whole run: no statistics on this device";
-  auto one = [&](int64_t measured, int64_t planned) {
-    std::string t = format_bytes((double)measured);
-    if (!plan.planned) return t;
-    t += " (planned " + format_bytes((double)planned);
-    t += measured == planned ? ", exact)" : str_cat(", measured - planned = ", measured - planned, " bytes)");
-    return t;
-  };
-  return "memory: whole run: peak allocated " + one(allocated, plan.peak_allocated) + ", peak reserved " +
-         one(reserved, plan.peak_reserved);
-}
-
 }  // namespace kiln

@@ -33,7 +33,4 @@ RunPlan plan_predict(const PredictPlanInputs& in);
 // one line per phase, the whole run against the budget (RunPlan::text's lines).
 std::string predict_plan_text(const RunPlan& plan);
 
-// "memory: whole run: peak allocated X (planned Y, exact), peak reserved ..." (measured -1: no statistics).
-std::string measured_vs_planned_line(int64_t allocated, int64_t reserved, const RunPlan& plan);
-
 }  // namespace kiln

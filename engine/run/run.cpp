@@ -102,20 +102,6 @@ void check_output_folders(const RunConfig& c) {
   }
 }
 
-// "memory: whole run: peak allocated 161.00 MiB (planned 161.00 MiB, exact), reserved 162.00 MiB (planned ...)".
-std::string whole_run_line(const RunPeaks& peaks, const RunPlan& plan) {
-  if (peaks.allocated() < 0) return "memory: whole run: no statistics on this device";
-  auto one = [&](int64_t measured, int64_t planned) {
-    std::string t = format_bytes((double)measured);
-    if (!plan.planned) return t;
-    t += " (planned " + format_bytes((double)planned);
-    t += measured == planned ? ", exact)" : str_cat(", measured - planned = ", measured - planned, " bytes)");
-    return t;
-  };
-  return "memory: whole run: peak allocated " + one(peaks.allocated(), plan.peak_allocated) + ", peak reserved " +
-         one(peaks.reserved(), plan.peak_reserved);
-}
-
 }  // namespace
 
 void record_refused_run(const RunConfig& c, const std::string& error, const LedgerHook& on_ledger) {
@@ -583,7 +569,7 @@ void Run::State::finish() {
                           {"comm_wait_ms_per_step", 1e3 * t.mean_wait_s()},
                           {"all_reduce_ms_per_step", 1e3 * t.mean_all_reduce_s()}};
   }
-  log << whole_run_line(peaks, plan) << "\n" << outside_memory_line(device, peaks.reserved(), memory->loader_bytes()) << "\n";
+  log << measured_vs_planned_line(peaks.allocated(), peaks.reserved(), plan) << "\n" << outside_memory_line(device, peaks.reserved(), memory->loader_bytes()) << "\n";
   j["peak_rss"] = peak_rss_bytes();
   ledger->finish(j, "ok");
   j["record"] = "end";

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
 
 namespace kiln {
@@ -58,6 +59,19 @@ nlohmann::json RunPlan::to_json() const {
     j["phases"].push_back({{"name", p.name}, {"batch", p.batch}, {"image_size", p.image_size},
                            {"peak_allocated", p.peak_allocated}, {"peak_reserved", p.peak_reserved}});
   return j;
+}
+
+std::string measured_vs_planned_line(int64_t allocated, int64_t reserved, const RunPlan& plan) {
+  if (allocated < 0) return "memory: whole run: no statistics on this device";
+  auto one = [&](int64_t measured, int64_t planned) {
+    std::string t = format_bytes((double)measured);
+    if (!plan.planned) return t;
+    t += " (planned " + format_bytes((double)planned);
+    t += measured == planned ? ", exact)" : str_cat(", measured - planned = ", measured - planned, " bytes)");
+    return t;
+  };
+  return "memory: whole run: peak allocated " + one(allocated, plan.peak_allocated) + ", peak reserved " +
+         one(reserved, plan.peak_reserved);
 }
 
 }  // namespace kiln

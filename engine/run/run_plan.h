@@ -46,4 +46,9 @@ struct RunPlan {
   nlohmann::json to_json() const;
 };
 
+// The measured whole-run peaks beside the plan's: "memory: whole run: peak allocated X (planned Y, exact), peak
+// reserved ..." ("measured - planned = N bytes" where they differ; allocated -1: no statistics on this device).
+// The training run and kiln predict print this one line.
+std::string measured_vs_planned_line(int64_t allocated, int64_t reserved, const RunPlan& plan);
+
 }  // namespace kiln
