@@ -4,6 +4,7 @@
 // that are not multiples of the warp or the block, on both the warp-per-row and block-per-row paths.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "engine/core/half.h"
@@ -221,4 +222,34 @@ TEST_CASE("CPU mode: cross_entropy: an out-of-range target is reported at the ne
   gpu::cross_entropy_forward<float>(4, 3, logits.data(), t.data(), nullptr, 0.0, -100, kiln::Reduction::mean,
                                     out.data(), lp.data());
   CHECK_THROWS_WITH_AS(gpu::check_deferred_errors(0, "test"), doctest::Contains("target 7 at position 2"), kiln::Error);
+}
+
+TEST_CASE("CPU mode: loss target check: a grid of blocks over a large N, the last target bad or all good") {
+  // N = B*H*W for segmentation: the check must spread over the grid (it was one block of 1024
+  // threads walking all N in every forward and backward).
+  using kiln::Reduction;
+  const int64_t N = 100000, K = 3;
+  const std::vector<float> logp = kiln_test::moderate<float>((size_t)(N * K), 50);
+  const std::vector<float> weight = {0.5f, 2.0f, 1.25f};
+  std::vector<int64_t> t((size_t)N);
+  for (int64_t i = 0; i < N; ++i) t[(size_t)i] = i % 11 == 5 ? -100 : (i * 7 + 1) % K;
+  for (Reduction r : {Reduction::mean, Reduction::sum}) {  // good targets: D over all N matches the CPU
+    std::vector<float> ow(1), og(1), go = {0.75f}, dw((size_t)(N * K)), dg((size_t)(N * K));
+    gpu::clear_launch_geometry();
+    cpu::nll_loss_forward<float>(N, K, logp.data(), t.data(), weight.data(), -100, r, ow.data());
+    gpu::nll_loss_forward<float>(N, K, logp.data(), t.data(), weight.data(), -100, r, og.data());
+    CHECK(compare(og, ow, 1e-5, 1e-6, "nll forward") == 0);
+    cpu::nll_loss_backward<float>(N, K, go.data(), t.data(), weight.data(), -100, r, dw.data());
+    gpu::nll_loss_backward<float>(N, K, go.data(), t.data(), weight.data(), -100, r, dg.data());
+    CHECK(compare(dg, dw, 1e-6, 1e-9, "nll backward") == 0);
+    CHECK_NOTHROW(gpu::check_deferred_errors(0, "test"));
+    CHECK(gpu::most_blocks_launched("target_stats_kernel") >= 64);
+  }
+  t[(size_t)N - 1] = K;  // the last sample's target is out of range
+  std::vector<float> og(1), dg((size_t)(N * K)), go = {1.0f};
+  gpu::nll_loss_forward<float>(N, K, logp.data(), t.data(), nullptr, -100, Reduction::mean, og.data());
+  CHECK_THROWS_WITH_AS(gpu::check_deferred_errors(0, "test"), doctest::Contains("target 3 at position 99999"), kiln::Error);
+  gpu::nll_loss_backward<float>(N, K, go.data(), t.data(), nullptr, -100, Reduction::mean, dg.data());
+  CHECK_THROWS_WITH_AS(gpu::check_deferred_errors(0, "test"), doctest::Contains("target 3 at position 99999"), kiln::Error);
+  CHECK(std::isnan(og[0]));
 }
