@@ -18,6 +18,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/workspace.h"
+#include "kernels/common/workspace_limit.h"
 
 namespace kiln::cuda {
 namespace {
@@ -253,6 +254,8 @@ struct ClassScratch {
 
 // Blocks of the target check's first pass (its per-block parts live in ClassScratch::per).
 inline unsigned target_stats_blocks(int64_t N) { return grid_for(N); }
+static_assert(sizeof(TargetStats) + sizeof(double) * 132 * 32 <= kKernelScratchMax,
+              "loss scratch (grid_for's cap of per-block sums): raise kKernelScratchMax");
 
 // Queues target validation and D on the stream (two launches: many blocks over N, then one block
 // over their parts); a bad target lands in the deferred-error slot. `parts` holds

@@ -35,8 +35,7 @@ template <> DType dtype_of<double>() { return DType::f64; }
 template <> DType dtype_of<kiln::half>() { return DType::f16; }
 
 template <typename T>
-void reduce_case(int64_t rows, int64_t cols, uint64_t seed, double rtol) {
-  const std::vector<T> x = adversarial<T>((size_t)(rows * cols), seed);
+void reduce_compare(const std::vector<T>& x, int64_t rows, int64_t cols, double rtol, const std::string& label) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min, ReduceOp::var,
                       ReduceOp::var_unbiased}) {
     const bool arg = op == ReduceOp::max || op == ReduceOp::min;
@@ -44,13 +43,47 @@ void reduce_case(int64_t rows, int64_t cols, uint64_t seed, double rtol) {
     std::vector<int64_t> wi((size_t)rows, -9), gi((size_t)rows, -9);
     cpu::reduce_rows(op, dtype_of<T>(), x.data(), rows, cols, want.data(), arg ? wi.data() : nullptr);
     gpu::reduce_rows(op, dtype_of<T>(), x.data(), rows, cols, got.data(), arg ? gi.data() : nullptr);
-    const std::string what = kiln::str_cat("reduce op ", (int)op, " (", rows, ", ", cols, ")");
+    const std::string what = kiln::str_cat(label, "reduce op ", (int)op, " (", rows, ", ", cols, ")");
     CHECK_MESSAGE(compare(got, want, arg ? 0.0 : rtol, arg ? 0.0 : 1e-30, what) == 0, what);
     if (arg) CHECK_MESSAGE(gi == wi, what, ": indices differ");
   }
 }
 
+template <typename T>
+void reduce_case(int64_t rows, int64_t cols, uint64_t seed, double rtol) {
+  reduce_compare(adversarial<T>((size_t)(rows * cols), seed), rows, cols, rtol, "");
+}
+
 }  // namespace
+
+TEST_CASE("CPU mode: reduce_rows: few long rows are reduced by the whole grid, NaN and inf in the last block") {
+  // rows == 1 is a full-tensor sum / max / min (the AMP found-inf check is a max and a min): it ran
+  // in one block of 1024 threads. Now chunks of the row go to the grid's blocks, then one combine.
+  const double inf = INFINITY, nan = std::nan("");
+  gpu::clear_launch_geometry();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 100003}, {3, 50001}, {1, 16385}, {2, 4097 * 5}}) {
+    const size_t n = (size_t)(rows * cols);
+    std::vector<float> x = kiln_test::moderate<float>(n, (uint64_t)(70 + cols));
+    const std::string at = kiln::str_cat("(", rows, ", ", cols, ") ");
+    reduce_compare(x, rows, cols, 1e-5, at + "finite ");
+    for (int k = 0; k < 5; ++k) {  // specials in the last block of each row (the row's end)
+      std::vector<float> y = x;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = y.data() + r * cols;
+        if (k == 0) row[cols - 1] = (float)nan;
+        if (k == 1) row[cols - 1] = (float)inf;
+        if (k == 2) row[cols - 2] = (float)-inf;
+        if (k == 3) row[cols - 7] = row[cols - 1] = (float)nan;  // the first NaN's index wins
+        if (k == 4) row[cols - 3] = (float)inf, row[cols - 1] = (float)-inf;
+      }
+      reduce_compare(y, rows, cols, 1e-5, kiln::str_cat(at, "special ", k, " "));
+    }
+  }
+  reduce_compare(kiln_test::moderate<double>(70001, 80), 1, 70001, 1e-12, "f64 ");
+  reduce_compare(kiln_test::moderate<kiln::half>(3 * 20000, 81), 3, 20000, 1e-3, "f16 ");
+  CHECK(gpu::most_blocks_launched("reduce_row_chunks") >= 12);
+  CHECK(gpu::most_blocks_launched("reduce_block_rows") == 0);
+}
 
 TEST_CASE("CPU mode: reduce_rows: warp and block paths against the CPU backend on adversarial rows") {
   // cols <= 4096: a warp per row, 8 rows per block (rows not a multiple of 8); above: a block per row.
