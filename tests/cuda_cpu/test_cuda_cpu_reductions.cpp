@@ -5,11 +5,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/half.h"
 #include "engine/core/op_modes.h"
 #include "kernels/cpu/batch_norm.h"
+#include "kernels/cpu/batch_norm_sync.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/softmax.h"
@@ -195,6 +197,61 @@ TEST_CASE("CPU mode: batch_norm: train and eval, forward and backward, against t
     CHECK_MESSAGE(compare(dgg, dgw, 1e-4, 1e-4, what + " eval dgamma") == 0, what);
     CHECK_MESSAGE(compare(dbg, dbw, 1e-5, 1e-5, what + " eval dbeta") == 0, what);
   }
+}
+
+TEST_CASE("CPU mode: batch_norm staged kernels (SyncBatchNorm): each stage against the CPU backend's") {
+  // The statistics of two "ranks" summed between the stages, as engine/ops/nn_norm_sync.cpp does; the
+  // device sums are what crosses to the host (issue 33, defect 4: x, y, dy, dx stay on the device).
+  for (auto [N, C, HW] : {std::tuple<int64_t, int64_t, int64_t>{2, 3, 37}, {1, 5, 1}, {3, 2, 600}, {0, 4, 9}}) {
+    const size_t n = (size_t)(N * C * HW);
+    const std::vector<double> x = kiln_test::moderate<double>(n, 90 + n), dy = kiln_test::moderate<double>(n, 91 + n);
+    const std::vector<double> other = kiln_test::moderate<double>((size_t)(2 * C), 92);  // the other rank's sums
+    std::vector<double> gamma((size_t)C), beta((size_t)C);
+    for (int64_t c = 0; c < C; ++c) gamma[(size_t)c] = 0.5 + 0.25 * (double)c, beta[(size_t)c] = 0.1 * (double)c - 0.2;
+    const std::string what = kiln::str_cat("bn sync (", N, ", ", C, ", ", HW, ")");
+    std::vector<double> sw((size_t)C), sg((size_t)C);
+    cpu::batch_norm_channel_sums<double>(N, C, HW, x.data(), sw.data());
+    gpu::batch_norm_channel_sums<double>(N, C, HW, x.data(), sg.data());
+    CHECK_MESSAGE(compare(sg, sw, 1e-13, 1e-13, what + " sums") == 0, what);
+    const int64_t M = N * HW + 7;  // seven values on the other rank
+    std::vector<double> mean((size_t)C), var((size_t)C);
+    for (int64_t c = 0; c < C; ++c) mean[(size_t)c] = (sw[(size_t)c] + other[(size_t)c]) / (double)M;
+    std::vector<double> qw((size_t)C), qg((size_t)C);
+    cpu::batch_norm_channel_centered_squares<double>(N, C, HW, x.data(), mean.data(), qw.data());
+    gpu::batch_norm_channel_centered_squares<double>(N, C, HW, x.data(), mean.data(), qg.data());
+    CHECK_MESSAGE(compare(qg, qw, 1e-13, 1e-13, what + " centered squares") == 0, what);
+    for (int64_t c = 0; c < C; ++c) var[(size_t)c] = (qw[(size_t)c] + 3.0) / (double)M;
+    std::vector<double> yw(n), yg(n), smw((size_t)C), smg((size_t)C), siw((size_t)C), sig((size_t)C);
+    std::vector<double> rmw((size_t)C, 0.5), rmg((size_t)C, 0.5), rvw((size_t)C, 2.0), rvg((size_t)C, 2.0);
+    cpu::batch_norm_forward_with_stats<double>(N, C, HW, x.data(), gamma.data(), beta.data(), 1e-5, mean.data(),
+                                               var.data(), M, yw.data(), smw.data(), siw.data(), rmw.data(), rvw.data(), 0.1);
+    gpu::batch_norm_forward_with_stats<double>(N, C, HW, x.data(), gamma.data(), beta.data(), 1e-5, mean.data(),
+                                               var.data(), M, yg.data(), smg.data(), sig.data(), rmg.data(), rvg.data(), 0.1);
+    CHECK_MESSAGE(compare(yg, yw, 1e-13, 1e-13, what + " y") == 0, what);
+    CHECK_MESSAGE(compare(smg, smw, 0, 0, what + " save_mean") == 0, what);
+    CHECK_MESSAGE(compare(sig, siw, 1e-15, 0, what + " save_invstd") == 0, what);
+    CHECK_MESSAGE(compare(rmg, rmw, 1e-15, 0, what + " running_mean") == 0, what);
+    CHECK_MESSAGE(compare(rvg, rvw, 1e-15, 0, what + " running_var") == 0, what);
+    std::vector<double> gw((size_t)(2 * C)), gg((size_t)(2 * C));
+    cpu::batch_norm_grad_sums<double>(N, C, HW, dy.data(), x.data(), smw.data(), gw.data());
+    gpu::batch_norm_grad_sums<double>(N, C, HW, dy.data(), x.data(), smw.data(), gg.data());
+    CHECK_MESSAGE(compare(gg, gw, 1e-12, 1e-12, what + " grad sums") == 0, what);
+    std::vector<double> global = gw;
+    for (size_t i = 0; i < global.size(); ++i) global[i] += other[i];
+    std::vector<double> dxw(n), dxg(n), dgw((size_t)C), dgg((size_t)C), dbw((size_t)C), dbg((size_t)C);
+    cpu::batch_norm_backward_with_sums<double>(N, C, HW, dy.data(), x.data(), gamma.data(), smw.data(), siw.data(),
+                                               global.data(), gw.data(), M, dxw.data(), dgw.data(), dbw.data());
+    gpu::batch_norm_backward_with_sums<double>(N, C, HW, dy.data(), x.data(), gamma.data(), smw.data(), siw.data(),
+                                               global.data(), gw.data(), M, dxg.data(), dgg.data(), dbg.data());
+    CHECK_MESSAGE(compare(dxg, dxw, 1e-13, 1e-13, what + " dx") == 0, what);
+    CHECK_MESSAGE(compare(dgg, dgw, 0, 0, what + " dgamma") == 0, what);
+    CHECK_MESSAGE(compare(dbg, dbw, 0, 0, what + " dbeta") == 0, what);
+  }
+  const std::vector<float> xf = kiln_test::moderate<float>(2 * 3 * 50, 93);
+  std::vector<double> dw(3), dg(3);
+  cpu::batch_norm_channel_sums<float>(2, 3, 50, xf.data(), dw.data());
+  gpu::batch_norm_channel_sums<float>(2, 3, 50, xf.data(), dg.data());
+  CHECK(compare(dg, dw, 1e-12, 1e-12, "f32 sums") == 0);
 }
 
 TEST_CASE("CPU mode: losses: cross_entropy, nll and mse, every reduction, ignored targets, against the CPU backend") {
