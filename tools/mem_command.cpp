@@ -105,10 +105,9 @@ CudaExtras cuda_extras(const MemPrediction& p) {
   e.f16_copies = std::max(p.first.tag_peak[t16], p.steady.tag_peak[t16]);
   e.cudnn_limit = (int64_t)cudnn_workspace_limit();
   // One kernel call runs at a time on the compute stream and frees its scratch when it returns:
-  // the largest is a cuDNN workspace (<= the limit) or a loss kernel's partial sums (a header and
-  // one double per row of the micro-batch).
-  const int64_t micro = (p.config.train.batch + p.config.train.accum - 1) / p.config.train.accum;
-  const int64_t scratch = std::max<int64_t>(e.cudnn_limit, 1024 + 8 * micro);
+  // the largest is a cuDNN workspace (<= the limit) or one of kiln's own kernels' partials (loss
+  // target check and per-block sums, grid-wide reduction chunks: at most kKernelScratchMax).
+  const int64_t scratch = std::max<int64_t>(e.cudnn_limit, (int64_t)kKernelScratchMax);
   // As reserved memory: the arena grows its free tail by whole granules; segments round a large
   // request to large_round, or map one shared large segment (20 MiB) for a smaller one.
   const AllocatorConfig cfg = alloc_config_from_env();

@@ -5,10 +5,16 @@
 // in backward (per-channel sum dy and sum dy * (x - mean)). Each rank weighs by its own count, so a
 // rank without rows (N = 0) adds zeros. dgamma and dbeta: this rank's own sums, or the global ones on one
 // rank and zeros on the others (BnParamGrads), for the gradient buckets to add. With one rank's sums (an identity reducer) it computes the bits
-// of batch_norm (kernels/cpu/batch_norm_channel.h is both kernels' arithmetic). CPU kernels only: a
-// tensor on another device goes through host copies (compiled for CUDA, never run on a GPU yet).
+// of batch_norm (kernels/cpu/batch_norm_channel.h is both kernels' arithmetic). On CUDA the stages run on
+// the device (kernels/cuda/batch_norm.cu) and only the per-channel doubles (C + 1, C, then 2C values)
+// cross to the host for the reducer; x, y, dy and dx never leave the device (compiled, run in the CPU
+// execution mode, never on a GPU yet).
 // It must not know MPI or the process group: engine/train supplies the reducer.
 #include "engine/ops/batch_norm_sync.h"
+
+#include <algorithm>
+#include <vector>
+
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/batch_norm_sync.h"
 
@@ -16,7 +22,24 @@ namespace kiln {
 
 namespace {
 
-Tensor on_host(const Tensor& t) { return !t.defined() || t.device().is_cpu() ? t : to_device(t, Device::cpu()); }
+// The per-channel doubles of a stage: the kernels read / write `host` itself on the CPU, a device
+// copy on another device (only these cross to the host, for the reducer).
+struct ChannelDoubles {
+  std::vector<double> host;
+  Tensor dev;  // f64 on the kernels' device; undefined on the CPU
+  ChannelDoubles(size_t n, Device d) : host(n) {
+    if (!d.is_cpu()) dev = empty({(int64_t)n}, DType::f64, d);
+  }
+  double* kernel_ptr() { return dev.defined() ? dev.data<double>() : host.data(); }
+  void to_host(int64_t n) {  // after a kernel wrote the device copy
+    if (!dev.defined()) return;
+    const std::vector<double> h = to_device(dev, Device::cpu()).to_vector<double>();
+    std::copy(h.begin(), h.begin() + n, host.begin());
+  }
+  void to_kernel() {  // after the host changed the values
+    if (dev.defined()) copy_(dev, tensor_from<double>(host, {(int64_t)host.size()}));
+  }
+};
 
 // The kernels' (N, C, HW) view of a host tensor (N, C, ...): a channels-last one is (N*H*W, C, 1).
 struct BnView {
@@ -50,72 +73,73 @@ Tensor batch_norm_sync(const Tensor& x, const Tensor& weight, const Tensor& bias
       check_same_device(x, *t, "batch_norm_sync");
     }
   const MemoryFormat fmt = suggest_memory_format(x);
+  const Device dev = x.device();
   Tensor xs = contiguous(x.detach(), fmt);            // what backward keeps (16-bit when half)
-  Tensor xc = on_host(half ? to_dtype(xs, DType::f32) : xs);  // what the kernels read
+  Tensor xc = half ? to_dtype(xs, DType::f32) : xs;   // what the kernels read, on x's device
   const BnView v = bn_view(xc);
   // Forward, first reduction: per-channel sums and this rank's values per channel -> the global mean.
-  std::vector<double> sums((size_t)C + 1);
-  KILN_NN_TYPED(cdt, "batch_norm_sync", cpu::batch_norm_channel_sums<T>(v.n, C, v.hw, ptr<T>(xc), sums.data()));
-  sums[(size_t)C] = (double)(v.n * v.hw);
-  reduce(sums.data(), C + 1);
-  const int64_t M = (int64_t)sums[(size_t)C];
+  ChannelDoubles sums((size_t)C + 1, dev);
+  KILN_NN_TYPED(cdt, "batch_norm_sync",
+                KILN_DISPATCH(dev, batch_norm_channel_sums<T>, v.n, C, v.hw, ptr<T>(xc), sums.kernel_ptr()));
+  sums.to_host(C);
+  sums.host[(size_t)C] = (double)(v.n * v.hw);
+  reduce(sums.host.data(), C + 1);
+  const int64_t M = (int64_t)sums.host[(size_t)C];
   KILN_CHECK(M > 1, "batch_norm_sync",
              memory_context().module.empty() ? std::string() : " in " + memory_context().module,
              ": expected more than 1 value per channel over the ranks when training, got ", M, " (this rank's input ",
              x.str(), ")");
-  std::vector<double> mean((size_t)C), var((size_t)C);
-  for (int64_t c = 0; c < C; ++c) mean[(size_t)c] = sums[(size_t)c] / (double)M;
+  ChannelDoubles mean((size_t)C, dev), var((size_t)C, dev);
+  for (int64_t c = 0; c < C; ++c) mean.host[(size_t)c] = sums.host[(size_t)c] / (double)M;
+  mean.to_kernel();
   // Second reduction: sums of squares centred on the global mean -> the global (biased) variance.
   KILN_NN_TYPED(cdt, "batch_norm_sync",
-                cpu::batch_norm_channel_centered_squares<T>(v.n, C, v.hw, ptr<T>(xc), mean.data(), var.data()));
-  reduce(var.data(), C);
-  for (int64_t c = 0; c < C; ++c) var[(size_t)c] /= (double)M;
-  Tensor wh = on_host(weight), bh = on_host(bias), rmh = on_host(running_mean), rvh = on_host(running_var);
-  Tensor yh = empty(xc.sizes(), cdt, Device::cpu(), suggest_memory_format(xc));
-  Tensor save_mean = empty({C}, cdt, Device::cpu()), save_invstd = empty({C}, cdt, Device::cpu());
+                KILN_DISPATCH(dev, batch_norm_channel_centered_squares<T>, v.n, C, v.hw, ptr<T>(xc),
+                              mean.kernel_ptr(), var.kernel_ptr()));
+  var.to_host(C);
+  reduce(var.host.data(), C);
+  for (int64_t c = 0; c < C; ++c) var.host[(size_t)c] /= (double)M;
+  var.to_kernel();
+  Tensor y = empty(xc.sizes(), cdt, dev, suggest_memory_format(xc));
+  Tensor save_mean = empty({C}, cdt, dev), save_invstd = empty({C}, cdt, dev);
   KILN_NN_TYPED(cdt, "batch_norm_sync",
-                cpu::batch_norm_forward_with_stats<T>(v.n, C, v.hw, ptr<T>(xc), ptr<T>(wh), ptr<T>(bh), eps,
-                                                      mean.data(), var.data(), M, ptr<T>(yh), ptr<T>(save_mean),
-                                                      ptr<T>(save_invstd), ptr<T>(rmh), ptr<T>(rvh), momentum));
-  for (auto [dev, host] : {std::pair<Tensor, Tensor>{running_mean, rmh}, {running_var, rvh}})
-    if (dev.defined()) {
-      if (!dev.device().is_cpu()) copy_(dev, host);  // the GPU's running stats take the host's update
-      dev.bump_version();
-    }
-  Tensor y = x.device().is_cpu() ? yh : contiguous(to_device(yh, x.device()), fmt);
+                KILN_DISPATCH(dev, batch_norm_forward_with_stats<T>, v.n, C, v.hw, ptr<T>(xc), ptr<T>(weight),
+                              ptr<T>(bias), eps, mean.kernel_ptr(), var.kernel_ptr(), M, ptr<T>(y), ptr<T>(save_mean),
+                              ptr<T>(save_invstd), ptr<T>(running_mean), ptr<T>(running_var), momentum));
+  for (Tensor t : {running_mean, running_var})
+    if (t.defined()) t.bump_version();
   const bool has_w = weight.defined(), has_b = bias.defined();
   auto node = record_op(
       "batch_norm_sync", {x, weight, bias}, {y}, [=](FunctionNode& n, const std::vector<Tensor>& g) {
-        Tensor xb = on_host(n.saved(0)), w = on_host(n.saved(1)), sm = n.saved(2), si = n.saved(3);
+        Tensor xb = n.saved(0), w = n.saved(1), sm = n.saved(2), si = n.saved(3);
+        const Device d = xb.device();
         if (half) xb = to_dtype(xb, DType::f32);
         const BnView bv = bn_view(xb);
-        Tensor dy = on_host(contiguous(half ? to_dtype(g[0], DType::f32) : g[0], fmt));
+        Tensor dy = contiguous(half ? to_dtype(g[0], DType::f32) : g[0], fmt);
         dy = contiguous(dy, suggest_memory_format(xb));
-        std::vector<double> local((size_t)(2 * C));
+        ChannelDoubles local((size_t)(2 * C), d), global((size_t)(2 * C), d);
         KILN_NN_TYPED(cdt, "batch_norm_sync backward",
-                      cpu::batch_norm_grad_sums<T>(bv.n, C, bv.hw, ptr<T>(dy), ptr<T>(xb), ptr<T>(sm), local.data()));
-        std::vector<double> global = local;
-        reduce(global.data(), 2 * C);
-        if (param_grads == BnParamGrads::global) local = global;
-        if (param_grads == BnParamGrads::zero) std::fill(local.begin(), local.end(), 0.0);
-        Tensor dx = empty(xb.sizes(), cdt, Device::cpu(), suggest_memory_format(xb));
-        Tensor dw = empty({C}, cdt, Device::cpu()), db = empty({C}, cdt, Device::cpu());
+                      KILN_DISPATCH(d, batch_norm_grad_sums<T>, bv.n, C, bv.hw, ptr<T>(dy), ptr<T>(xb), ptr<T>(sm),
+                                    local.kernel_ptr()));
+        local.to_host(2 * C);
+        global.host = local.host;
+        reduce(global.host.data(), 2 * C);
+        if (param_grads == BnParamGrads::global) local.host = global.host;
+        if (param_grads == BnParamGrads::zero) std::fill(local.host.begin(), local.host.end(), 0.0);
+        global.to_kernel();
+        local.to_kernel();
+        Tensor dx = empty(xb.sizes(), cdt, d, suggest_memory_format(xb));
+        Tensor dw = empty({C}, cdt, d), db = empty({C}, cdt, d);
         KILN_NN_TYPED(cdt, "batch_norm_sync backward",
-                      cpu::batch_norm_backward_with_sums<T>(bv.n, C, bv.hw, ptr<T>(dy), ptr<T>(xb), ptr<T>(w),
-                                                            ptr<T>(sm), ptr<T>(si), global.data(), local.data(), M,
-                                                            ptr<T>(dx), ptr<T>(dw), ptr<T>(db)));
-        const Device d = n.saved(0).device();
-        if (!d.is_cpu()) {
-          dx = contiguous(to_device(dx, d), fmt);
-          dw = to_device(dw, d);
-          db = to_device(db, d);
-        }
+                      KILN_DISPATCH(d, batch_norm_backward_with_sums<T>, bv.n, C, bv.hw, ptr<T>(dy), ptr<T>(xb),
+                                    ptr<T>(w), ptr<T>(sm), ptr<T>(si), global.kernel_ptr(), local.kernel_ptr(), M,
+                                    ptr<T>(dx), ptr<T>(dw), ptr<T>(db)));
         return std::vector<Tensor>{half ? to_dtype(dx, xdt) : dx, has_w ? dw : Tensor(), has_b ? db : Tensor()};
       });
   if (node) {
     node->save(xs);
     node->save(weight);
-    node->save(save_mean);  // host tensors: backward's kernels read them on the CPU
+    node->save(save_mean);  // on x's device, as the kernels read them
     node->save(save_invstd);
   }
   return half ? to_dtype(y, xdt) : y;

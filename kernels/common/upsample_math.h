@@ -14,6 +14,7 @@
 
 #include "engine/core/host_device.h"
 #include "engine/core/op_modes.h"
+#include "kernels/common/float_to_int.h"
 
 namespace kiln {
 
@@ -126,7 +127,7 @@ KILN_HOST_DEVICE int64_t nearest_source_index(int64_t o, int64_t in, int64_t out
   if (out == in) return o;
   if (out == 2 * in) return o >> 1;
   const float scale = scale_factor > 0 ? (float)(1.0 / scale_factor) : (float)in / (float)out;
-  const int64_t i = (int64_t)floorf((float)o * scale);
+  const int64_t i = float_to_int<int64_t>(floorf((float)o * scale));
   return i < in - 1 ? i : in - 1;
 }
 
@@ -163,7 +164,7 @@ KILN_HOST_DEVICE LinearTaps<T> linear_source(int64_t o, int64_t in, int64_t out,
     real = (double)ratio * ((double)o + 0.5) - 0.5;
     if (real < 0) real = 0;
   }
-  int64_t i0 = (int64_t)real;
+  int64_t i0 = float_to_int<int64_t>(real);  // real >= 0: truncation
   if (i0 > in - 1) i0 = in - 1;
   t.i0 = i0;
   t.i1 = i0 + (i0 < in - 1 ? 1 : 0);

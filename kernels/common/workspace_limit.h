@@ -13,6 +13,11 @@ namespace kiln {
 // Default of cudnn_workspace_limit(): 256 MiB.
 constexpr size_t kCudnnWorkspaceLimitDefault = size_t(256) << 20;
 
+// The most scratch one of kiln's own kernels takes (from kiln's allocator, tag temporary, freed when
+// the call returns): the grid-wide reduction's per-chunk partials (at most 4224 of 32 bytes) and the
+// loss kernels' target statistics and per-block sums (a 32-byte header and at most 4224 doubles).
+constexpr size_t kKernelScratchMax = size_t(4224) * 32 + 64;
+
 // KILN_CUDNN_WORKSPACE_LIMIT ("64M", "1G", parse_bytes syntax) or the default; a bad value throws
 // kiln::Error naming the variable.
 size_t cudnn_workspace_limit();

@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/core/half.h"
 #include "engine/core/philox.h"
+#include "kernels/common/float_to_int.h"
 
 namespace kiln::cpu {
 namespace {
@@ -39,7 +40,10 @@ template <> inline double load_d<bfloat16>(const char* p) { return (float)*reint
 template <typename T> inline void store_d(char* p, double v) { *reinterpret_cast<T*>(p) = (T)v; }
 template <> inline void store_d<half>(char* p, double v) { *reinterpret_cast<half*>(p) = half((float)v); }
 template <> inline void store_d<bfloat16>(char* p, double v) { *reinterpret_cast<bfloat16*>(p) = bfloat16((float)v); }
-template <> inline void store_d<uint8_t>(char* p, double v) { *reinterpret_cast<uint8_t*>(p) = (uint8_t)(int64_t)v; }
+// To an integer: kernels/common/float_to_int.h's rule (truncate, saturate, NaN -> 0), as the CUDA kernels.
+template <> inline void store_d<int32_t>(char* p, double v) { *reinterpret_cast<int32_t*>(p) = float_to_int<int32_t>(v); }
+template <> inline void store_d<int64_t>(char* p, double v) { *reinterpret_cast<int64_t*>(p) = float_to_int<int64_t>(v); }
+template <> inline void store_d<uint8_t>(char* p, double v) { *reinterpret_cast<uint8_t*>(p) = float_to_int<uint8_t>(v); }
 
 // Calls body(ptrs, n, byte_strides) for every innermost row; rows are split across threads.
 template <int N, typename F>

@@ -122,6 +122,108 @@ __global__ void KILN_KERNEL_BOUNDS(kThreads) bn_eval_dx_kernel(int64_t C, int64_
   }
 }
 
+// ---- staged kernels of SyncBatchNorm (kernels/common/api/batch_norm_sync.inc) ----
+// One block per channel, as the fused kernels; the per-channel double sums stay on the device and
+// only they cross to the host for the ranks' all-reduce (engine/ops/nn_norm_sync.cpp).
+
+// sums[c] = sum x; with `mean`, sums[c] = sum (x - mean[c])^2 (the second pass of the variance).
+template <typename T>
+__global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_sync_sums_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ x,
+                                                         const double* __restrict__ mean, double* __restrict__ sums) {
+  KILN_SHARED(double, scratch, 32);
+  const int64_t M = N * HW;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    double s = 0;
+    if (mean) {
+      const double m = mean[c];
+      for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+        const double d = (double)x[chan_offset(j, c, C, HW)] - m;
+        s += d * d;
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += (double)x[chan_offset(j, c, C, HW)];
+    }
+    s = block_sum(s, scratch);
+    if (threadIdx.x == 0) sums[c] = s;
+  }
+}
+
+// y, save_mean, save_invstd and the running stats from the global mean and biased var over Mg values.
+template <typename T>
+__global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_sync_fwd_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ x,
+                                    const T* __restrict__ gamma, const T* __restrict__ beta, double eps,
+                                    const double* __restrict__ gmean, const double* __restrict__ gvar, int64_t Mg,
+                                    T* __restrict__ y, T* __restrict__ save_mean, T* __restrict__ save_invstd,
+                                    T* __restrict__ running_mean, T* __restrict__ running_var, double momentum) {
+  const int64_t M = N * HW;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const double mean = gmean[c], var = gvar[c];
+    const double invstd = 1.0 / sqrt(var + eps);
+    if (threadIdx.x == 0) {
+      save_mean[c] = (T)mean;
+      save_invstd[c] = (T)invstd;
+      if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
+      if (running_var)
+        running_var[c] =
+            (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)Mg / (double)(Mg - 1));
+    }
+    const double k = (gamma ? (double)gamma[c] : 1.0) * invstd, b = beta ? (double)beta[c] : 0.0;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t o = chan_offset(j, c, C, HW);
+      y[o] = (T)(((double)x[o] - mean) * k + b);
+    }
+  }
+}
+
+// sums[c] = sum dy, sums[C + c] = sum dy * (x - save_mean[c]).
+template <typename T>
+__global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_sync_grad_sums_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ dy,
+                                          const T* __restrict__ x, const T* __restrict__ save_mean,
+                                          double* __restrict__ sums) {
+  KILN_SHARED(double, scratch, 32);
+  const int64_t M = N * HW;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const double mean = (double)save_mean[c];
+    double a = 0, b = 0;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t o = chan_offset(j, c, C, HW);
+      a += (double)dy[o];
+      b += (double)dy[o] * ((double)x[o] - mean);
+    }
+    a = block_sum(a, scratch);
+    b = block_sum(b, scratch);
+    if (threadIdx.x == 0) {
+      sums[c] = a;
+      sums[C + c] = b;
+    }
+  }
+}
+
+// dx from the global sums over Mg values; dgamma, dbeta from this rank's `local` sums.
+template <typename T>
+__global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_sync_bwd_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ dy,
+                                    const T* __restrict__ x, const T* __restrict__ gamma,
+                                    const T* __restrict__ save_mean, const T* __restrict__ save_invstd,
+                                    const double* __restrict__ global, const double* __restrict__ local, int64_t Mg,
+                                    T* __restrict__ dx, T* __restrict__ dgamma, T* __restrict__ dbeta) {
+  const int64_t M = N * HW;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const double mean = (double)save_mean[c], invstd = (double)save_invstd[c];
+    if (threadIdx.x == 0) {
+      if (dbeta) dbeta[c] = (T)local[c];
+      if (dgamma) dgamma[c] = (T)(local[C + c] * invstd);
+    }
+    if (!dx) continue;
+    const double k = (gamma ? (double)gamma[c] : 1.0) * invstd;
+    const double mean_dy = global[c] / (double)Mg;
+    const double proj = global[C + c] * invstd * invstd / (double)Mg;
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t o = chan_offset(j, c, C, HW);
+      dx[o] = (T)(k * ((double)dy[o] - mean_dy - ((double)x[o] - mean) * proj));
+    }
+  }
+}
+
 void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
   KILN_CHECK(N >= 0 && C >= 1 && HW >= 0, op, ": bad sizes N=", N, " C=", C, " HW=", HW);
 }
@@ -183,6 +285,53 @@ void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, con
   }
 }
 
+template <typename T>
+void batch_norm_channel_sums(int64_t N, int64_t C, int64_t HW, const T* x, double* sum) {
+  check_sizes(N, C, HW, "batch_norm_channel_sums (cuda)");
+  launch_kernel("bn_sync_sums_kernel", bn_sync_sums_kernel<T>, channel_grid(C), kBnThreads, 0, stream(), N, C, HW, x,
+                (const double*)nullptr, sum);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_channel_sums (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_channel_centered_squares(int64_t N, int64_t C, int64_t HW, const T* x, const double* mean,
+                                         double* ss) {
+  check_sizes(N, C, HW, "batch_norm_channel_centered_squares (cuda)");
+  launch_kernel("bn_sync_sums_kernel", bn_sync_sums_kernel<T>, channel_grid(C), kBnThreads, 0, stream(), N, C, HW, x, mean, ss);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_channel_centered_squares (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_forward_with_stats(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
+                                   double eps, const double* mean, const double* var, int64_t M, T* y,
+                                   T* save_mean, T* save_invstd, T* running_mean, T* running_var, double momentum) {
+  check_sizes(N, C, HW, "batch_norm_forward_with_stats (cuda)");
+  KILN_CHECK(M > 1, "batch_norm_forward_with_stats (cuda): expected more than 1 value per channel over the ranks, got ", M);
+  launch_kernel("bn_sync_fwd_kernel", bn_sync_fwd_kernel<T>, channel_grid(C), kBnThreads, 0, stream(), N, C, HW, x, gamma, beta,
+                eps, mean, var, M, y, save_mean, save_invstd, running_mean, running_var, momentum);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_forward_with_stats (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* save_mean,
+                          double* sums) {
+  check_sizes(N, C, HW, "batch_norm_grad_sums (cuda)");
+  launch_kernel("bn_sync_grad_sums_kernel", bn_sync_grad_sums_kernel<T>, channel_grid(C), kBnThreads, 0, stream(), N, C, HW, dy, x,
+                save_mean, sums);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_grad_sums (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
+template <typename T>
+void batch_norm_backward_with_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
+                                   const T* save_mean, const T* save_invstd, const double* global,
+                                   const double* local, int64_t M, T* dx, T* dgamma, T* dbeta) {
+  check_sizes(N, C, HW, "batch_norm_backward_with_sums (cuda)");
+  KILN_CHECK(M > 1, "batch_norm_backward_with_sums (cuda): expected more than 1 value per channel over the ranks, got ", M);
+  launch_kernel("bn_sync_bwd_kernel", bn_sync_bwd_kernel<T>, channel_grid(C), kBnThreads, 0, stream(), N, C, HW, dy, x, gamma,
+                save_mean, save_invstd, global, local, M, dx, dgamma, dbeta);
+  KILN_CUDA_LAUNCH_CHECK(str_cat("batch_norm_backward_with_sums (cuda) x (", N, ", ", C, ", ", HW, ")"));
+}
+
 #define KILN_INSTANTIATE_BN(T)                                                                               \
   template void batch_norm_forward_train<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, double,  \
                                             T*, T*, T*, T*, T*, double);                                     \
@@ -191,7 +340,17 @@ void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, con
   template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,         \
                                              const T*, const T*, T*, T*, T*);                                \
   template void batch_norm_backward_eval<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,          \
-                                            const T*, const T*, double, T*, T*, T*);
+                                            const T*, const T*, double, T*, T*, T*);                         \
+  template void batch_norm_channel_sums<T>(int64_t, int64_t, int64_t, const T*, double*);                    \
+  template void batch_norm_channel_centered_squares<T>(int64_t, int64_t, int64_t, const T*, const double*,  \
+                                                       double*);                                             \
+  template void batch_norm_forward_with_stats<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,    \
+                                                 double, const double*, const double*, int64_t, T*, T*, T*,  \
+                                                 T*, T*, double);                                            \
+  template void batch_norm_grad_sums<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, double*);    \
+  template void batch_norm_backward_with_sums<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,     \
+                                                 const T*, const T*, const double*, const double*, int64_t,  \
+                                                 T*, T*, T*);
 KILN_INSTANTIATE_BN(float)
 KILN_INSTANTIATE_BN(double)
 #undef KILN_INSTANTIATE_BN

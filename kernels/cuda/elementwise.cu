@@ -7,6 +7,7 @@
 
 #include "engine/core/philox.h"
 #include "kernels/common/dropout_math.h"
+#include "kernels/common/float_to_int.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/launch.cuh"
@@ -179,7 +180,8 @@ __global__ void KILN_KERNEL_BOUNDS(kThreads) copy_words(int64_t n, Indexer<2> ix
   }
 }
 
-// Cast through double, exactly as the CPU's load_d/store_d (f16/bf16 through f32).
+// Cast through double, exactly as the CPU's load_d/store_d (f16/bf16 through f32; to an integer
+// by float_to_int: truncate, saturate, NaN -> 0).
 __device__ __forceinline__ double load_any(const char* p, DType dt) {
   switch (dt) {
     case DType::f32: return (double)*reinterpret_cast<const float*>(p);
@@ -198,9 +200,9 @@ __device__ __forceinline__ void store_any(char* p, DType dt, double v) {
     case DType::f64: *reinterpret_cast<double*>(p) = v; break;
     case DType::f16: *reinterpret_cast<half*>(p) = half((float)v); break;
     case DType::bf16: *reinterpret_cast<bfloat16*>(p) = bfloat16((float)v); break;
-    case DType::i32: *reinterpret_cast<int32_t*>(p) = (int32_t)v; break;
-    case DType::i64: *reinterpret_cast<int64_t*>(p) = (int64_t)v; break;
-    case DType::u8: *reinterpret_cast<uint8_t*>(p) = (uint8_t)(int64_t)v; break;
+    case DType::i32: *reinterpret_cast<int32_t*>(p) = float_to_int<int32_t>(v); break;
+    case DType::i64: *reinterpret_cast<int64_t*>(p) = float_to_int<int64_t>(v); break;
+    case DType::u8: *reinterpret_cast<uint8_t*>(p) = float_to_int<uint8_t>(v); break;
   }
 }
 
@@ -341,9 +343,9 @@ void fill(const LoopShape& s, StridedOperand dst, double value) {
     case DType::f64: std::memcpy(bits, &value, 8); break;
     case DType::f16: { half v((float)value); std::memcpy(bits, &v, 2); } break;
     case DType::bf16: { bfloat16 v((float)value); std::memcpy(bits, &v, 2); } break;
-    case DType::i32: { int32_t v = (int32_t)value; std::memcpy(bits, &v, 4); } break;
-    case DType::i64: { int64_t v = (int64_t)value; std::memcpy(bits, &v, 8); } break;
-    case DType::u8: { uint8_t v = (uint8_t)(int64_t)value; std::memcpy(bits, &v, 1); } break;
+    case DType::i32: { int32_t v = float_to_int<int32_t>(value); std::memcpy(bits, &v, 4); } break;
+    case DType::i64: { int64_t v = float_to_int<int64_t>(value); std::memcpy(bits, &v, 8); } break;
+    case DType::u8: { uint8_t v = float_to_int<uint8_t>(value); std::memcpy(bits, &v, 1); } break;
   }
   switch (dtype_size(dst.dtype)) {
     case 1: fill_t<uint8_t>(s, dst, bits); break;

@@ -2,21 +2,23 @@
 // targets (class weights, label smoothing, ignore_index, none/mean/sum), nll_loss, mse_loss.
 // Sums run in f64 and are deterministic (per-block partial sums in a fixed order, then one block
 // sums those; no floating-point atomics).
-// Targets are validated on the device without a host sync: a one-block kernel computes D = sum of
-// w_t over non-ignored samples (and the label-smoothing mass), finds the first out-of-range position
-// with an integer atomicMin and records it in the device's deferred-error slot (deferred_error.h);
+// Targets are validated on the device without a host sync: a grid-stride kernel over all N (many
+// blocks, per-block partial sums) and a one-block finish compute D = sum of w_t over non-ignored
+// samples (and the label-smoothing mass), find the first out-of-range position with an integer atomicMin and records it in the device's deferred-error slot (deferred_error.h);
 // the next synchronizing call (to_device to the host, synchronize) throws kiln::Error naming the
 // op, the position, the target and K like the CPU. Bad samples get NaN losses and NaN gradients, so
 // nothing computed from them looks valid.
 // Scratch (stats, per-sample sums) comes from kiln's allocator (workspace.h).
 #include <math_constants.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "kernels/cuda/deferred_error.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/nn_backend.h"
 #include "kernels/cuda/workspace.h"
+#include "kernels/common/workspace_limit.h"
 
 namespace kiln::cuda {
 namespace {
@@ -35,13 +37,16 @@ __device__ __forceinline__ double wt(const T* weight, int64_t c) {
   return weight ? (double)weight[c] : 1.0;
 }
 
+// Pass 1 of the target check, grid-stride over all N with many blocks (N is B*H*W for
+// segmentation): parts[block] = the block's sum of w_t over live samples; the first out-of-range
+// position goes to st->bad_pos by integer atomicMin (order-free, so the result is deterministic).
 template <typename T>
-__global__ void KILN_KERNEL_BOUNDS(kStatThreads) target_stats_kernel(int64_t N, int64_t K, const int64_t* __restrict__ targets,
-                                    const T* __restrict__ weight, int64_t ignore_index, double ls,
-                                    TargetStats* st, DeferredTargetError* slot, int32_t op) {
+__global__ void KILN_KERNEL_BOUNDS(kThreads) target_stats_kernel(int64_t N, int64_t K, const int64_t* __restrict__ targets,
+                                    const T* __restrict__ weight, int64_t ignore_index, TargetStats* st,
+                                    double* __restrict__ parts) {
   KILN_SHARED(double, scratch, 32);
   double d = 0;
-  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = targets[i];
     if (t == ignore_index) continue;
     if (t < 0 || t >= K) {
@@ -51,15 +56,28 @@ __global__ void KILN_KERNEL_BOUNDS(kStatThreads) target_stats_kernel(int64_t N, 
     d += wt(weight, t);
   }
   d = block_sum(d, scratch);
+  if (threadIdx.x == 0) parts[blockIdx.x] = d;
+}
+
+// Pass 2, one block: D = sum of the parts in a fixed order, the label-smoothing mass, and the first
+// bad position (pass 1 finished on the stream before this starts) into the deferred-error slot.
+template <typename T>
+__global__ void KILN_KERNEL_BOUNDS(kStatThreads) target_stats_finish_kernel(int64_t nparts, int64_t K, const int64_t* __restrict__ targets,
+                                    const T* __restrict__ weight, int64_t ignore_index, double ls,
+                                    const double* __restrict__ parts, TargetStats* st,
+                                    DeferredTargetError* slot, int32_t op) {
+  KILN_SHARED(double, scratch, 32);
+  double d = 0;
+  for (int64_t b = threadIdx.x; b < nparts; b += blockDim.x) d += parts[b];
+  d = block_sum(d, scratch);
   double sm = 0;
   if (ls > 0)
     for (int64_t c = threadIdx.x; c < K; c += blockDim.x) sm += ls / (double)K * wt(weight, c);
   sm = block_sum(sm, scratch);
-  // block_sum's __syncthreads orders every thread's atomicMin before thread 0's read below.
   if (threadIdx.x == 0) {
     st->D = d;
     st->smooth_mass = sm;
-    const unsigned long long bad = atomicAdd(&st->bad_pos, 0ull);
+    const unsigned long long bad = st->bad_pos;
     if (bad != ULLONG_MAX && slot->pos < 0) {  // keep the first error until the host reports it
       slot->target = targets[bad];
       slot->K = K;
@@ -234,15 +252,25 @@ struct ClassScratch {
   }
 };
 
-// Queues target validation and D on the stream; a bad target lands in the deferred-error slot.
+// Blocks of the target check's first pass (its per-block parts live in ClassScratch::per).
+inline unsigned target_stats_blocks(int64_t N) { return grid_for(N); }
+static_assert(sizeof(TargetStats) + sizeof(double) * 132 * 32 <= kKernelScratchMax,
+              "loss scratch (grid_for's cap of per-block sums): raise kKernelScratchMax");
+
+// Queues target validation and D on the stream (two launches: many blocks over N, then one block
+// over their parts); a bad target lands in the deferred-error slot. `parts` holds
+// target_stats_blocks(N) doubles; the caller may reuse it after this (stream order).
 template <typename T>
 void launch_target_stats(int64_t N, int64_t K, const int64_t* targets, const T* weight, int64_t ignore_index,
-                         double ls, TargetStats* st, DeferredOp dop, const char* op) {
+                         double ls, TargetStats* st, double* parts, DeferredOp dop, const char* op) {
   cudaStream_t s = stream();
   KILN_CUDA_CHECK(cudaMemsetAsync(st, 0xff, sizeof(TargetStats), s), op);
-  launch_kernel("target_stats_kernel", target_stats_kernel<T>, 1, kStatThreads, 0, s, N, K, targets, weight, ignore_index, ls, st,
-                                                    deferred_error_slot(current_device()), (int32_t)dop);
+  const unsigned blocks = target_stats_blocks(N);
+  launch_kernel("target_stats_kernel", target_stats_kernel<T>, blocks, kThreads, 0, s, N, K, targets, weight, ignore_index, st, parts);
   KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) target check, N ", N, ", K ", K));
+  launch_kernel("target_stats_finish_kernel", target_stats_finish_kernel<T>, 1, kStatThreads, 0, s, (int64_t)blocks, K, targets, weight,
+                ignore_index, ls, parts, st, deferred_error_slot(current_device()), (int32_t)dop);
+  KILN_CUDA_LAUNCH_CHECK(str_cat(op, " (cuda) target check finish, N ", N, ", K ", K));
 }
 
 template <typename T>
@@ -262,8 +290,8 @@ void cross_entropy_forward(int64_t N, int64_t K, const T* logits, const int64_t*
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
              label_smoothing);
   const unsigned blocks = grid_for(N * 32);
-  ClassScratch sc(blocks);
-  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st,
+  ClassScratch sc(std::max(blocks, target_stats_blocks(N)));
+  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st, sc.per,
                       DeferredOp::cross_entropy_forward, op);
   log_softmax_forward<T>(N, K, logits, logp);
   if (N > 0) {
@@ -281,8 +309,8 @@ void cross_entropy_backward(int64_t N, int64_t K, const T* grad_out, const T* lo
                             T* dlogits) {
   const char* op = "cross_entropy_backward";
   check_sizes(N, K, op);
-  ClassScratch sc(0);
-  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st,
+  ClassScratch sc(target_stats_blocks(N));
+  launch_target_stats(N, K, targets, weight, ignore_index, label_smoothing, sc.st, sc.per,
                       DeferredOp::cross_entropy_backward, op);
   if (N > 0) {
     launch_kernel("ce_bwd_kernel", ce_bwd_kernel<T>, grid_for(N * K), kThreads, 0, stream(), N, K, grad_out, logp, targets, weight,
@@ -298,8 +326,8 @@ void nll_loss_forward(int64_t N, int64_t K, const T* logp, const int64_t* target
   const char* op = "nll_loss_forward";
   check_sizes(N, K, op);
   const unsigned blocks = grid_for(N);
-  ClassScratch sc(blocks);
-  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_forward, op);
+  ClassScratch sc(std::max(blocks, target_stats_blocks(N)));
+  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, sc.per, DeferredOp::nll_loss_forward, op);
   if (N > 0) {
     launch_kernel("nll_sample_kernel", nll_sample_kernel<T>, blocks, kThreads, 0, stream(), N, K, logp, targets, weight, ignore_index, reduction,
                                                             out, sc.per);
@@ -313,8 +341,8 @@ void nll_loss_backward(int64_t N, int64_t K, const T* grad_out, const int64_t* t
                        int64_t ignore_index, Reduction reduction, T* dlogp) {
   const char* op = "nll_loss_backward";
   check_sizes(N, K, op);
-  ClassScratch sc(0);
-  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, DeferredOp::nll_loss_backward, op);
+  ClassScratch sc(target_stats_blocks(N));
+  launch_target_stats(N, K, targets, weight, ignore_index, 0.0, sc.st, sc.per, DeferredOp::nll_loss_backward, op);
   if (N > 0) {
     launch_kernel("nll_bwd_kernel", nll_bwd_kernel<T>, grid_for(N * K), kThreads, 0, stream(), N, K, grad_out, targets, weight, ignore_index,
                                                                   reduction, sc.st, dlogp);

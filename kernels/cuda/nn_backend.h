@@ -20,6 +20,8 @@ namespace kiln::cuda {
 // ---- pooling (pool.cu), batch norm (batch_norm.cu), softmax (softmax.cu) ----
 #include "kernels/common/api/pool.inc"
 #include "kernels/common/api/batch_norm.inc"
+// the staged batch norm of SyncBatchNorm (batch_norm.cu): the sums stay on the device
+#include "kernels/common/api/batch_norm_sync.inc"
 #include "kernels/common/api/softmax.inc"
 
 // ---- losses (loss.cu) ----

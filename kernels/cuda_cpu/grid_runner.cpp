@@ -165,6 +165,7 @@ struct Runner {
 
 thread_local Runner t_runner;
 RunStats g_stats;
+std::map<std::string, int64_t> g_most_blocks;  // kernel name -> most blocks in one launch
 
 std::map<std::string, int>& bounds_table() {
   static std::map<std::string, int> t;
@@ -372,6 +373,11 @@ void run_grid(const char* name, const void* kernel, dim3 grid, dim3 block, size_
   R.fault.clear();
   R.active = true;
   ++g_stats.launches;
+  {
+    int64_t& most = g_most_blocks[name];
+    const int64_t blocks = (int64_t)grid.x * grid.y * grid.z;
+    if (blocks > most) most = blocks;
+  }
   for (unsigned bz = 0; bz < grid.z && R.fault.empty(); ++bz)
     for (unsigned by = 0; by < grid.y && R.fault.empty(); ++by)
       for (unsigned bx = 0; bx < grid.x && R.fault.empty(); ++bx) {
@@ -503,6 +509,12 @@ cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
 }
 
 RunStats run_stats() { return g_stats; }
+
+int64_t most_blocks_launched(const std::string& name) {
+  const auto it = g_most_blocks.find(name);
+  return it == g_most_blocks.end() ? 0 : it->second;
+}
+void clear_launch_geometry() { g_most_blocks.clear(); }
 
 bool shadow_checks_on() { return shadow::instrumented(); }
 

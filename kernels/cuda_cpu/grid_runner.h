@@ -75,4 +75,10 @@ struct RunStats {
 };
 RunStats run_stats();
 
+// Launch geometry as tests see it: the most blocks (grid.x * grid.y * grid.z) of any launch of the
+// kernel `name` since the last clear_launch_geometry() (0: not launched). A test that a kernel
+// spreads its work over the grid (not one block over everything) reads it.
+int64_t most_blocks_launched(const std::string& name);
+void clear_launch_geometry();
+
 }  // namespace kiln::cuda_on_cpu

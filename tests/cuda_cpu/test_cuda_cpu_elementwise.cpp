@@ -5,7 +5,10 @@
 // Exact where the operation is exact (copies, casts between floats, max, indices, counts, Philox masks).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/half.h"
@@ -18,6 +21,7 @@
 #include "kernels/cpu/one_hot.h"
 #include "kernels/cpu/optim_update.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/common/float_to_int.h"
 #include "cuda_cpu/adversarial.h"
 // The CPU mode's declarations (namespace kiln::cuda_on_cpu); after the CPU backend's.
 #include "kernels/cuda_cpu/prelude.h"
@@ -44,6 +48,9 @@ template <> DType dt<float>() { return DType::f32; }
 template <> DType dt<double>() { return DType::f64; }
 template <> DType dt<kiln::half>() { return DType::f16; }
 template <> DType dt<kiln::bfloat16>() { return DType::bf16; }
+template <> DType dt<int32_t>() { return DType::i32; }
+template <> DType dt<int64_t>() { return DType::i64; }
+template <> DType dt<uint8_t>() { return DType::u8; }
 
 template <typename T>
 StridedOperand operand(T* p, int64_t s0, int64_t s1) {
@@ -154,6 +161,60 @@ TEST_CASE("CPU mode: copy between float dtypes, fill and where are bit-exact wit
   gpu::where(shape, operand(g.data(), 1, 0), operand(cond.data(), 1, 0), operand((float*)x.data(), 1, 0),
              operand(y.data(), 1, 0));
   CHECK(compare(g, w, 0, 0, "where") == 0);
+}
+
+// Float -> integer: one rule on both backends (kernels/common/float_to_int.h): truncate toward zero,
+// saturate to the range, NaN -> 0. Before it, the CPU gave x86's INT_MIN for NaN / inf / out of
+// range (and u8 wrapped through i64) while the GPU saturated.
+template <typename I>
+void float_to_int_case(const std::vector<double>& in, const std::vector<int64_t>& want_i) {
+  const int64_t n = (int64_t)in.size();
+  REQUIRE(want_i.size() == in.size());
+  LoopShape shape;
+  shape.ndim = 1;
+  shape.sizes[0] = n;
+  std::vector<I> want(want_i.begin(), want_i.end());
+  const std::string name = dtype_name(dt<I>());
+  std::vector<float> in_f(in.begin(), in.end());
+  for (bool f64 : {true, false}) {
+    std::vector<I> w((size_t)n, I(7)), g((size_t)n, I(7));
+    const StridedOperand src = f64 ? operand((double*)in.data(), 1, 0) : operand(in_f.data(), 1, 0);
+    cpu::copy(shape, operand(w.data(), 1, 0), src);
+    gpu::copy(shape, operand(g.data(), 1, 0), src);
+    for (int64_t i = 0; i < n; ++i) {
+      // f32 input: the value as f32 holds it (huge doubles round, the rule is the same).
+      const double v = f64 ? in[(size_t)i] : (double)in_f[(size_t)i];
+      const I expect = kiln::float_to_int<I>(v);
+      if (f64) CHECK_MESSAGE(expect == want[(size_t)i], "rule ", name, " of ", v);
+      CHECK_MESSAGE(w[(size_t)i] == expect, "cpu cast ", f64 ? "f64" : "f32", " -> ", name, " of ", v, ": ", (int64_t)w[(size_t)i]);
+      CHECK_MESSAGE(g[(size_t)i] == expect, "cuda cast ", f64 ? "f64" : "f32", " -> ", name, " of ", v, ": ", (int64_t)g[(size_t)i]);
+    }
+  }
+  for (size_t i = 0; i < in.size(); ++i) {  // fill with each value
+    std::vector<I> w(37, I(7)), g(37, I(7));
+    LoopShape s;
+    s.ndim = 1;
+    s.sizes[0] = 37;
+    cpu::fill(s, operand(w.data(), 1, 0), in[i]);
+    gpu::fill(s, operand(g.data(), 1, 0), in[i]);
+    CHECK_MESSAGE(w == std::vector<I>(37, want[i]), "cpu fill ", name, " with ", in[i], ": ", (int64_t)w[0]);
+    CHECK_MESSAGE(g == std::vector<I>(37, want[i]), "cuda fill ", name, " with ", in[i], ": ", (int64_t)g[0]);
+  }
+}
+
+TEST_CASE("CPU mode: float to integer casts and fills saturate, NaN gives 0, on both backends") {
+  const double nan = std::nan(""), inf = INFINITY;
+  const std::vector<double> in = {nan, -nan, inf, -inf, -0.0, 0.0, 0.99, -0.99, 1.5, -1.5, 127.9, 255.5, 256.0,
+                                  -1.0, -200.0, 2147483647.5, 2147483648.0, -2147483648.9, -2147483649.0, 3e9,
+                                  -3e9, 1e19, -1e19, 9.3e18, 1e300, -1e300, 123456789.0};
+  const int64_t imax = INT32_MAX, imin = INT32_MIN, lmax = INT64_MAX, lmin = INT64_MIN;
+  float_to_int_case<int32_t>(in, {0, 0, imax, imin, 0, 0, 0, 0, 1, -1, 127, 255, 256, -1, -200, imax, imax, imin,
+                                  imin, imax, imin, imax, imin, imax, imax, imin, 123456789});
+  float_to_int_case<uint8_t>(in, {0, 0, 255, 0, 0, 0, 0, 0, 1, 0, 127, 255, 255, 0, 0, 255, 255, 0, 0, 255, 0, 255,
+                                  0, 255, 255, 0, 255});
+  float_to_int_case<int64_t>(in, {0, 0, lmax, lmin, 0, 0, 0, 0, 1, -1, 127, 255, 256, -1, -200, 2147483647,
+                                  2147483648, -2147483648, -2147483649, 3000000000, -3000000000, lmax, lmin, lmax,
+                                  lmax, lmin, 123456789});
 }
 
 TEST_CASE("CPU mode: random_fill (Philox uniform and normal) matches the CPU backend") {
