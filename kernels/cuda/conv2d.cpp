@@ -5,7 +5,9 @@
 // cached; each call sets the candidate's math type on the descriptor, queries that algorithm's
 // workspace, and falls back to the next candidate on any failure of this one (math type, query,
 // workspace, the call's status). f32 uses FMA math (no TF32) unless allow_tf32().
-// Workspace comes from kiln's allocator under the `temporary` tag, on the compute stream, and is
+// Descriptor dims, compute / math types and the workspace filtering are the host arithmetic of
+// cudnn_args.h (unit-tested on the CPU). Workspace comes from kiln's allocator under the `temporary` tag,
+// on the compute stream, and is
 // released right after the call; candidates needing more than cudnn_workspace_limit()
 // (kernels/common/workspace_limit.h, KILN_CUDNN_WORKSPACE_LIMIT) are skipped, so `kiln mem` can
 // state the bound.
@@ -24,6 +26,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv2d_16.h"
+#include "kernels/cuda/cudnn_args.h"
 #include "kernels/cuda/igemm_conv.h"
 #include "kernels/cuda/kernel_select.h"
 #include "kernels/cuda/runtime.h"
@@ -55,6 +58,32 @@ const char* dt_name(cudnnDataType_t dt) {
   }
 }
 
+// cudnn_args.h's enums as cuDNN's and back.
+CudnnData kiln_data(cudnnDataType_t dt) {
+  switch (dt) {
+    case CUDNN_DATA_FLOAT: return CudnnData::f32;
+    case CUDNN_DATA_DOUBLE: return CudnnData::f64;
+    case CUDNN_DATA_HALF: return CudnnData::f16;
+    case CUDNN_DATA_BFLOAT16: return CudnnData::bf16;
+    default: throw Error(str_cat("conv2d on cuda: cuDNN data type ", (int)dt, " not supported"));
+  }
+}
+cudnnDataType_t cudnn_data(CudnnData dt) {
+  switch (dt) {
+    case CudnnData::f32: return CUDNN_DATA_FLOAT;
+    case CudnnData::f64: return CUDNN_DATA_DOUBLE;
+    case CudnnData::f16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_BFLOAT16;
+  }
+}
+cudnnMathType_t cudnn_math(CudnnMath m) {
+  switch (m) {
+    case CudnnMath::tensor_op: return CUDNN_TENSOR_OP_MATH;
+    case CudnnMath::default_math: return CUDNN_DEFAULT_MATH;
+    default: return CUDNN_FMA_MATH;
+  }
+}
+
 template <typename T> struct CudnnType;
 template <> struct CudnnType<float> { static constexpr cudnnDataType_t value = CUDNN_DATA_FLOAT; };
 template <> struct CudnnType<double> { static constexpr cudnnDataType_t value = CUDNN_DATA_DOUBLE; };
@@ -72,31 +101,29 @@ struct Descs {
   // bf16 accumulate in f32 (computeType FLOAT) on Tensor Cores.
   Descs(const Conv2dDesc& d, cudnnDataType_t dt, bool nhwc, const char* op)
       : what(str_cat(desc_str(d, op), nhwc ? " NHWC " : " NCHW ", dt_name(dt))) {
-    KILN_CHECK(d.N > 0 && d.C > 0 && d.K > 0 && d.groups > 0 && d.C % d.groups == 0 && d.K % d.groups == 0 &&
-                   d.out_h() > 0 && d.out_w() > 0,
-               what, ": invalid convolution");
-    for (int64_t v : {d.N, d.C, d.H, d.W, d.K, d.R, d.S, d.out_h(), d.out_w()})
-      KILN_CHECK(v < (int64_t)1 << 31, what, ": a size exceeds cuDNN's 32-bit limit");
+    const char* invalid = cudnn_conv_invalid(d);
+    KILN_CHECK(*invalid == 0, what, ": ", invalid);
+    // The dims, strides' format, compute and math types: cudnn_args.h (unit-tested on the CPU).
+    const CudnnConvArgs a = cudnn_conv_args(d, kiln_data(dt), nhwc, allow_tf32());
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x), what);
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y), what);
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias), what);
     KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w), what);
     KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv), what);
     // Dimensions are always given as (n, c, h, w); the format names the memory order.
-    const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, fmt, dt, (int)d.N, (int)d.C, (int)d.H, (int)d.W), what);
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, fmt, dt, (int)d.N, (int)d.K, (int)d.out_h(), (int)d.out_w()), what);
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, dt, 1, (int)d.K, 1, 1), what);
-    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, fmt, (int)d.K, (int)(d.C / d.groups), (int)d.R, (int)d.S), what);
-    const bool half = dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16;
-    const cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : dt;
-    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, (int)d.pad_h, (int)d.pad_w, (int)d.stride_h, (int)d.stride_w,
-                                                     (int)d.dil_h, (int)d.dil_w, CUDNN_CROSS_CORRELATION, compute),
+    const cudnnTensorFormat_t fmt = a.layout == CudnnLayout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, fmt, dt, (int)a.x.n, (int)a.x.c, (int)a.x.h, (int)a.x.w), what);
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, fmt, dt, (int)a.y.n, (int)a.y.c, (int)a.y.h, (int)a.y.w), what);
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, dt, (int)a.bias.n, (int)a.bias.c,
+                                                (int)a.bias.h, (int)a.bias.w),
                      what);
-    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, (int)d.groups), what);
-    const bool tf32 = dt == CUDNN_DATA_FLOAT && allow_tf32();
-    const cudnnMathType_t math = half ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math), what);
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, fmt, (int)a.w.n, (int)a.w.c, (int)a.w.h, (int)a.w.w), what);
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, (int)a.pad_h, (int)a.pad_w, (int)a.stride_h, (int)a.stride_w,
+                                                     (int)a.dil_h, (int)a.dil_w, CUDNN_CROSS_CORRELATION,
+                                                     cudnn_data(a.compute)),
+                     what);
+    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, (int)a.groups), what);
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, cudnn_math(a.math)), what);
   }
   ~Descs() {
     cudnnDestroyConvolutionDescriptor(conv);
@@ -200,21 +227,17 @@ std::vector<Candidate> candidates(Dir dir, cudnnDataType_t dt, int dev, cudnnHan
   }
   KILN_CHECK(!heur.empty(), ds.what, ": cuDNN offers no algorithm for this convolution (", n, " candidates rejected)");
   {
-    const size_t limit = cudnn_workspace_limit();
-    size_t smallest = SIZE_MAX;
+    std::vector<size_t> need;
+    for (const Candidate& c : heur) need.push_back(c.workspace);
     std::vector<Candidate> within;
-    for (const Candidate& c : heur) {
-      smallest = std::min(smallest, c.workspace);
-      if (c.workspace <= limit) within.push_back(c);
-    }
-    KILN_CHECK(!within.empty(), ds.what, ": every cuDNN algorithm needs more workspace than kiln's limit of ", limit,
-               " bytes (the smallest needs ", smallest, "); raise KILN_CUDNN_WORKSPACE_LIMIT");
+    for (size_t i : candidates_within_workspace(need, cudnn_workspace_limit(), ds.what)) within.push_back(heur[i]);
     heur.swap(within);
   }
   if (!cudnn_benchmark()) return heur;
 
-  size_t ws_bytes = 0;
-  for (const Candidate& c : heur) ws_bytes = std::max(ws_bytes, c.workspace);
+  std::vector<size_t> need;
+  for (const Candidate& c : heur) need.push_back(c.workspace);
+  const size_t ws_bytes = find_workspace_bytes(need);
   Workspace ws(dev, ws_bytes);
   std::vector<Candidate> found;
   note_host_sync(HostSyncKind::device_sync);

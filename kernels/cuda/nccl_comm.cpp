@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/nccl_args.h"
 #include "kernels/cuda/runtime.h"
 
 #if defined(KILN_WITH_NCCL)
@@ -33,8 +34,7 @@ bool built_with_nccl() { return true; }
 std::string nccl_version() {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
-  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-  return str_cat("NCCL ", v / 10000, ".", (v / 100) % 100, ".", v % 100);
+  return nccl_version_string(v);  // both encodings (before and from NCCL 2.9): nccl_args.h
 }
 
 NcclId make_nccl_id() {
@@ -46,7 +46,7 @@ NcclId make_nccl_id() {
 }
 
 NcclComm::NcclComm(int nranks, int rank, const NcclId& id, int dev) : dev_(dev), nranks_(nranks), rank_(rank) {
-  KILN_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "NcclComm: rank ", rank, " of ", nranks, " ranks");
+  KILN_CHECK(nccl_rank_valid(nranks, rank), "NcclComm: rank ", rank, " of ", nranks, " ranks");
   const std::string what = str_cat("NCCL communicator (rank ", rank, " of ", nranks, ", cuda:", dev, ")");
   DeviceGuard guard(dev);
   ncclUniqueId uid;
@@ -76,7 +76,9 @@ void NcclComm::all_reduce_sum(float* data, int64_t n, const std::string& what, b
   cudaStream_t compute = compute_stream(dev_);
   KILN_CUDA_CHECK(cudaEventRecord(compute_done_, compute), w);
   KILN_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0), w);
-  nccl_check(ncclAllReduce(data, data, (size_t)n, ncclFloat32, ncclSum, as_comm(comm_), stream_), "ncclAllReduce", w);
+  const NcclAllReduceArgs a = nccl_all_reduce_args(n, w);  // in place, f32, sum: the only kind kiln queues
+  static_assert(sizeof(float) == 4, "ncclFloat32 is float");
+  nccl_check(ncclAllReduce(data, data, a.count, ncclFloat32, ncclSum, as_comm(comm_), stream_), "ncclAllReduce", w);
   if (!compute_waits) return;
   KILN_CUDA_CHECK(cudaEventRecord(comm_done_, stream_), w);
   KILN_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_done_, 0), w);

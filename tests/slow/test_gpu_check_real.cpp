@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -54,4 +55,52 @@ TEST_CASE("gpu-check over the real programs of this build without a GPU: no row 
   }
   CHECK(rows >= 20);
   CHECK(saw_cuda_tests);
+}
+
+TEST_CASE("gpu-check --sanitize over this build's kiln_tests_cuda without a GPU: every case runs, every row FAIL") {
+  // A compute-sanitizer stand-in that records its command and runs the real test program under it: the
+  // memcheck, synccheck and initcheck rows must run every case of kiln_tests_cuda, racecheck's file filter
+  // must select some (a pattern that matched no file would run none), and the skip line the real cases
+  // print without a GPU must make each row FAIL.
+  const std::string src = KILN_SOURCE_DIR, bin = KILN_BINARY_DIR, d = bin + "/gpu-check-real-sanitize-test";
+  const Run mk = run_shell("rm -rf '" + d + "' && bash '" + src + "/tests/support/gpu_check/make_fakes.sh' '" + d +
+                           "/fakes' && mkdir -p '" + d + "/bin' && cp '" + d + "/fakes/bin/nvidia-smi' '" + d +
+                           "/fakes/bin/compute-sanitizer' '" + d + "/bin/' && { command -v nvcc || [ -x " +
+                           "/usr/local/cuda/bin/nvcc ] || cp '" + d + "/fakes/bin/nvcc' '" + d + "/bin/'; }");
+  REQUIRE_MESSAGE(mk.status == 0, mk.out);
+  // "[doctest] unskipped test cases passing the current filters: N"
+  const Run list = run_shell("'" + bin + "/kiln_tests_cuda' --count");
+  const size_t colon = list.out.rfind(':');
+  const int n_all = list.status == 0 && colon != std::string::npos ? std::atoi(list.out.c_str() + colon + 1) : 0;
+  if (n_all == 0) {
+    MESSAGE("kiln_tests_cuda has no cases in this build (CPU-only): nothing to run under the stand-in");
+    return;
+  }
+  const Run r = run_shell("env PATH='" + d + "/bin':\"$PATH\" FAKE_SANITIZER=record FAKE_SANITIZER_LOG='" + d +
+                          "/cmds.txt' KILN_GPU_CHECK_OUT='" + d + "/out' bash '" + src + "/tools/gpu-check' --sanitize " +
+                          "--prebuilt '" + bin + "'");
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK(n_all > 10);
+  for (const char* tool : {"memcheck", "racecheck", "synccheck", "initcheck"}) {
+    INFO(tool);
+    const std::string log = read_text(d + "/out/compute_sanitizer_" + tool + ".log");
+    const size_t at = log.rfind("test cases:");
+    REQUIRE(at != std::string::npos);
+    const int ran = std::stoi(log.substr(at + 11));
+    if (std::string(tool) == "racecheck") {
+      CHECK(ran > 0);
+      CHECK(ran < n_all);
+    } else {
+      CHECK(ran == n_all);
+    }
+    CHECK(log.find("cuda tests skipped:") != std::string::npos);
+  }
+  const std::string table = read_text(d + "/out/table.txt");
+  for (const char* row : {"compute-sanitizer memcheck ", "compute-sanitizer racecheck ", "compute-sanitizer synccheck ",
+                          "compute-sanitizer initcheck "}) {
+    const size_t at = table.find(row);
+    REQUIRE(at != std::string::npos);
+    CHECK(table.substr(at + 37, 4) == "FAIL");
+  }
 }

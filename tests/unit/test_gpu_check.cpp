@@ -1,6 +1,7 @@
 // tools/gpu-check on a machine with no GPU, against stand-ins (tests/support/gpu_check/make_fakes.sh): an
 // nvidia-smi that lists an H200, cuda test cases that skip, benchmarks that find no GPU, a PyTorch peer that
-// crashes, a compute-sanitizer that refuses the device. gpu-check must say FAIL, SKIP or "not run" for every
+// crashes, a compute-sanitizer that refuses the device (or records its commands, or reports errors).
+// gpu-check must say FAIL, SKIP or "not run" for every
 // one of them, never ok, exit non-zero, print its table and never let its time budget go negative.
 // Runs gpu-check with --prebuilt (no configure, no build): about a second per run.
 #include <doctest/doctest.h>
@@ -95,11 +96,7 @@ TEST_CASE("gpu-check: without a GPU no row says ok and every stand-in is FAIL or
     CHECK(rows.at(t).result == "FAIL");
     CHECK(rows.at(t).detail.find("peer script exit 1") != std::string::npos);
   }
-  for (const char* s : {"compute-sanitizer memcheck", "compute-sanitizer racecheck"}) {
-    REQUIRE(rows.count(s));
-    CHECK(rows.at(s).result == "SKIP");
-    CHECK(rows.at(s).detail.find("Device not supported") != std::string::npos);
-  }
+  CHECK(rows.count("compute-sanitizer memcheck") == 0);  // the sanitizer rows are --sanitize's
   for (const char* m : {"mem resnet18 b16 f32", "mem resnet18 b16 --amp", "mem resnet18 b16 --checkpoint 4",
                         "mem resnet18 b16 --accum 4", "kiln resnet18 b256 224 f32", "kiln devices"}) {
     REQUIRE(rows.count(m));
@@ -123,7 +120,7 @@ TEST_CASE("gpu-check: a zero budget leaves every row not run for lack of time an
   REQUIRE(rows.count("cuda tests"));
   CHECK(rows.at("cuda tests").result == "FAIL");
   CHECK(rows.at("cuda tests").detail.find("3 not run: out of time") != std::string::npos);
-  for (const char* n : {"bench_gpu_gemm", "compute-sanitizer memcheck", "torch resnet18 b256 224 amp",
+  for (const char* n : {"bench_gpu_gemm", "bench_gpu_conv", "torch resnet18 b256 224 amp",
                         "mem resnet18 b16 --accum 4"}) {
     REQUIRE(rows.count(n));
     CHECK(rows.at(n).result == "not run");
@@ -158,4 +155,75 @@ TEST_CASE("gpu-check: the skip line it looks for is the one the cuda tests print
   // gpu-check greps this text; tests/support/cuda_test.h prints it. If one changes, both must.
   CHECK(read_text(kSrc + "/tools/gpu-check").find("SKIP_MARK=\"cuda tests skipped:\"") != std::string::npos);
   CHECK(read_text(kSrc + "/tests/support/cuda_test.h").find("MESSAGE(\"cuda tests skipped: \"") != std::string::npos);
+}
+
+namespace {
+const char* const kSanitizerRows[] = {"compute-sanitizer memcheck", "compute-sanitizer racecheck",
+                                      "compute-sanitizer synccheck", "compute-sanitizer initcheck"};
+}  // namespace
+
+TEST_CASE("gpu-check --sanitize: memcheck, racecheck, synccheck and initcheck rows, each SKIP when the device is refused") {
+  const Run r = gpu_check("san-refused", "", "--sanitize");
+  INFO(r.out);
+  CHECK(r.status == 3);  // nothing failed, nothing ran on a GPU
+  const auto rows = table_rows(read_text(kDir + "/san-refused/out/table.txt"));
+  check_nothing_ok(rows);
+  for (const char* s : kSanitizerRows) {
+    REQUIRE(rows.count(s));
+    CHECK(rows.at(s).result == "SKIP");
+    CHECK(rows.at(s).detail.find("Device not supported") != std::string::npos);
+  }
+  CHECK(rows.count("cuda tests") == 0);
+  CHECK(rows.count("bench_gpu_gemm") == 0);
+
+  const Run m = gpu_check("san-missing", "KILN_COMPUTE_SANITIZER=/nonexistent/compute-sanitizer", "--sanitize");
+  INFO(m.out);
+  CHECK(m.status == 3);
+  const auto mrows = table_rows(read_text(kDir + "/san-missing/out/table.txt"));
+  for (const char* s : kSanitizerRows) {
+    REQUIRE(mrows.count(s));
+    CHECK(mrows.at(s).result == "SKIP");
+    CHECK(mrows.at(s).detail.find("compute-sanitizer not found") != std::string::npos);
+  }
+}
+
+TEST_CASE("gpu-check --sanitize: the exact commands, over every cuda test case, and tests that skip are FAIL") {
+  const std::string log = kDir + "/san-record/sanitizer-commands.txt";
+  const Run r = gpu_check("san-record", "FAKE_SANITIZER=record FAKE_SANITIZER_LOG='" + log + "'", "--sanitize");
+  INFO(r.out);
+  CHECK(r.status == 1);
+  const auto rows = table_rows(read_text(kDir + "/san-record/out/table.txt"));
+  check_nothing_ok(rows);
+  for (const char* s : kSanitizerRows) {  // the fake cuda tests print the skip line: not a GPU result
+    REQUIRE(rows.count(s));
+    CHECK(rows.at(s).result == "FAIL");
+    CHECK(rows.at(s).detail.find("tests skipped under") != std::string::npos);
+    CHECK(rows.at(s).detail.find("cuda tests skipped: fake") != std::string::npos);
+  }
+  const std::string cmds = read_text(log);
+  const std::string b = kDir + "/san-record/build";
+  CHECK(cmds.find(b + ": --tool memcheck --error-exitcode 99 " + b + "/kiln_tests_cuda\n") != std::string::npos);
+  CHECK(cmds.find(b + ": --tool racecheck --error-exitcode 99 " + b +
+                  "/kiln_tests_cuda --source-file=*test_hgemm.cpp,*test_cuda_conv16.cpp,*test_cuda_nn_kernels.cpp,"
+                  "*test_cuda_reduce_adversarial.cpp\n") != std::string::npos);
+  CHECK(cmds.find(b + ": --tool synccheck --error-exitcode 99 " + b + "/kiln_tests_cuda\n") != std::string::npos);
+  CHECK(cmds.find(b + ": --tool initcheck --error-exitcode 99 " + b + "/kiln_tests_cuda\n") != std::string::npos);
+  // Each row's log starts with the command it ran.
+  CHECK(read_text(kDir + "/san-record/out/compute_sanitizer_initcheck.log").find("--tool initcheck") !=
+        std::string::npos);
+  // The dry run prints the same command lines.
+  const Run d = run_shell("bash '" + kSrc + "/tools/gpu-check' --dry-run --sanitize");
+  CHECK(d.status == 0);
+  CHECK(d.out.find("compute-sanitizer synccheck: compute-sanitizer --tool synccheck --error-exitcode 99 ") !=
+        std::string::npos);
+
+  const Run e = gpu_check("san-errors", "FAKE_SANITIZER=errors", "--sanitize");
+  INFO(e.out);
+  CHECK(e.status == 1);
+  const auto erows = table_rows(read_text(kDir + "/san-errors/out/table.txt"));
+  for (const char* s : kSanitizerRows) {
+    REQUIRE(erows.count(s));
+    CHECK(erows.at(s).result == "FAIL");
+    CHECK(erows.at(s).detail.find("ERROR SUMMARY: 2 errors") != std::string::npos);
+  }
 }

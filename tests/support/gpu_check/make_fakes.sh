@@ -19,8 +19,25 @@ esac
 S
 fi
 printf '#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n' >"$D/bin/nvcc"
+# compute-sanitizer: refuses the device (default), or with FAKE_SANITIZER=record appends "DIR: ARGS" to
+# $FAKE_SANITIZER_LOG and runs the program after its options (so the fake cuda tests answer: they skip),
+# or with FAKE_SANITIZER=errors reports two errors as a real one would, exit 99.
 cat >"$D/bin/compute-sanitizer" <<'S'
 #!/bin/sh
+case "${FAKE_SANITIZER:-refuse}" in
+  record)
+    echo "$(pwd): $*" >>"$FAKE_SANITIZER_LOG"
+    echo "========= COMPUTE-SANITIZER"
+    while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift 2; done  # --tool X --error-exitcode N
+    "$@"; rc=$?
+    echo "========= ERROR SUMMARY: 0 errors"
+    exit $rc ;;
+  errors)
+    echo "========= COMPUTE-SANITIZER"
+    echo "========= Invalid __global__ read of size 4 bytes"
+    echo "========= ERROR SUMMARY: 2 errors"
+    exit 99 ;;
+esac
 echo "========= COMPUTE-SANITIZER"
 echo "========= Error: Device not supported. Please refer to the documentation for the supported devices."
 exit 255
@@ -56,6 +73,9 @@ case "$*" in
     echo "[doctest] test cases: 0 | 0 passed | 0 failed | 3 skipped"; exit 1 ;;
   *"--test-case=cuda: a case that passes"*)  # doctest counts the two cases the filter left out as skipped
     echo "[doctest] test cases: 1 | 1 passed | 0 failed | 2 skipped" ;;
+  "" | --source-file=*)  # every case (or a file filter) in one process, as under compute-sanitizer
+    echo "test_cuda_fake.cpp:10: MESSAGE: cuda tests skipped: fake: the NVIDIA driver reports no CUDA device"
+    echo "[doctest] test cases: 3 | 3 passed | 0 failed | 0 skipped" ;;
   *) echo "kiln_tests_cuda (fake): unexpected arguments: $*"; exit 64 ;;
 esac
 S
