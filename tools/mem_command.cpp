@@ -103,18 +103,27 @@ CudaExtras cuda_extras(const MemPrediction& p) {
 const char* peak_kind(const MemPrediction&) { return "exact"; }
 
 nlohmann::json cuda_json(const MemPrediction& p, const CudaExtras& e, int64_t budget) {
+  // Each figure: its bytes, its kind (exact, bound, estimate) and "exact" as a boolean (as --dry-run's figures).
+  auto fig = [](int64_t b, const char* kind) {
+    return nlohmann::json{{"bytes", b}, {"kind", kind}, {"exact", std::string(kind) == "exact"}};
+  };
+  nlohmann::json f16 = fig(e.f16_copies, "exact"), cublas = fig(e.cublas_bound, "bound"),
+                 context = fig(e.context_estimate, "estimate");
+  f16["in_peak"] = true;
+  cublas["outside_allocator"] = true;
+  context["outside_allocator"] = true;
   return {{"policy", p.policy},
           {"policy_assumed", p.policy_assumed},
           {"expandable", p.expandable},
           {"granule", p.granule},
-          {"peak_reserved", {{"bytes", p.peak_reserved}, {"kind", peak_kind(p)}}},
-          {"f16_copies", {{"bytes", e.f16_copies}, {"kind", "exact"}, {"in_peak", true}}},
+          {"peak_reserved", fig(p.peak_reserved, peak_kind(p))},
+          {"f16_copies", f16},
           {"cudnn_workspace_limit", e.cudnn_limit},
-          {"kernel_scratch", {{"bytes", e.scratch_bound}, {"kind", "bound"}}},
-          {"allocator_peak_reserved", {{"bytes", e.allocator_bound}, {"kind", "bound"}}},
-          {"cublas_workspace", {{"bytes", e.cublas_bound}, {"kind", "bound"}, {"outside_allocator", true}}},
-          {"cuda_context", {{"bytes", e.context_estimate}, {"kind", "estimate"}, {"outside_allocator", true}}},
-          {"card_total", {{"bytes", e.card_bound}, {"kind", "bound"}}},
+          {"kernel_scratch", fig(e.scratch_bound, "bound")},
+          {"allocator_peak_reserved", fig(e.allocator_bound, "bound")},
+          {"cublas_workspace", cublas},
+          {"cuda_context", context},
+          {"card_total", fig(e.card_bound, "bound")},
           {"fits_with_bounds", e.card_bound <= budget}};
 }
 

@@ -93,6 +93,9 @@ TEST_CASE("kiln mem --device cuda:0 --device-memory 8G: a prediction without the
   CHECK(k["cublas_workspace"]["kind"] == "bound");
   CHECK(k["cuda_context"]["kind"] == "estimate");
   CHECK(k["card_total"]["kind"] == "bound");
+  for (const char* f : {"peak_reserved", "f16_copies"}) CHECK_MESSAGE(k[f]["exact"] == true, f);
+  for (const char* f : {"kernel_scratch", "allocator_peak_reserved", "cublas_workspace", "cuda_context", "card_total"})
+    CHECK_MESSAGE(k[f]["exact"] == false, f);
   // The sums: allocator = peak + scratch (>= kiln's cuDNN limit), card = allocator + cuBLAS + context.
   CHECK(bytes(k["kernel_scratch"]) >= k["cudnn_workspace_limit"].get<int64_t>());
   CHECK(bytes(k["allocator_peak_reserved"]) == g["peak_reserved"].get<int64_t>() + bytes(k["kernel_scratch"]));
