@@ -2,9 +2,10 @@
 // meta replay of a cuda target takes the CUDA path's own allocations where kiln controls them. Checked
 // here on the meta device (no GPU): the allocation sequence of one convolution, forward and backward,
 // for the cpu and the cuda:0 target, each item's bytes computed from the shapes in this file; a whole
-// training step (f32, --amp, --amp with 2 data-parallel ranks' buckets) whose request sequences for the
-// two targets differ by exactly the convolutions' items; and `kiln train --dry-run --device cuda:0` plans
-// (small_cnn f32 and --amp, resnet18_small --amp) marking each figure exact, bound or estimate.
+// training step (f32, --amp, --amp with 2 data-parallel ranks' buckets) and a run's whole plan (plan_run:
+// small_cnn f32 and --amp, resnet18_small --amp) whose request sequences for the two targets differ by exactly
+// the convolutions' items; and `kiln train --dry-run --device cuda:0` plans of the same configurations marking
+// each figure exact, bound or estimate.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,6 +27,8 @@
 #include "engine/optim/sgd.h"
 #include "engine/train/memory_predict.h"
 #include "engine/train/meta_session.h"
+#include "engine/run/plan_run.h"
+#include "engine/run/run_data.h"
 #include "models/resnet.h"
 #include "models/small_cnn.h"
 #include "kernels/common/workspace_limit.h"
@@ -344,6 +347,20 @@ Log cuda_backward_items(const ConvCase& k, bool half) {
   return l;
 }
 
+// resnet18_small's convolutions at batch n of 3x16x16 in forward order (models/resnet.h, the 3x3 stride-1
+// stem, no bias): in each block conv1, conv2, then the downsample's 1x1 of the block's input.
+std::vector<ConvCase> resnet18_small_convs(int64_t n) {
+  std::vector<ConvCase> v = {{n, 3, 16, 64, 3, 1, 1, false}};
+  for (int b = 0; b < 4; ++b) v.push_back({n, 64, 16, 64, 3, 1, 1, false});
+  for (int64_t c = 64, h = 16; c < 512; c *= 2, h /= 2) {
+    v.push_back({n, c, h, 2 * c, 3, 1, 2, false});
+    v.push_back({n, 2 * c, h / 2, 2 * c, 3, 1, 1, false});
+    v.push_back({n, c, h, 2 * c, 1, 0, 2, false});
+    for (int b = 0; b < 2; ++b) v.push_back({n, 2 * c, h / 2, 2 * c, 3, 1, 1, false});
+  }
+  return v;
+}
+
 // True when the two logs are one common sequence with each side's items interleaved, each in its own order:
 // an alignment of a and b whose unmatched entries are exactly a_items in a and b_items in b (dynamic
 // programming over (position in a, items of a taken, items of b taken); the position in b follows).
@@ -397,14 +414,7 @@ TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 diffe
   auto make_small_cnn = [] { return nn::ModulePtr(models::small_cnn(4, 3, 16)); };
   // resnet18_small (models/resnet.h, the 3x3 stride-1 stem, no bias): in each block conv1, conv2, then the
   // downsample's 1x1 of the block's input; backward takes them in the reverse order.
-  std::vector<ConvCase> resnet_convs = {{4, 3, 16, 64, 3, 1, 1, false}};
-  for (int b = 0; b < 4; ++b) resnet_convs.push_back({4, 64, 16, 64, 3, 1, 1, false});
-  for (int64_t c = 64, h = 16; c < 512; c *= 2, h /= 2) {
-    resnet_convs.push_back({4, c, h, 2 * c, 3, 1, 2, false});
-    resnet_convs.push_back({4, 2 * c, h / 2, 2 * c, 3, 1, 1, false});
-    resnet_convs.push_back({4, c, h, 2 * c, 1, 0, 2, false});
-    for (int b = 0; b < 2; ++b) resnet_convs.push_back({4, 2 * c, h / 2, 2 * c, 3, 1, 1, false});
-  }
+  const std::vector<ConvCase> resnet_convs = resnet18_small_convs(4);
   auto make_resnet = [] { return nn::ModulePtr(models::resnet18(4, 3, true)); };
   auto make_opt = [](nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
     optim::SGDOptions o;
@@ -461,5 +471,59 @@ TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 diffe
     CHECK(gpu_r.optimizer == cpu_r.optimizer);
     CHECK(gpu_r.buckets == cpu_r.buckets);
     if (cfg.ranks > 1) CHECK(gpu_r.buckets > 0);
+  }
+}
+
+TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequences that differ by exactly the convolutions' items") {
+  using namespace kiln;
+  // small_cnn (f32, --amp) and resnet18_small (--amp), 16 samples of 3x16x16 in batches of 8, SGD with momentum:
+  // one epoch of two steps, both replayed on either target (set-up, model, optimizer state, loss scaler alike).
+  const std::string root = kiln_test::cli_temp_dir("cuda_plan_run_npy");
+  kiln_test::make_npy_folder(root, 16, 3, 16, 4);
+  const std::vector<ConvCase> small_cnn_convs = {{8, 3, 16, 32, 3, 1, 1, true}, {8, 32, 8, 64, 3, 1, 1, true}};
+  struct Config {
+    const char* model;
+    bool amp;
+  };
+  for (const Config cfg : {Config{"small_cnn", false}, Config{"small_cnn", true}, Config{"resnet18_small", true}}) {
+    const bool amp = cfg.amp;
+    INFO(std::string(cfg.model), ", amp ", amp);
+    const std::vector<ConvCase> convs = std::string(cfg.model) == "small_cnn" ? small_cnn_convs : resnet18_small_convs(8);
+    RunConfig c;
+    c.model = cfg.model;
+    c.data = root;
+    c.batch = 8;
+    c.epochs = 1;
+    c.momentum = 0.9;
+    c.threads = 1;
+    c.amp = amp;
+    const TrainData td = open_train_data(c, Device::cpu());
+    PlanInputs in;
+    in.config = &c;
+    in.train = td.train.get();
+    in.model = {4, 3, 16, 0};
+    auto plan = [&](Device d, RunPlan* p) {
+      in.device = d;
+      train::MetaAllocationLog log;
+      *p = plan_run(in);
+      return log.events;
+    };
+    RunPlan cpu_plan, gpu_plan;
+    const Log cpu_log = plan(Device::cpu(), &cpu_plan), gpu_log = plan(Device::cuda(0), &gpu_plan);
+    REQUIRE(cpu_plan.steps_replayed == 2);
+    REQUIRE(gpu_plan.steps_replayed == 2);
+    Log cpu_items, gpu_items;
+    for (int step = 0; step < 2; ++step) {
+      for (const ConvCase& k : convs)
+        for (int64_t b : cpu_forward_items(k, amp)) cpu_items.push_back(b);
+      for (size_t i = convs.size(); i-- > 0;) {
+        for (int64_t b : cpu_backward_items(convs[i], amp, i > 0)) cpu_items.push_back(b);
+        for (int64_t b : cuda_backward_items(convs[i], amp)) gpu_items.push_back(b);
+      }
+    }
+    CHECK_MESSAGE(differ_by(cpu_log, cpu_items, gpu_log, gpu_items), "cpu: ", text(cpu_log), "\ncuda: ", text(gpu_log));
+    CHECK_FALSE(differ_by(cpu_log, {}, gpu_log, {}));
+    CHECK(gpu_plan.cuda);
+    CHECK_FALSE(cpu_plan.cuda);
   }
 }
