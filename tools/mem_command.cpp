@@ -12,7 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/alloc_config.h"
 #include "engine/core/devices.h"
-#include "kernels/common/workspace_limit.h"
+#include "engine/run/cuda_bounds.h"
 #include "engine/train/memory_peak.h"
 #include "tools/report/memory_report.h"
 
@@ -82,62 +82,47 @@ void print_text(const MemPrediction& p, std::ostream& out) {
   }
 }
 
-// What a prediction for a cuda target adds to the meta run, and how sure each part is.
-struct CudaExtras {
-  int64_t f16_copies = 0;         // exact: the autocast weight copies inside the meta peak (--amp)
-  int64_t cudnn_limit = 0;        // kiln's per-call cuDNN workspace limit
-  int64_t scratch_bound = 0;      // bound: kernel scratch (cuDNN workspace, loss partials) as reserved
-  int64_t allocator_bound = 0;    // bound: kiln's allocator's peak reserved with the scratch
-  int64_t cublas_bound = 0;       // bound: cuBLAS's own workspace pool (outside kiln's allocator)
-  int64_t context_estimate = 0;   // estimate: the CUDA context and the libraries' modules
-  int64_t card_bound = 0;         // allocator bound + cuBLAS + context
+// What a prediction for a cuda target adds to the meta run, and how sure each part is
+// (engine/run/cuda_bounds.h), with the --amp weight copies inside the peak.
+struct CudaExtras : CudaBounds {
+  int64_t f16_copies = 0;  // exact: the autocast weight copies inside the meta peak (--amp)
 };
-
-// The CUDA context's own memory (context, cuBLAS/cuDNN kernel modules with lazy loading): not
-// measured here, an estimate of what current drivers take on a data-centre or laptop card.
-constexpr int64_t kCudaContextEstimate = int64_t(512) << 20;
-
-int64_t round_up(int64_t v, int64_t m) { return m > 0 ? (v + m - 1) / m * m : v; }
 
 CudaExtras cuda_extras(const MemPrediction& p) {
   CudaExtras e;
   const int t16 = (int)MemoryTag::param_f16;
+  static_cast<CudaBounds&>(e) = cuda_bounds(p.peak_reserved, p.expandable, p.granule);
   e.f16_copies = std::max(p.first.tag_peak[t16], p.steady.tag_peak[t16]);
-  e.cudnn_limit = (int64_t)cudnn_workspace_limit();
-  // One kernel call runs at a time on the compute stream and frees its scratch when it returns:
-  // the largest is a cuDNN workspace (<= the limit) or one of kiln's own kernels' partials (loss
-  // target check and per-block sums, grid-wide reduction chunks: at most kKernelScratchMax).
-  const int64_t scratch = std::max<int64_t>(e.cudnn_limit, (int64_t)kKernelScratchMax);
-  // As reserved memory: the arena grows its free tail by whole granules; segments round a large
-  // request to large_round, or map one shared large segment (20 MiB) for a smaller one.
-  const AllocatorConfig cfg = alloc_config_from_env();
-  e.scratch_bound = p.expandable ? round_up(scratch, p.granule)
-                                 : std::max(round_up(scratch, (int64_t)cfg.large_round), (int64_t)cfg.large_segment);
-  e.allocator_bound = p.peak_reserved + e.scratch_bound;
-  e.cublas_bound = (int64_t)cublas_workspace_bytes(0);
-  e.context_estimate = kCudaContextEstimate;
-  e.card_bound = e.allocator_bound + e.cublas_bound + e.context_estimate;
   return e;
 }
 
-// f32: the meta replay runs the GPU's op-level allocations. --amp: the 16-bit convolutions replay
-// the CPU path, which stages f32 copies of x, w and y that cuDNN's 16-bit path does not make, so the
-// peak is an upper bound there.
-const char* peak_kind(const MemPrediction& p) { return p.config.train.amp ? "bound" : "exact"; }
+// The meta replay takes the CUDA path's own allocations (f32 and --amp alike: a 16-bit convolution
+// replays conv2d's cuDNN path, without the CPU's f32 staging), so kiln's allocations are exact for the
+// policy; what kiln cannot know (the workspace cuDNN picks per call) is the kernel scratch bound below.
+const char* peak_kind(const MemPrediction&) { return "exact"; }
 
 nlohmann::json cuda_json(const MemPrediction& p, const CudaExtras& e, int64_t budget) {
+  // Each figure: its bytes, its kind (exact, bound, estimate) and "exact" as a boolean (as --dry-run's figures).
+  auto fig = [](int64_t b, const char* kind) {
+    return nlohmann::json{{"bytes", b}, {"kind", kind}, {"exact", std::string(kind) == "exact"}};
+  };
+  nlohmann::json f16 = fig(e.f16_copies, "exact"), cublas = fig(e.cublas_bound, "bound"),
+                 context = fig(e.context_estimate, "estimate");
+  f16["in_peak"] = true;
+  cublas["outside_allocator"] = true;
+  context["outside_allocator"] = true;
   return {{"policy", p.policy},
           {"policy_assumed", p.policy_assumed},
           {"expandable", p.expandable},
           {"granule", p.granule},
-          {"peak_reserved", {{"bytes", p.peak_reserved}, {"kind", peak_kind(p)}}},
-          {"f16_copies", {{"bytes", e.f16_copies}, {"kind", "exact"}, {"in_peak", true}}},
+          {"peak_reserved", fig(p.peak_reserved, peak_kind(p))},
+          {"f16_copies", f16},
           {"cudnn_workspace_limit", e.cudnn_limit},
-          {"kernel_scratch", {{"bytes", e.scratch_bound}, {"kind", "bound"}}},
-          {"allocator_peak_reserved", {{"bytes", e.allocator_bound}, {"kind", "bound"}}},
-          {"cublas_workspace", {{"bytes", e.cublas_bound}, {"kind", "bound"}, {"outside_allocator", true}}},
-          {"cuda_context", {{"bytes", e.context_estimate}, {"kind", "estimate"}, {"outside_allocator", true}}},
-          {"card_total", {{"bytes", e.card_bound}, {"kind", "bound"}}},
+          {"kernel_scratch", fig(e.scratch_bound, "bound")},
+          {"allocator_peak_reserved", fig(e.allocator_bound, "bound")},
+          {"cublas_workspace", cublas},
+          {"cuda_context", context},
+          {"card_total", fig(e.card_bound, "bound")},
           {"fits_with_bounds", e.card_bound <= budget}};
 }
 
@@ -150,11 +135,7 @@ void print_cuda(const MemPrediction& p, const CudaExtras& e, int64_t budget, std
   out << "cuda allocator policy: " << p.policy
       << (p.policy_assumed ? " (assumed: kiln's CUDA default; no such device here to ask)" : " (the device's)") << "\n";
   out << "on " << p.target << " (exact: the meta replay of kiln's own allocations with this policy; bound: an upper "
-      << "limit; estimate: not measured"
-      << (p.config.train.amp ? "; under --amp the replay stages the 16-bit convolutions in f32 as the CPU does, "
-                               "so its peak is a bound"
-                             : "")
-      << "):\n";
+      << "limit; estimate: not measured):\n";
   row("kiln's allocations, peak reserved", p.peak_reserved, peak_kind(p));
   if (p.config.train.amp) row("  of which f16 weight copies (--amp)", e.f16_copies, "exact");
   char what[96];

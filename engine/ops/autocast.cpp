@@ -2,6 +2,7 @@
 #include "engine/ops/autocast.h"
 
 #include <unordered_map>
+#include <vector>
 
 #include "engine/memory/tag.h"
 #include "engine/ops/ops.h"
@@ -20,6 +21,7 @@ struct State {
   bool enabled = false;
   DType dtype = DType::f16;
   std::unordered_map<const TensorImpl*, CachedCast> cache;
+  std::vector<const TensorImpl*> order;  // the cache's keys as they were made
 };
 
 State& state() {
@@ -44,7 +46,13 @@ AutocastGuard::~AutocastGuard() {
   State& s = state();
   s.enabled = prev_enabled_;
   s.dtype = prev_dtype_;
-  if (!s.enabled) s.cache.clear();
+  if (!s.enabled) {
+    // The copies are released in the order they were made, not in the map's (hash-of-address) order: the
+    // allocation sequence must not depend on where the host heap put the tensors (a plan replays it).
+    for (const TensorImpl* k : s.order) s.cache.erase(k);
+    s.cache.clear();
+    s.order.clear();
+  }
 }
 
 namespace autocast_detail {
@@ -62,6 +70,7 @@ Tensor to_lower(const Tensor& t) {
       MemoryScope ms(MemoryTag::param_f16);
       c = to_dtype(t, s.dtype);
     }
+    if (it == s.cache.end()) s.order.push_back(t.impl());
     s.cache[t.impl()] = CachedCast{t, t.version(), s.dtype, c};
     return c;
   }

@@ -6,6 +6,9 @@
 // Workspace: the CPU kernels' im2col buffer. None on cuda (cuDNN takes its own per call from
 // kiln's allocator, bounded by kernels/common/workspace_limit.h), and none in a meta run that
 // imitates cuda (kiln mem --device cuda:N).
+// A meta run that imitates cuda takes conv2d_cuda_16's path for 16-bit tensors, so a cuda plan
+// replays the CUDA path's allocations (no f32 staging of x, w, b, y, dy, dx, dw) in every build;
+// only the kernel calls (and cuDNN's workspace, a bound the plan states) are left out there.
 #include "engine/core/meta_target.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
@@ -26,50 +29,78 @@ size_t conv_workspace_bytes(const Conv2dDesc& d, DType dt, Device dev) {
 
 }  // namespace
 
-#if defined(KILN_WITH_CUDA)
 namespace {
 
-// 16-bit conv2d on a cuda device, x and w of dtype dt (checked by the caller). Runs in the layout
+// True when a cuda device (or a meta run imitating one) runs this 16-bit convolution on kiln's
+// implicit-GEMM kernels, which need NHWC; cuDNN otherwise (and always in a build without CUDA,
+// where --kernels has no effect).
+bool conv16_uses_kiln(const Conv2dDesc& d, DType dt) {
+#if defined(KILN_WITH_CUDA)
+  return cuda::conv2d_16_uses_kiln(d, dt);
+#else
+  (void)d, (void)dt;
+  return false;
+#endif
+}
+
+bool imitates_cuda(Device dev) { return dev.is_cuda() || (dev.is_meta() && meta_target().is_cuda()); }
+
+// 16-bit conv2d on a cuda device (or on meta imitating one: the same allocations, no kernels), x and w of dtype dt (checked by the caller). Runs in the layout
 // the implementation wants: NHWC when the input is channels-last or kiln's kernels run (they need
 // NHWC; an NCHW input is then copied in and the output copied back), else NCHW. Saves the 16-bit
 // x and w in that layout. The bias is added and reduced here, not by the kernels.
 Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dDesc& d) {
   const DType dt = x.dtype(), bdt = b.defined() ? b.dtype() : dt;
   const MemoryFormat in_fmt = suggest_memory_format(x);
-  const bool nhwc = cuda::conv2d_16_uses_kiln(d, dt) || in_fmt == MemoryFormat::channels_last;
+  const bool nhwc = conv16_uses_kiln(d, dt) || in_fmt == MemoryFormat::channels_last;
   const MemoryFormat fmt = nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-  const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
   const bool back_to_nchw = nhwc && in_fmt == MemoryFormat::contiguous;
   const Device dev = x.device();
   // x: (N, C, H, W), w: (K, C/groups, R, S), both dense in fmt (KRSC for w when nhwc).
   Tensor xk = contiguous(x.detach(), fmt), wk = contiguous(w.detach(), fmt);
   Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, dt, dev, fmt);
-  {
+#if defined(KILN_WITH_CUDA)
+  const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
+  if (dev.is_cuda()) {
     OpSpanScope span("conv2d_16_forward");
     cuda::conv2d_16_forward(d, dt, layout, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
   }
+#endif
   if (b.defined()) launch_binary(BinaryOp::add, y, y, reshape(to_dtype(b.detach(), dt), {1, d.K, 1, 1}));
   if (back_to_nchw) y = contiguous(y);
   const bool has_bias = b.defined();
-  auto node = record_op("conv2d", {x, w, b}, {y}, [d, dt, bdt, fmt, layout, back_to_nchw, has_bias](
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, dt, bdt, fmt, nhwc, back_to_nchw, has_bias](
                                                       FunctionNode& n, const std::vector<Tensor>& g) {
     Tensor xs = n.saved(0), ws = n.saved(1);
     Tensor dy = contiguous(to_dtype(g[0], dt), fmt);  // (N, K, P, Q) in the compute layout
     std::vector<Tensor> r(3);
+#if defined(KILN_WITH_CUDA)
+    const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
+#else
+    (void)nhwc;
+#endif
+    const bool on_gpu = xs.device().is_cuda();
     if (n.needs_input_grad(0)) {
       Tensor dx = empty(xs.sizes(), dt, xs.device(), fmt);
-      OpSpanScope span("conv2d_16_backward_input");
-      cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
+#if defined(KILN_WITH_CUDA)
+      if (on_gpu) {
+        OpSpanScope span("conv2d_16_backward_input");
+        cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
+      }
+#endif
       r[0] = back_to_nchw ? contiguous(dx) : dx;
     }
     if (n.needs_input_grad(1)) {
       Tensor dw = empty(ws.sizes(), dt, ws.device(), fmt);
-      {
+#if defined(KILN_WITH_CUDA)
+      if (on_gpu) {
         OpSpanScope span("conv2d_16_backward_weight");
         cuda::conv2d_16_backward_weight(d, dt, layout, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
       }
+#endif
       r[1] = contiguous(dw);  // parameters and their gradients stay row-major
     }
+    (void)on_gpu;
     if (has_bias && n.needs_input_grad(2)) r[2] = to_dtype(sum(to_dtype(dy, DType::f32), {0, 2, 3}), bdt);
     return r;
   });
@@ -81,7 +112,6 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
 }
 
 }  // namespace
-#endif
 
 std::vector<int64_t> expand_pair(const std::vector<int64_t>& v, const char* op, const char* what) {
   KILN_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " needs 1 or 2 values, got ", v.size());
@@ -120,9 +150,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
   KILN_CHECK(d.out_h() > 0 && d.out_w() > 0, "conv2d: input ", x.str(), " is too small for kernel ", d.R, "x", d.S,
              " with padding ", d.pad_h, ",", d.pad_w, " and dilation ", d.dil_h, ",", d.dil_w);
   conv2d_check(d, "conv2d");
-#if defined(KILN_WITH_CUDA)
-  if (x.device().is_cuda() && is_16bit(x.dtype())) return conv2d_cuda_16(x, w, b, d);
-#endif
+  if (imitates_cuda(x.device()) && is_16bit(x.dtype())) return conv2d_cuda_16(x, w, b, d);
   // 16-bit tensors compute in f32 and round on store (kiln's CPU rule); what is saved for
   // backward stays 16-bit, so --amp halves the activations conv keeps.
   const bool half = is_16bit(x.dtype());

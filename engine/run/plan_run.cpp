@@ -165,6 +165,11 @@ RunPlan plan_run(const PlanInputs& in) {
   global_rng() = rng_before;
   if (!plan.oom_where.empty()) plan.notes.push_back("out of memory in the replay at " + plan.oom_where);
   if (assumed) plan.notes.push_back("the allocator policy of " + in.device.str() + " is assumed (no such device here)");
+  if (in.device.is_cuda()) {
+    plan.cuda = true;
+    plan.policy_assumed = assumed;
+    plan.gpu = cuda_bounds(plan.peak_reserved, cfg.expandable, (int64_t)cfg.granule);
+  }
   return plan;
 }
 

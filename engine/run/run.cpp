@@ -33,6 +33,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/memory/alloc_config.h"
+#include "engine/memory/device_present.h"
 #include "engine/memory/host_scratch.h"
 #include "engine/ops/ops.h"
 #include "engine/run/alloc_options.h"
@@ -214,9 +215,22 @@ void Run::State::prepare() {
                it->second, ", not a ", c.model);
   }
   std::string device_note;
-  device = resolve_device(c.device, &device_note);
-  if (!device_note.empty()) log << device_note << "\n";
-  apply_device_memory(c.alloc, device, log);
+  // A plan for a GPU this machine does not have (--dry-run --device cuda:N): the meta replay needs no
+  // device, only its memory (--device-memory); the device's limit is not set (there is no allocator).
+  const bool absent_gpu = o.plan_only && c.device != "auto" && Device::parse(c.device).is_cuda() &&
+                          !device_present(Device::parse(c.device));
+  if (absent_gpu) {
+    device = Device::parse(c.device);
+    KILN_CHECK(!c.alloc.device_memory.empty(), "--dry-run --device ", c.device, ": no such GPU here (",
+               query_devices().why_none, "); give --device-memory (the memory of the card to plan for, e.g. 8G)");
+    c.alloc.validate();
+    log << "device: planning for " << device.str() << ", which this machine does not have (the meta device "
+        << "replays its allocator policy; --device-memory " << c.alloc.device_memory << " is its budget)\n";
+  } else {
+    device = resolve_device(c.device, &device_note);
+    if (!device_note.empty()) log << device_note << "\n";
+    apply_device_memory(c.alloc, device, log);
+  }
   open_data();
   resume = read_resume_state(c, num_classes, log);  // compared with the options before anything is planned
   // --task segment: the model must give (N, K, H, W) at the masks' size (a meta forward, no arithmetic).

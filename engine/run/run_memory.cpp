@@ -11,6 +11,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/memory/alloc_config.h"
 #include "engine/memory/caching_allocator.h"
+#include "engine/memory/device_present.h"
 #include "engine/train/memory_peak.h"
 
 namespace kiln {
@@ -52,7 +53,9 @@ TrainMemoryMonitor::TrainMemoryMonitor(const RunConfig& c, int64_t num_classes, 
   plan_in_.val = val;
   plan_in_.model = {num_classes, channels, model_size, 0};
   plan_in_.device = device;
-  plan_in_.budget = device_budget(device);
+  // A GPU this machine does not have (a --dry-run plan for it): its budget is --device-memory.
+  plan_in_.budget = !device_present(device) && !c.alloc.device_memory.empty() ? (int64_t)parse_bytes(c.alloc.device_memory)
+                                                                              : device_budget(device);
   plan_in_.start_epoch = start_epoch;
   plan_in_.start_step_in_epoch = start_step_in_epoch;
   int ck = parse_recompute_option(c.recompute);

@@ -38,6 +38,29 @@ std::string RunPlan::text() const {
   out += "  whole run: peak allocated " + format_bytes((double)peak_allocated) + ", reserved " +
          format_bytes((double)peak_reserved) + "; budget " + format_bytes((double)budget) +
          (fits() ? ": fits\n" : ": does NOT fit\n");
+  if (cuda) {
+    const char* kind = exact ? "exact" : "not exact";
+    out += "  on " + device + " (exact: kiln's own allocations replayed with " +
+           (policy_assumed ? "kiln's CUDA allocator policy, assumed" : "the device's allocator policy") +
+           "; bound: an upper limit; estimate: not measured):\n";
+    char line[256];
+    auto row = [&](const char* what, int64_t b, const char* k) {
+      std::snprintf(line, sizeof line, "    %-48s %10s  %s\n", what, format_bytes((double)b).c_str(), k);
+      out += line;
+    };
+    row("peak allocated (kiln's allocations)", peak_allocated, kind);
+    row("peak reserved (kiln's allocations)", peak_reserved, kind);
+    char what[96];
+    std::snprintf(what, sizeof what, "+ kernel scratch (cuDNN workspace <= %s)", format_bytes((double)gpu.cudnn_limit).c_str());
+    row(what, gpu.scratch_bound, "bound");
+    row("= kiln's allocator, peak reserved", gpu.allocator_bound, "bound");
+    row("+ cuBLAS workspace (cuBLAS's own pool)", gpu.cublas_bound, "bound");
+    row("+ CUDA context and library modules", gpu.context_estimate, "estimate");
+    row("= card memory needed", gpu.card_bound, "bound");
+    out += "    budget " + format_bytes((double)budget) + " with the bounds and the estimate: " +
+           (gpu.card_bound <= budget ? "fits" : "does NOT fit") +
+           " (--device-memory limits kiln's allocator; cuBLAS's pool and the context come on top)\n";
+  }
   return out;
 }
 
@@ -54,6 +77,20 @@ nlohmann::json RunPlan::to_json() const {
   j["epochs_replayed"] = epochs_replayed;
   j["notes"] = notes;
   if (!oom_where.empty()) j["out_of_memory_at"] = oom_where;
+  auto fig = [](int64_t b, const char* kind) {
+    return nlohmann::json{{"bytes", b}, {"kind", kind}, {"exact", std::string(kind) == "exact"}};
+  };
+  const char* own = exact ? "exact" : "not exact";
+  j["figures"] = {{"peak_allocated", fig(peak_allocated, own)}, {"peak_reserved", fig(peak_reserved, own)}};
+  if (cuda) {
+    j["figures"]["kernel_scratch"] = fig(gpu.scratch_bound, "bound");
+    j["figures"]["allocator_peak_reserved"] = fig(gpu.allocator_bound, "bound");
+    j["figures"]["cublas_workspace"] = fig(gpu.cublas_bound, "bound");
+    j["figures"]["cuda_context"] = fig(gpu.context_estimate, "estimate");
+    j["figures"]["card_total"] = fig(gpu.card_bound, "bound");
+    j["cuda"] = {{"policy_assumed", policy_assumed}, {"cudnn_workspace_limit", gpu.cudnn_limit},
+                 {"fits_with_bounds", gpu.card_bound <= budget}};
+  }
   j["phases"] = nlohmann::json::array();
   for (const PhasePlan& p : phases)
     j["phases"].push_back({{"name", p.name}, {"batch", p.batch}, {"image_size", p.image_size},

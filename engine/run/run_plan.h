@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/run/cuda_bounds.h"
+
 namespace kiln {
 
 struct PhasePlan {
@@ -36,13 +38,21 @@ struct RunPlan {
   std::vector<std::string> notes;  // "epochs 3-10 repeat epoch 2", policy assumptions, ...
   // An out-of-memory in the replay: where ("epoch 1, step 3 (batch 16 x 64 px)") and the allocator's account.
   std::string oom_where, oom_message;
+  // A CUDA device (cuda:N): the replay is of the CUDA path's own allocations (exact for the policy, which
+  // is assumed when no such GPU is here); what kiln cannot know is stated as bounds and an estimate.
+  bool cuda = false;
+  bool policy_assumed = false;
+  CudaBounds gpu;
 
   bool fits() const { return !planned || (oom_where.empty() && peak_reserved <= budget); }
   const PhasePlan* phase(const std::string& name) const;  // null: no such phase
   // A few lines: one per phase ("steady step  batch 16 x 64 px  peak allocated 161.00 MiB  reserved
   // 162.00 MiB"), then the whole run against the budget.
   std::string text() const;
-  // {"planned", "device", "budget", "peak_allocated", "peak_reserved", "fits", "phases": [...]} (bytes).
+  // {"planned", "device", "budget", "peak_allocated", "peak_reserved", "fits", "phases": [...]} (bytes), and
+  // "figures": each whole-run figure as {"bytes", "kind": "exact" | "bound" | "estimate", "exact": bool}
+  // (a cuda plan adds the kernel scratch, kiln's allocator with it, cuBLAS's pool, the CUDA context and the
+  // card's total, and "fits_with_bounds").
   nlohmann::json to_json() const;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "engine/core/error.h"
 #include "engine/memory/device_present.h"
 
 namespace kiln::train {
@@ -27,6 +28,16 @@ AllocatorConfig meta_policy_for(Device target, bool* assumed) {
 }
 
 namespace {
+thread_local MetaAllocationLog* tl_log = nullptr;
+}  // namespace
+
+MetaAllocationLog::MetaAllocationLog() {
+  KILN_CHECK(tl_log == nullptr, "MetaAllocationLog: logs do not nest");
+  tl_log = this;
+}
+MetaAllocationLog::~MetaAllocationLog() { tl_log = nullptr; }
+
+namespace {
 Provider* provider_of(VirtualProvider& v, std::unique_ptr<LimitedProvider>& limited, size_t capacity) {
   if (capacity == 0) return &v;
   limited = std::make_unique<LimitedProvider>(&v, capacity);
@@ -43,6 +54,10 @@ MetaSession::~MetaSession() { set_allocator(Device::meta(), nullptr); }
 
 void* MetaSession::allocate(size_t nbytes, StreamId stream) {
   void* p = alloc_.allocate(nbytes, stream);
+  if (tl_log) {
+    tl_log->events.push_back((int64_t)nbytes);
+    tl_log->live[p] = (int64_t)nbytes;
+  }
   const MemoryStats s = alloc_.stats();
   const int64_t cur = s.total.allocated.current;
   if (cur > best_) {
@@ -54,6 +69,17 @@ void* MetaSession::allocate(size_t nbytes, StreamId stream) {
     captured_ = true;
   }
   return p;
+}
+
+void MetaSession::deallocate(void* p) {
+  if (tl_log) {
+    auto it = tl_log->live.find(p);
+    if (it != tl_log->live.end()) {
+      tl_log->events.push_back(-it->second);
+      tl_log->live.erase(it);
+    }
+  }
+  alloc_.deallocate(p);
 }
 
 void MetaSession::begin_step() {

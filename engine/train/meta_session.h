@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/memory/caching_allocator.h"
@@ -20,6 +21,19 @@ namespace kiln::train {
 // granules; cudaMalloc segments with KILN_CUDA_VMM=0), with *assumed set.
 AllocatorConfig meta_policy_for(Device target, bool* assumed = nullptr);
 
+// While alive, every allocation a MetaSession serves on this thread is appended to `events` as +bytes
+// (the bytes requested) and every free as -bytes: the request sequence of a replay, independent of the
+// policy (tests/unit/test_cuda_plan_diff.cpp compares a cpu and a cuda replay with it). Does not nest.
+class MetaAllocationLog {
+ public:
+  MetaAllocationLog();
+  ~MetaAllocationLog();
+  MetaAllocationLog(const MetaAllocationLog&) = delete;
+  MetaAllocationLog& operator=(const MetaAllocationLog&) = delete;
+  std::vector<int64_t> events;
+  std::unordered_map<void*, int64_t> live;  // pointer -> bytes requested
+};
+
 class MetaSession : public Allocator {
  public:
   // capacity 0: no limit (the virtual provider's address space).
@@ -28,7 +42,7 @@ class MetaSession : public Allocator {
 
   Device device() const override { return Device::meta(); }
   void* allocate(size_t nbytes, StreamId stream) override;
-  void deallocate(void* p) override { alloc_.deallocate(p); }
+  void deallocate(void* p) override;
   void retag(void* p, MemoryTag t) override { alloc_.retag(p, t); }
   void record_stream(void* p, StreamId s) override { alloc_.record_stream(p, s); }
 

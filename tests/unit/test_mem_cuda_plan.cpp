@@ -93,6 +93,9 @@ TEST_CASE("kiln mem --device cuda:0 --device-memory 8G: a prediction without the
   CHECK(k["cublas_workspace"]["kind"] == "bound");
   CHECK(k["cuda_context"]["kind"] == "estimate");
   CHECK(k["card_total"]["kind"] == "bound");
+  for (const char* f : {"peak_reserved", "f16_copies"}) CHECK_MESSAGE(k[f]["exact"] == true, f);
+  for (const char* f : {"kernel_scratch", "allocator_peak_reserved", "cublas_workspace", "cuda_context", "card_total"})
+    CHECK_MESSAGE(k[f]["exact"] == false, f);
   // The sums: allocator = peak + scratch (>= kiln's cuDNN limit), card = allocator + cuBLAS + context.
   CHECK(bytes(k["kernel_scratch"]) >= k["cudnn_workspace_limit"].get<int64_t>());
   CHECK(bytes(k["allocator_peak_reserved"]) == g["peak_reserved"].get<int64_t>() + bytes(k["kernel_scratch"]));
@@ -125,13 +128,15 @@ TEST_CASE("kiln mem --device cuda:0 text output names the policy and labels each
   CHECK(s.find("budget 8.00 GiB with the bounds and the estimate: fits") != std::string::npos);
 }
 
-TEST_CASE("kiln mem --device cuda:0 --amp: the f16 weight copies equal the CPU meta run's, the peak is a bound") {
+TEST_CASE("kiln mem --device cuda:0 --amp: the f16 weight copies equal the CPU meta run's, the peak is exact") {
   const nlohmann::json g = mem_json("cuda:0", true), c = mem_json("cpu", true);
   const int64_t cpu_f16 = std::max(c["first_step"]["tag_peak"]["param_f16"].get<int64_t>(),
                                    c["steady_step"]["tag_peak"]["param_f16"].get<int64_t>());
   CHECK(cpu_f16 > 0);
   CHECK(bytes(g["cuda"]["f16_copies"]) == cpu_f16);
-  CHECK(g["cuda"]["peak_reserved"]["kind"] == "bound");
+  // The replay takes the CUDA path's 16-bit convolutions (no f32 staging): exact for the policy.
+  CHECK(g["cuda"]["peak_reserved"]["kind"] == "exact");
+  CHECK(g["peak_allocated"].get<int64_t>() < c["peak_allocated"].get<int64_t>());
 }
 
 TEST_CASE("kiln mem --device cuda:0 with KILN_CUDA_VMM=0: the cudaMalloc segment policy") {

@@ -1,0 +1,529 @@
+// A plan for a GPU this machine does not have (docs/memory.md, "Plans for a GPU you don't have"): the
+// meta replay of a cuda target takes the CUDA path's own allocations where kiln controls them. Checked
+// here on the meta device (no GPU): the allocation sequence of one convolution, forward and backward,
+// for the cpu and the cuda:0 target, each item's bytes computed from the shapes in this file; a whole
+// training step (f32, --amp, --amp with 2 data-parallel ranks' buckets) and a run's whole plan (plan_run:
+// small_cnn f32 and --amp, resnet18_small --amp) whose request sequences for the two targets differ by exactly
+// the convolutions' items; and `kiln train --dry-run --device cuda:0` plans of the same configurations marking
+// each figure exact, bound or estimate.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/meta_target.h"
+#include "engine/memory/device_present.h"
+#include "engine/nn/batch_norm2d.h"
+#include "engine/nn/conv2d.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/linear.h"
+#include "engine/nn/sequential.h"
+#include "engine/optim/sgd.h"
+#include "engine/train/memory_predict.h"
+#include "engine/train/meta_session.h"
+#include "engine/run/plan_run.h"
+#include "engine/run/run_data.h"
+#include "models/resnet.h"
+#include "models/small_cnn.h"
+#include "kernels/common/workspace_limit.h"
+#include "support/cli/run_kiln.h"
+#include "engine/memory/allocator.h"
+#include "engine/ops/ops.h"
+#include "kernels/common/nn_desc.h"
+#include "kernels/cpu/conv2d.h"
+
+namespace {
+
+using namespace kiln;
+
+// Records every allocation (+bytes) and free (-bytes) on the meta device, handing out distinct fake
+// addresses (meta tensors are never dereferenced).
+class Recorder : public Allocator {
+ public:
+  Recorder() { set_allocator(Device::meta(), this); }
+  ~Recorder() override { set_allocator(Device::meta(), nullptr); }
+  Device device() const override { return Device::meta(); }
+  void* allocate(size_t nbytes, StreamId) override {
+    next_ += 1 << 20;
+    void* p = reinterpret_cast<void*>(next_);
+    sizes_[p] = (int64_t)nbytes;
+    if (on_) log.push_back((int64_t)nbytes);
+    return p;
+  }
+  void deallocate(void* p) override {
+    auto it = sizes_.find(p);
+    if (on_ && it != sizes_.end()) log.push_back(-it->second);
+    sizes_.erase(it);
+  }
+  void start() { on_ = true, log.clear(); }
+  std::vector<int64_t> log;
+
+ private:
+  uintptr_t next_ = 1 << 30;
+  std::map<void*, int64_t> sizes_;
+  bool on_ = false;
+};
+
+std::string text(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t b : v) s += (b > 0 ? "+" : "") + std::to_string(b) + " ";
+  return s;
+}
+
+struct ConvCase {
+  int64_t N, C, H, K, R, pad, stride;
+  bool bias;
+};
+
+// The allocation log of conv2d forward + backward (x, w, b need their gradients) on meta, imitating target.
+std::vector<int64_t> conv_log(const ConvCase& k, DType dt, Device target) {
+  MetaTargetScope imitate(target);
+  Recorder rec;
+  Tensor x = empty({k.N, k.C, k.H, k.H}, dt, Device::meta());
+  Tensor w = empty({k.K, k.C, k.R, k.R}, dt, Device::meta());
+  Tensor b = k.bias ? empty({k.K}, dt, Device::meta()) : Tensor();
+  x.set_requires_grad(true), w.set_requires_grad(true);
+  if (k.bias) b.set_requires_grad(true);
+  const int64_t P = (k.H + 2 * k.pad - k.R) / k.stride + 1;
+  Tensor g = empty({k.N, k.K, P, P}, dt, Device::meta());
+  rec.start();
+  {
+    Tensor y = conv2d(x, w, b, {k.stride}, {k.pad}, {1}, 1);
+    y.backward(g);
+  }
+  return rec.log;
+}
+
+// The expected logs, from the shapes alone. Sizes: x (N, C, H, H), w (K, C, R, R), b (K), y and dy (N, K, P, P);
+// "4" an f32 copy, "2" a 16-bit one. ws: the CPU kernels' im2col / Winograd workspace for this convolution
+// (kernels/cpu/conv2d.h sizes it; its f32 compute type on both dtypes). The documented items:
+//   cpu only:  ws, forward and backward; with a 16-bit dtype the f32 staging of x, w, b and y (forward) and
+//              of x, w, dy, dx, dw, db (backward), the results rounded back to 16 bits;
+//   cuda only: with a 16-bit dtype and a bias, the bias gradient reduced in f32 by the op layer (an f32 copy
+//              of dy, sum's own (N, P, Q, K) copy of it, the f32 result) - cuDNN's 16-bit path has no bias.
+struct ConvSizes {
+  int64_t x, w, b, y, ws;  // elements (ws: bytes)
+};
+
+ConvSizes sizes_of(const ConvCase& k) {
+  const int64_t P = (k.H + 2 * k.pad - k.R) / k.stride + 1;
+  Conv2dDesc d;
+  d.N = k.N, d.C = k.C, d.H = d.W = k.H, d.K = k.K, d.R = d.S = k.R;
+  d.stride_h = d.stride_w = k.stride, d.pad_h = d.pad_w = k.pad;
+  return {k.N * k.C * k.H * k.H, k.K * k.C * k.R * k.R, k.K, k.N * k.K * P * P,
+          (int64_t)cpu::conv2d_workspace_bytes(d, 4)};
+}
+
+using Log = std::vector<int64_t>;
+
+void add(Log& l, std::initializer_list<int64_t> v) {
+  for (int64_t b : v)
+    if (b != 0) l.push_back(b);
+}
+
+// What both targets allocate: y, then dx, dw (and db) in the dtype, y freed at the end.
+Log common_items(const ConvCase& k, int64_t e) {
+  const ConvSizes s = sizes_of(k);
+  Log l;
+  add(l, {s.y * e, s.x * e, s.w * e, k.bias ? s.b * e : 0, -s.y * e});
+  return l;
+}
+
+Log expected_cpu(const ConvCase& k, bool half) {
+  const ConvSizes s = sizes_of(k);
+  const int64_t b4 = k.bias ? s.b * 4 : 0, b2 = k.bias ? s.b * 2 : 0;
+  Log l;
+  if (!half) {
+    add(l, {s.y * 4, s.ws, -s.ws});                          // forward: y, the workspace
+    add(l, {s.ws, s.x * 4, s.w * 4, b4, -s.ws, -s.y * 4});  // backward: dx, dw, db
+    return l;
+  }
+  add(l, {s.x * 4, s.w * 4, b4, s.y * 4, s.ws, s.y * 2, -s.ws, -s.y * 4, -b4, -s.w * 4, -s.x * 4});
+  add(l, {s.x * 4, s.w * 4, s.y * 4, s.ws, s.x * 4, s.x * 2, -s.x * 4, s.w * 4, b4, s.w * 2, b2, -b4, -s.w * 4,
+          -s.ws, -s.y * 4, -s.w * 4, -s.x * 4, -s.y * 2});
+  return l;
+}
+
+Log expected_cuda(const ConvCase& k, bool half) {
+  const ConvSizes s = sizes_of(k);
+  if (!half) return common_items(k, 4);
+  Log l;
+  add(l, {s.y * 2, s.x * 2, s.w * 2});
+  if (k.bias) add(l, {s.y * 4, s.b * 4, s.y * 4, -s.y * 4, s.b * 2, -s.b * 4, -s.y * 4});
+  add(l, {-s.y * 2});
+  return l;
+}
+
+// The documented items of each target, in the order they come.
+Log cpu_only(const ConvCase& k, bool half) {
+  const ConvSizes s = sizes_of(k);
+  const int64_t b4 = k.bias ? s.b * 4 : 0;
+  Log l;
+  if (!half) {
+    add(l, {s.ws, -s.ws, s.ws, -s.ws});
+    return l;
+  }
+  add(l, {s.x * 4, s.w * 4, b4, s.y * 4, s.ws, -s.ws, -s.y * 4, -b4, -s.w * 4, -s.x * 4});
+  add(l, {s.x * 4, s.w * 4, s.y * 4, s.ws, s.x * 4, -s.x * 4, s.w * 4, b4, -b4, -s.w * 4, -s.ws, -s.y * 4,
+          -s.w * 4, -s.x * 4});
+  return l;
+}
+
+Log cuda_only(const ConvCase& k, bool half) {
+  const ConvSizes s = sizes_of(k);
+  Log l;
+  if (half && k.bias) add(l, {s.y * 4, s.b * 4, s.y * 4, -s.y * 4, -s.b * 4, -s.y * 4});
+  return l;
+}
+
+// True when `log` is `items` and `rest` interleaved, each in its own order: the log is the common allocations
+// with the documented items added (dynamic programming over the two prefixes: sizes may coincide).
+bool interleaves(const Log& log, const Log& items, const Log& rest) {
+  if (log.size() != items.size() + rest.size()) return false;
+  std::vector<std::vector<char>> ok(items.size() + 1, std::vector<char>(rest.size() + 1, 0));
+  ok[0][0] = 1;
+  for (size_t i = 0; i <= items.size(); ++i)
+    for (size_t j = 0; j <= rest.size(); ++j) {
+      if (i + j == 0) continue;
+      const int64_t b = log[i + j - 1];
+      ok[i][j] = (i > 0 && ok[i - 1][j] && items[i - 1] == b) || (j > 0 && ok[i][j - 1] && rest[j - 1] == b);
+    }
+  return ok[items.size()][rest.size()];
+}
+
+}  // namespace
+
+TEST_CASE("cuda plan: a convolution's allocations for cpu and for cuda:0 differ by exactly the documented items") {
+  // small_cnn's and resnet18_small's kinds: 3x3 with and without bias, a strided 3x3, a 1x1 downsample.
+  const ConvCase cases[] = {{2, 3, 8, 4, 3, 1, 1, true},
+                            {2, 8, 8, 16, 3, 1, 1, false},
+                            {3, 8, 9, 16, 3, 1, 2, false},
+                            {2, 16, 8, 32, 1, 0, 2, false},
+                            {4, 16, 4, 8, 3, 1, 1, true}};
+  for (const ConvCase& k : cases)
+    for (bool half : {false, true}) {
+      const DType dt = half ? DType::f16 : DType::f32;
+      const Log cpu_log = conv_log(k, dt, Device::cpu()), cuda_log = conv_log(k, dt, Device::cuda(0));
+      INFO("N ", k.N, " C ", k.C, " H ", k.H, " K ", k.K, " R ", k.R, " stride ", k.stride, " bias ", k.bias,
+           half ? " f16" : " f32", "\ncpu:  ", text(cpu_log), "\ncuda: ", text(cuda_log));
+      CHECK(cpu_log == expected_cpu(k, half));
+      CHECK(cuda_log == expected_cuda(k, half));
+      // The difference: each target's documented items taken out leave the same allocations.
+      const Log common = common_items(k, half ? 2 : 4);
+      CHECK(interleaves(cpu_log, cpu_only(k, half), common));
+      CHECK(interleaves(cuda_log, cuda_only(k, half), common));
+    }
+}
+
+namespace {
+
+const std::string& plan_arrays() {  // npy: 22 samples of 3x16x16, 4 classes (a short last batch at batch 8)
+  static const std::string d = [] {
+    const std::string root = kiln_test::cli_temp_dir("cuda_plan_npy");
+    kiln_test::make_npy_folder(root, 22, 3, 16, 4);
+    return root;
+  }();
+  return d;
+}
+
+nlohmann::json dry_run(const std::string& flags, const std::string& device, std::string* text = nullptr) {
+  const std::string args = "train " + flags + " --data " + plan_arrays() + " --epochs 2 --batch 8 --threads 1 "
+                           "--device-memory 8G --dry-run --device " + device;
+  const kiln_test::CliRun j = kiln_test::run_kiln(args + " --json");
+  REQUIRE_MESSAGE(j.status == 0, j.output);
+  if (text) {
+    const kiln_test::CliRun t = kiln_test::run_kiln(args);
+    REQUIRE_MESSAGE(t.status == 0, t.output);
+    *text = t.output;
+  }
+  return nlohmann::json::parse(j.output.substr(j.output.find('{')));
+}
+
+int64_t fig(const nlohmann::json& plan, const char* name) { return plan["figures"][name]["bytes"].get<int64_t>(); }
+
+int64_t phase_allocated(const nlohmann::json& plan, const std::string& name) {
+  for (const nlohmann::json& p : plan["phases"])
+    if (p["name"] == name) return p["peak_allocated"].get<int64_t>();
+  FAIL("no phase ", name);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("cuda plan: kiln train --dry-run --device cuda:0 without the GPU marks each figure exact, bound or estimate") {
+  const int64_t MiB = int64_t(1) << 20, granule = 2 * MiB;
+  for (const char* flags : {"--model small_cnn", "--model small_cnn --amp", "--model resnet18_small --amp"}) {
+    INFO(flags);
+    std::string text;
+    const nlohmann::json cpu = dry_run(flags, "cpu"), gpu = dry_run(flags, "cuda:0", &text);
+    CHECK(gpu["device"] == "cuda:0");
+    CHECK_FALSE(cpu.contains("cuda"));
+    // kiln's own allocations: exact on both (the cuda plan's for the assumed policy: whole 2 MiB granules).
+    for (const nlohmann::json* p : {&cpu, &gpu}) {
+      CHECK((*p)["figures"]["peak_allocated"]["kind"] == "exact");
+      CHECK((*p)["figures"]["peak_reserved"]["exact"] == true);
+      CHECK(fig(*p, "peak_allocated") == (*p)["peak_allocated"].get<int64_t>());
+      CHECK(fig(*p, "peak_reserved") == (*p)["peak_reserved"].get<int64_t>());
+    }
+    CHECK(gpu["cuda"]["policy_assumed"] == !kiln::device_present(kiln::Device::cuda(0)));
+    if (gpu["cuda"]["policy_assumed"].get<bool>()) CHECK(gpu["peak_reserved"].get<int64_t>() % granule == 0);
+    // The set-up (parameters, optimizer state, loss scaler) is the same op-level code: the same bytes.
+    CHECK(phase_allocated(gpu, "set-up") == phase_allocated(cpu, "set-up"));
+    // The items kiln cannot know, each computed here: cuDNN's workspace at most kiln's limit in whole
+    // granules, cuBLAS's pool, the context's estimate, and their sums.
+    const int64_t limit = (int64_t)kiln::cudnn_workspace_limit();
+    CHECK(gpu["cuda"]["cudnn_workspace_limit"].get<int64_t>() == limit);
+    CHECK(fig(gpu, "kernel_scratch") == (limit + granule - 1) / granule * granule);
+    CHECK(fig(gpu, "allocator_peak_reserved") == fig(gpu, "peak_reserved") + fig(gpu, "kernel_scratch"));
+    CHECK(fig(gpu, "cublas_workspace") == (int64_t)kiln::cublas_workspace_bytes(0));
+    CHECK(fig(gpu, "cuda_context") == 512 * MiB);
+    CHECK(fig(gpu, "card_total") ==
+          fig(gpu, "allocator_peak_reserved") + fig(gpu, "cublas_workspace") + fig(gpu, "cuda_context"));
+    for (const char* b : {"kernel_scratch", "allocator_peak_reserved", "cublas_workspace", "card_total"}) {
+      CHECK_MESSAGE(gpu["figures"][b]["kind"] == "bound", b);
+      CHECK_MESSAGE(gpu["figures"][b]["exact"] == false, b);
+    }
+    CHECK(gpu["figures"]["cuda_context"]["kind"] == "estimate");
+    CHECK(gpu["cuda"]["fits_with_bounds"] == true);
+    // --amp: the CPU's f32 staging of the 16-bit convolutions is not in the cuda plan.
+    if (std::string(flags).find("--amp") != std::string::npos)
+      CHECK(gpu["peak_allocated"].get<int64_t>() < cpu["peak_allocated"].get<int64_t>());
+    // The text says the same.
+    INFO(text);
+    CHECK(text.find("planning for cuda:0") != std::string::npos);
+    CHECK(text.find("peak reserved (kiln's allocations)") != std::string::npos);
+    CHECK(text.find("  exact\n") != std::string::npos);
+    CHECK(text.find("  bound\n") != std::string::npos);
+    CHECK(text.find("  estimate\n") != std::string::npos);
+    CHECK(text.find("card memory needed") != std::string::npos);
+  }
+}
+
+TEST_CASE("cuda plan: kiln train --dry-run --device cuda:0 without the GPU and without --device-memory names it") {
+  if (kiln::device_present(kiln::Device::cuda(0))) return;
+  const kiln_test::CliRun r = kiln_test::run_kiln("train --model small_cnn --data " + plan_arrays() +
+                                                  " --epochs 1 --batch 8 --device cuda:0 --dry-run");
+  CHECK(r.status != 0);
+  CHECK_MESSAGE(r.output.find("--device-memory") != std::string::npos, r.output);
+}
+
+namespace {
+
+// One convolution's documented items split into its forward and backward parts (see cpu_only / cuda_only):
+// needs_dx false for a network's first convolution (its input needs no gradient).
+Log cpu_forward_items(const ConvCase& k, bool half) {
+  const ConvSizes s = sizes_of(k);
+  const int64_t b4 = k.bias ? s.b * 4 : 0;
+  Log l;
+  if (!half) add(l, {s.ws, -s.ws});
+  else add(l, {s.x * 4, s.w * 4, b4, s.y * 4, s.ws, -s.ws, -s.y * 4, -b4, -s.w * 4, -s.x * 4});
+  return l;
+}
+
+Log cpu_backward_items(const ConvCase& k, bool half, bool needs_dx) {
+  const ConvSizes s = sizes_of(k);
+  const int64_t b4 = k.bias ? s.b * 4 : 0;
+  Log l;
+  if (!half) {
+    add(l, {s.ws, -s.ws});
+    return l;
+  }
+  add(l, {s.x * 4, s.w * 4, s.y * 4, s.ws});
+  if (needs_dx) add(l, {s.x * 4, -s.x * 4});
+  add(l, {s.w * 4, b4, -b4, -s.w * 4, -s.ws, -s.y * 4, -s.w * 4, -s.x * 4});
+  return l;
+}
+
+Log cuda_backward_items(const ConvCase& k, bool half) {
+  const ConvSizes s = sizes_of(k);
+  Log l;
+  if (half && k.bias) add(l, {s.y * 4, s.b * 4, s.y * 4, -s.y * 4, -s.b * 4, -s.y * 4});
+  return l;
+}
+
+// resnet18_small's convolutions at batch n of 3x16x16 in forward order (models/resnet.h, the 3x3 stride-1
+// stem, no bias): in each block conv1, conv2, then the downsample's 1x1 of the block's input.
+std::vector<ConvCase> resnet18_small_convs(int64_t n) {
+  std::vector<ConvCase> v = {{n, 3, 16, 64, 3, 1, 1, false}};
+  for (int b = 0; b < 4; ++b) v.push_back({n, 64, 16, 64, 3, 1, 1, false});
+  for (int64_t c = 64, h = 16; c < 512; c *= 2, h /= 2) {
+    v.push_back({n, c, h, 2 * c, 3, 1, 2, false});
+    v.push_back({n, 2 * c, h / 2, 2 * c, 3, 1, 1, false});
+    v.push_back({n, c, h, 2 * c, 1, 0, 2, false});
+    for (int b = 0; b < 2; ++b) v.push_back({n, 2 * c, h / 2, 2 * c, 3, 1, 1, false});
+  }
+  return v;
+}
+
+// True when the two logs are one common sequence with each side's items interleaved, each in its own order:
+// an alignment of a and b whose unmatched entries are exactly a_items in a and b_items in b (dynamic
+// programming over (position in a, items of a taken, items of b taken); the position in b follows).
+bool differ_by(const Log& a, const Log& a_items, const Log& b, const Log& b_items) {
+  if (a.size() - a_items.size() != b.size() - b_items.size()) return false;
+  const size_t P = a.size(), I = a_items.size(), J = b_items.size();
+  std::vector<char> ok((P + 1) * (I + 1) * (J + 1), 0);
+  auto at = [&](size_t p, size_t i, size_t j) -> char& { return ok[(p * (I + 1) + i) * (J + 1) + j]; };
+  at(0, 0, 0) = 1;
+  for (size_t p = 0; p <= P; ++p)
+    for (size_t i = 0; i <= I && i <= p; ++i)
+      for (size_t j = 0; j <= J; ++j) {
+        if (!at(p, i, j)) continue;
+        const size_t q = p - i + j;  // entries of b consumed: the matched ones and b's items
+        if (q > b.size()) continue;
+        if (p < P && i < I && a[p] == a_items[i]) at(p + 1, i + 1, j) = 1;
+        if (j < J && q < b.size() && b[q] == b_items[j]) at(p, i, j + 1) = 1;
+        if (p < P && q < b.size() && a[p] == b[q]) at(p + 1, i, j) = 1;
+      }
+  return at(P, I, J) != 0;
+}
+
+}  // namespace
+
+TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 differ by exactly the convolutions' items") {
+  // A model of this file's own (four convolutions, with and without bias), small_cnn and resnet18_small, batch 4
+  // of 3x16x16, SGD with momentum, the optimizer state made at construction (as a run makes it).
+  using namespace kiln;
+  // Batch 4 of 3x16x16: the convolutions' shapes, in forward order (the first one's input needs no gradient).
+  const std::vector<ConvCase> own_convs = {{4, 3, 16, 8, 3, 1, 1, true},    // -> (4, 8, 16, 16), pooled to 8x8
+                                       {4, 8, 8, 16, 3, 1, 2, false},   // -> (4, 16, 4, 4)
+                                       {4, 16, 4, 16, 1, 0, 1, false},  // 1x1
+                                       {4, 16, 4, 8, 3, 1, 1, true}};   // -> (4, 8, 4, 4)
+  auto make_model = [] {
+    auto s = std::make_shared<nn::Sequential>();
+    s->push_back(std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1, true));
+    s->push_back(std::make_shared<nn::BatchNorm2d>(8));
+    s->push_back(std::make_shared<nn::ReLU>());
+    s->push_back(std::make_shared<nn::MaxPool2d>(2));
+    s->push_back(std::make_shared<nn::Conv2d>(8, 16, 3, 2, 1, false));
+    s->push_back(std::make_shared<nn::BatchNorm2d>(16));
+    s->push_back(std::make_shared<nn::ReLU>());
+    s->push_back(std::make_shared<nn::Conv2d>(16, 16, 1, 1, 0, false));
+    s->push_back(std::make_shared<nn::Conv2d>(16, 8, 3, 1, 1, true));
+    s->push_back(std::make_shared<nn::Flatten>());
+    s->push_back(std::make_shared<nn::Linear>(8 * 4 * 4, 4));
+    return nn::ModulePtr(s);
+  };
+  // small_cnn (models/small_cnn.h): conv1 3->32 and conv2 32->64, 3x3 with bias, a 2x2 pool after each.
+  const std::vector<ConvCase> small_cnn_convs = {{4, 3, 16, 32, 3, 1, 1, true}, {4, 32, 8, 64, 3, 1, 1, true}};
+  auto make_small_cnn = [] { return nn::ModulePtr(models::small_cnn(4, 3, 16)); };
+  // resnet18_small (models/resnet.h, the 3x3 stride-1 stem, no bias): in each block conv1, conv2, then the
+  // downsample's 1x1 of the block's input; backward takes them in the reverse order.
+  const std::vector<ConvCase> resnet_convs = resnet18_small_convs(4);
+  auto make_resnet = [] { return nn::ModulePtr(models::resnet18(4, 3, true)); };
+  auto make_opt = [](nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
+    optim::SGDOptions o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    return std::make_unique<optim::SGD>(m.named_parameters(), o);
+  };
+  struct Config {
+    const char* model;
+    bool amp;
+    int ranks;
+  };
+  for (const Config cfg : {Config{"own", false, 1}, Config{"own", true, 1}, Config{"own", true, 2},
+                           Config{"small_cnn", false, 1}, Config{"small_cnn", true, 1},
+                           Config{"resnet18_small", true, 1}}) {
+    INFO(std::string(cfg.model), ", amp ", cfg.amp, ", ranks ", cfg.ranks);
+    const std::string model = cfg.model;
+    const std::vector<ConvCase>& convs = model == "own" ? own_convs : model == "small_cnn" ? small_cnn_convs : resnet_convs;
+    const train::ModelFactory factory = model == "own"         ? train::ModelFactory(make_model)
+                                        : model == "small_cnn" ? train::ModelFactory(make_small_cnn)
+                                                               : train::ModelFactory(make_resnet);
+    train::PredictOptions po;
+    po.batch = 4;
+    po.input_shape = {3, 16, 16};
+    po.amp = cfg.amp;
+    po.ranks = cfg.ranks;
+    po.create_state = true;
+    auto replay = [&](Device target, StepMemory* r) {
+      po.target = target;
+      train::MetaAllocationLog log;
+      *r = train::predict_step_memory(factory, make_opt, po);
+      return log.events;
+    };
+    StepMemory cpu_r, gpu_r;
+    const Log cpu_log = replay(Device::cpu(), &cpu_r), gpu_log = replay(Device::cuda(0), &gpu_r);
+    // The step is replayed twice (the first and a steady one): each step's items, forward then backward.
+    Log cpu_items, gpu_items;
+    for (int step = 0; step < 2; ++step) {
+      for (const ConvCase& k : convs)
+        for (int64_t b : cpu_forward_items(k, cfg.amp)) cpu_items.push_back(b);
+      for (size_t i = convs.size(); i-- > 0;) {
+        for (int64_t b : cpu_backward_items(convs[i], cfg.amp, i > 0)) cpu_items.push_back(b);
+        for (int64_t b : cuda_backward_items(convs[i], cfg.amp)) gpu_items.push_back(b);
+      }
+    }
+    CHECK(!cpu_items.empty());
+    const bool any_bias = std::any_of(convs.begin(), convs.end(), [](const ConvCase& k) { return k.bias; });
+    CHECK(gpu_items.empty() == !(cfg.amp && any_bias));
+    CHECK_MESSAGE(differ_by(cpu_log, cpu_items, gpu_log, gpu_items), "cpu: ", text(cpu_log), "\ncuda: ", text(gpu_log));
+    CHECK_FALSE(differ_by(cpu_log, {}, gpu_log, {}));  // the check sees a difference
+    // The persistent accounts agree; the buckets (ranks 2) are the same tensors from kiln's allocator.
+    CHECK(gpu_r.params == cpu_r.params);
+    CHECK(gpu_r.grads == cpu_r.grads);
+    CHECK(gpu_r.optimizer == cpu_r.optimizer);
+    CHECK(gpu_r.buckets == cpu_r.buckets);
+    if (cfg.ranks > 1) CHECK(gpu_r.buckets > 0);
+  }
+}
+
+TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequences that differ by exactly the convolutions' items") {
+  using namespace kiln;
+  // small_cnn (f32, --amp) and resnet18_small (--amp), 16 samples of 3x16x16 in batches of 8, SGD with momentum:
+  // one epoch of two steps, both replayed on either target (set-up, model, optimizer state, loss scaler alike).
+  const std::string root = kiln_test::cli_temp_dir("cuda_plan_run_npy");
+  kiln_test::make_npy_folder(root, 16, 3, 16, 4);
+  const std::vector<ConvCase> small_cnn_convs = {{8, 3, 16, 32, 3, 1, 1, true}, {8, 32, 8, 64, 3, 1, 1, true}};
+  struct Config {
+    const char* model;
+    bool amp;
+  };
+  for (const Config cfg : {Config{"small_cnn", false}, Config{"small_cnn", true}, Config{"resnet18_small", true}}) {
+    const bool amp = cfg.amp;
+    INFO(std::string(cfg.model), ", amp ", amp);
+    const std::vector<ConvCase> convs = std::string(cfg.model) == "small_cnn" ? small_cnn_convs : resnet18_small_convs(8);
+    RunConfig c;
+    c.model = cfg.model;
+    c.data = root;
+    c.batch = 8;
+    c.epochs = 1;
+    c.momentum = 0.9;
+    c.threads = 1;
+    c.amp = amp;
+    const TrainData td = open_train_data(c, Device::cpu());
+    PlanInputs in;
+    in.config = &c;
+    in.train = td.train.get();
+    in.model = {4, 3, 16, 0};
+    auto plan = [&](Device d, RunPlan* p) {
+      in.device = d;
+      train::MetaAllocationLog log;
+      *p = plan_run(in);
+      return log.events;
+    };
+    RunPlan cpu_plan, gpu_plan;
+    const Log cpu_log = plan(Device::cpu(), &cpu_plan), gpu_log = plan(Device::cuda(0), &gpu_plan);
+    REQUIRE(cpu_plan.steps_replayed == 2);
+    REQUIRE(gpu_plan.steps_replayed == 2);
+    Log cpu_items, gpu_items;
+    for (int step = 0; step < 2; ++step) {
+      for (const ConvCase& k : convs)
+        for (int64_t b : cpu_forward_items(k, amp)) cpu_items.push_back(b);
+      for (size_t i = convs.size(); i-- > 0;) {
+        for (int64_t b : cpu_backward_items(convs[i], amp, i > 0)) cpu_items.push_back(b);
+        for (int64_t b : cuda_backward_items(convs[i], amp)) gpu_items.push_back(b);
+      }
+    }
+    CHECK_MESSAGE(differ_by(cpu_log, cpu_items, gpu_log, gpu_items), "cpu: ", text(cpu_log), "\ncuda: ", text(gpu_log));
+    CHECK_FALSE(differ_by(cpu_log, {}, gpu_log, {}));
+    CHECK(gpu_plan.cuda);
+    CHECK_FALSE(cpu_plan.cuda);
+  }
+}
