@@ -80,13 +80,17 @@ TEST_CASE("cuda ptx resources: the Tensor Core kernels spill nothing and fit the
       }
     }
     int most = 0;
-    for (const auto& [k, archs] : use) {
+    for (const auto& kv : use) {  // not a structured binding: clang cannot capture one in CAPTURE's lambda
+      const std::string& k = kv.first;
+      const auto& archs = kv.second;
       ++kernels;
       for (const auto& au : archs) most = std::max(most, au.second.regs);
       CAPTURE(k);
       CHECK(archs.count("sm_80") == 1);
       CHECK(archs.count("sm_90") == 1);
-      for (const auto& [a, u] : archs) {
+      for (const auto& au : archs) {
+        const std::string& a = au.first;
+        const Usage& u = au.second;
         CAPTURE(a);
         CHECK(u.regs > 0);
         CHECK(u.regs * 256 <= 65536);  // every kernel here states KILN_KERNEL_BOUNDS(256)
