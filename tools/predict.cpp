@@ -234,12 +234,7 @@ PredictResult run_predict(const PredictConfig& c, std::ostream& log) {
   pass.batch = c.batch;
   // ---- the memory plan: the same model and pass on the meta device ----
   const RunPlan plan = plan_predict_memory(c, spec, data, pass, device, log);
-  if (c.dry_run) {
-    log << "predict --dry-run: the plan only; nothing written\n";
-    PredictResult r;
-    note_predict_plan(plan, r);
-    return r;
-  }
+  if (c.dry_run) return dry_run_result(plan, log);
   RunPeaks peaks;  // from the model's copy to the device, as planned
   peaks.start(device);
   nn::ModulePtr model;

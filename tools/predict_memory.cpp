@@ -27,6 +27,13 @@ RunPlan plan_predict_memory(const PredictConfig& c, const PredictModelSpec& spec
   return plan;
 }
 
+PredictResult dry_run_result(const RunPlan& plan, std::ostream& log) {
+  log << "predict --dry-run: the plan only; nothing written\n";
+  PredictResult r;
+  note_predict_plan(plan, r);
+  return r;
+}
+
 void note_predict_plan(const RunPlan& plan, PredictResult& r) {
   r.plan_fits = plan.fits();
   r.planned_allocated = plan.peak_allocated;

@@ -14,8 +14,11 @@ namespace kiln {
 RunPlan plan_predict_memory(const PredictConfig& c, const PredictModelSpec& spec, const DataSource& data,
                             const PredictPassOptions& o, Device device, std::ostream& log);
 
-// The plan's figures into `r`; --dry-run: "nothing written".
+// The plan's figures into `r`.
 void note_predict_plan(const RunPlan& plan, PredictResult& r);
+
+// --dry-run: says that nothing was written and returns the result that carries the plan's figures.
+PredictResult dry_run_result(const RunPlan& plan, std::ostream& log);
 
 // After the pass: the measured peaks into `r`, and the line "memory: whole run: peak allocated X (planned Y,
 // exact), peak reserved ...".

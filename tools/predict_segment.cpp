@@ -137,12 +137,7 @@ PredictResult run_segment_predict(const PredictConfig& c, WeightsFile& wf, const
   pass.who = str_cat("predict: --model ", model_name);
   // ---- the memory plan: the same model and pass on the meta device ----
   const RunPlan plan = plan_predict_memory(c, spec, data, pass, device, log);
-  if (c.dry_run) {
-    log << "predict --dry-run: the plan only; nothing written\n";
-    PredictResult r;
-    note_predict_plan(plan, r);
-    return r;
-  }
+  if (c.dry_run) return dry_run_result(plan, log);
   RunPeaks peaks;  // from the model's copy to the device, as planned
   peaks.start(device);
   nn::ModulePtr model = build_predict_model(spec, &wf.tensors, device);
