@@ -25,6 +25,20 @@ __device__ __forceinline__ int64_t chan_offset(int64_t j, int64_t c, int64_t C, 
   return ((j / HW) * C + c) * HW + j % HW;
 }
 
+// Thread 0 of channel c's block: the saved statistics and the running-stat update (momentum; the unbiased
+// variance var * count / (count - 1) over the count values the statistics describe).
+template <typename T>
+__device__ __forceinline__ void store_channel_stats(int64_t c, double mean, double var, double invstd, int64_t count,
+                                                    T* save_mean, T* save_invstd, T* running_mean, T* running_var,
+                                                    double momentum) {
+  save_mean[c] = (T)mean;
+  save_invstd[c] = (T)invstd;
+  if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
+  if (running_var)
+    running_var[c] =
+        (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)count / (double)(count - 1));
+}
+
 template <typename T>
 __global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_train_fwd_kernel(int64_t N, int64_t C, int64_t HW, const T* __restrict__ x,
                                     const T* __restrict__ gamma, const T* __restrict__ beta, double eps,
@@ -43,14 +57,8 @@ __global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_train_fwd_kernel(int64_t N, in
     }
     const double var = block_sum(ss, scratch) / (double)M;
     const double invstd = 1.0 / sqrt(var + eps);
-    if (threadIdx.x == 0) {
-      save_mean[c] = (T)mean;
-      save_invstd[c] = (T)invstd;
-      if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
-      if (running_var)
-        running_var[c] =
-            (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)M / (double)(M - 1));
-    }
+    if (threadIdx.x == 0)
+      store_channel_stats(c, mean, var, invstd, M, save_mean, save_invstd, running_mean, running_var, momentum);
     const double g = gamma ? (double)gamma[c] : 1.0, b = beta ? (double)beta[c] : 0.0;
     const double k = g * invstd;
     for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
@@ -159,14 +167,8 @@ __global__ void KILN_KERNEL_BOUNDS(kBnThreads) bn_sync_fwd_kernel(int64_t N, int
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
     const double mean = gmean[c], var = gvar[c];
     const double invstd = 1.0 / sqrt(var + eps);
-    if (threadIdx.x == 0) {
-      save_mean[c] = (T)mean;
-      save_invstd[c] = (T)invstd;
-      if (running_mean) running_mean[c] = (T)((1.0 - momentum) * (double)running_mean[c] + momentum * mean);
-      if (running_var)
-        running_var[c] =
-            (T)((1.0 - momentum) * (double)running_var[c] + momentum * var * (double)Mg / (double)(Mg - 1));
-    }
+    if (threadIdx.x == 0)
+      store_channel_stats(c, mean, var, invstd, Mg, save_mean, save_invstd, running_mean, running_var, momentum);
     const double k = (gamma ? (double)gamma[c] : 1.0) * invstd, b = beta ? (double)beta[c] : 0.0;
     for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
       const int64_t o = chan_offset(j, c, C, HW);

@@ -446,16 +446,11 @@ const unsigned char* warp_gather(unsigned mask, const void* mine, size_t bytes, 
 }
 
 const void* warp_exchange(unsigned mask, const void* mine, size_t bytes, int src, const char* what) {
-  Runner& R = t_runner;
-  Fiber* f = R.cur;
-  if (!f) throw Error(str_cat(what, " outside a kernel"));
-  const int lane = f->pos.linear & 31, w = f->pos.linear >> 5;
-  const int parity = (int)(f->collectives++ & 1u);
-  std::memcpy(R.warps[w].slot[parity][lane], mine, bytes);
-  sync_warp(mask, what);
+  const unsigned char* all = warp_gather(mask, mine, bytes, what);  // this lane's slot written, the warp met
   if (src < 0 || src > 31 || !(mask >> src & 1u))
-    fault(str_cat(what, ": lane ", lane, " reads lane ", src, ", which is not in the mask ", hex(mask)));
-  return R.warps[w].slot[parity][src];
+    fault(str_cat(what, ": lane ", t_runner.cur->pos.linear & 31, " reads lane ", src, ", which is not in the mask ",
+                  hex(mask)));
+  return all + (size_t)src * sizeof(t_runner.warps[0].slot[0][0]);
 }
 
 void count_spin(const char* what) {
