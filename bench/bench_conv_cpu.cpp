@@ -4,7 +4,7 @@
 // time ratio kiln / torch. Timing only: correctness lives in tests/unit/test_kernels_conv.cpp.
 //
 // usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos]
-//                       [--pass fwd|bwd_in|bwd_w]
+//                       [--pass fwd|bwd_in|bwd_w] [--bf16] [--model resnet18|small_cnn]
 // --pass times only that pass (the others print 0): for instruction counts under callgrind.
 //
 // The algorithm of the forward pass and input gradient follows KILN_CPU_CONV=auto|im2col|winograd
@@ -12,6 +12,10 @@
 // times only the shapes Winograd applies to, im2col against Winograd for fwd, bwd_in and bwd_w,
 // alternating the two call by call (im2col, winograd, winograd, im2col, ...) so both see the same
 // machine load, and prints the medians of --reps calls each and their ratio (no peer).
+// --bf16 times the bf16 kernels (kernels/cpu/conv2d_bf16.h: oneDNN on the path KILN_CPU_ISA picks, amx or
+// avx512_bf16) against kiln's f32 kernels on the same shape, alternating call by call, medians of --reps,
+// and prints the CPU model, ISA and oneDNN implementation per shape (no peer). --model small_cnn takes the
+// small CNN's two convolutions (1->32 at --size, 32->64 at --size/2; --size 28 for Fashion-MNIST).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +26,11 @@
 #include <vector>
 
 #include "kernels/common/nn_desc.h"
+#include "engine/core/half.h"
+#include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_bf16.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/threads.h"
 
@@ -47,6 +55,12 @@ const Shape kShapes[] = {
     {"layer3 3x3", 3, 256, 14, 256, 3, 1, 1},    {"layer3 ds 1x1/2", 1, 128, 28, 256, 1, 2, 0},
     {"layer4.0 3x3/2", 1, 256, 14, 512, 3, 2, 1}, {"layer4 3x3", 3, 512, 7, 512, 3, 1, 1},
     {"layer4 ds 1x1/2", 1, 256, 14, 512, 1, 2, 0},
+};
+
+// The small CNN (models/small_cnn.cpp) at 28 px: H is the input size at 28 (scaled for other sizes).
+const Shape kSmallCnnShapes[] = {
+    {"conv1 1->32", 1, 1, 28, 32, 3, 1, 1},
+    {"conv2 32->64", 1, 32, 14, 64, 3, 1, 1},
 };
 
 double now_ms() {
@@ -137,6 +151,89 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
   return 0;
 }
 
+// --bf16: kiln f32 against the bf16 kernels, fwd, bwd_in and bwd_w, alternating call by call.
+int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
+                 int reps) {
+  using cpu::Bf16Bias;
+  using cpu::Conv2dPass;
+  const cpu::Bf16Path path = cpu::bf16_path();
+  std::printf("conv2d CPU bf16 (%s) vs kiln f32, %s, isa %s, oneDNN %s, %d threads, alternating calls, median of "
+              "%d (ms)\n",
+              cpu::bf16_path_name(path), cpu::cpu_model_name().c_str(), cpu::cpu_isa_name(cpu::cpu_isa()),
+              cpu::onednn_version().c_str(), threads, reps);
+  if (path == cpu::Bf16Path::portable) {
+    std::fprintf(stderr, "bench_conv_cpu --bf16: the bf16 path is portable (f32 staging); set KILN_CPU_ISA=amx or "
+                         "avx512_bf16 on a CPU that has it\n");
+    return 1;
+  }
+  std::printf("%-16s %-14s %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %s\n", "shape", "N,C,H,K", "fwd f32", "fwd bf16",
+              "ratio", "bwdi f32", "bwdi bf", "ratio", "bwdw f32", "bwdw bf", "ratio", "oneDNN fwd / bwd_in / bwd_w");
+  std::mt19937 g(0);
+  std::uniform_real_distribution<float> u(-1, 1);
+  double tot[6] = {0, 0, 0, 0, 0, 0};
+  for (size_t si = 0; si < descs.size(); ++si) {
+    const Conv2dDesc& d = descs[si];
+    std::vector<float> x(d.N * d.C * d.H * d.W), w(d.K * d.C * d.R * d.S), y(d.N * d.K * d.out_h() * d.out_w());
+    std::vector<float> dx(x.size()), dy(y.size()), dw(w.size());
+    for (auto& v : x) v = u(g);
+    for (auto& v : w) v = u(g);
+    for (auto& v : dy) v = u(g);
+    std::vector<bfloat16> xb(x.size()), wb(w.size()), yb(y.size()), dxb(x.size()), dyb(y.size()), dwb(w.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = bfloat16(x[i]);
+    for (size_t i = 0; i < w.size(); ++i) wb[i] = bfloat16(w[i]);
+    for (size_t i = 0; i < dy.size(); ++i) dyb[i] = bfloat16(dy[i]);
+    std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
+    const size_t bbytes = std::max({cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::forward, Bf16Bias::none),
+                                    cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none),
+                                    cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none)});
+    std::vector<unsigned char> wsb(bbytes);
+    std::vector<double> t[3][2];  // t[pass][0 f32, 1 bf16]
+    auto call = [&](int pass, int bf) {
+      const double t0 = now_ms();
+      if (!bf) {
+        if (pass == 0) cpu::conv2d_forward<float>(d, x.data(), w.data(), nullptr, y.data(), ws.data());
+        else if (pass == 1) cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data());
+        else cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
+      } else {
+        if (pass == 0) cpu::conv2d_bf16_forward(d, xb.data(), wb.data(), nullptr, Bf16Bias::none, yb.data(), wsb.data());
+        else if (pass == 1) cpu::conv2d_bf16_backward_input(d, dyb.data(), wb.data(), dxb.data(), wsb.data());
+        else cpu::conv2d_bf16_backward_weight(d, xb.data(), dyb.data(), dwb.data(), nullptr, Bf16Bias::none, wsb.data());
+      }
+      return now_ms() - t0;
+    };
+    for (int pass = 0; pass < 3; ++pass) {
+      call(pass, 0), call(pass, 1);  // warm-up
+      for (int r = 0; r < reps; ++r) {
+        const int first = r % 2;
+        const double a = call(pass, first), b = call(pass, 1 - first);
+        t[pass][first].push_back(a);
+        t[pass][1 - first].push_back(b);
+      }
+    }
+    double m[3][2];
+    for (int pass = 0; pass < 3; ++pass)
+      for (int k = 0; k < 2; ++k) {
+        std::sort(t[pass][k].begin(), t[pass][k].end());
+        m[pass][k] = t[pass][k][t[pass][k].size() / 2];
+        tot[pass * 2 + k] += shapes[si]->count * m[pass][k];
+      }
+    char dims[64];
+    std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
+                  (long long)d.K);
+    std::printf("%-16s %-14s %8.2f %8.2f %5.2fx | %8.2f %8.2f %5.2fx | %8.2f %8.2f %5.2fx | %s / %s / %s\n",
+                shapes[si]->name, dims, m[0][0], m[0][1], m[0][1] / m[0][0], m[1][0], m[1][1], m[1][1] / m[1][0],
+                m[2][0], m[2][1], m[2][1] / m[2][0],
+                cpu::conv2d_bf16_impl_name(d, Conv2dPass::forward, Bf16Bias::none),
+                cpu::conv2d_bf16_impl_name(d, Conv2dPass::backward_input, Bf16Bias::none),
+                cpu::conv2d_bf16_impl_name(d, Conv2dPass::backward_weight, Bf16Bias::none));
+    std::fflush(stdout);
+  }
+  std::printf("weighted by count: fwd %.1f -> %.1f ms (%.2fx), bwd_in %.1f -> %.1f ms (%.2fx), bwd_w %.1f -> %.1f "
+              "ms (%.2fx)\n",
+              tot[0], tot[1], tot[1] / tot[0], tot[2], tot[3], tot[3] / tot[2], tot[4], tot[5], tot[5] / tot[4]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,7 +243,8 @@ int main(int argc, char** argv) {
   app.name("bench_conv_cpu");
   int threads = 2, reps = 3;
   int64_t batch = 8, size = 224;
-  bool no_peer = false, algos = false;
+  bool no_peer = false, algos = false, bf16 = false;
+  std::string model = "resnet18";
   std::string only, pass;  // pass: empty = all three
   app.add_option("--threads", threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", batch, "batch")->check(CLI::PositiveNumber)->capture_default_str();
@@ -155,6 +253,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-peer", no_peer, "kiln only (no PyTorch)");
   app.add_option("--only", only, "run only shapes whose name contains this");
   app.add_flag("--algos", algos, "time every convolution algorithm kiln has for each shape");
+  app.add_flag("--bf16", bf16, "time the bf16 kernels (oneDNN, KILN_CPU_ISA's path) against kiln's f32 ones");
+  app.add_option("--model", model, "whose conv shapes")->check(CLI::IsMember({"resnet18", "small_cnn"}))
+      ->capture_default_str();
   app.add_option("--pass", pass, "one pass only")->check(CLI::IsMember({"fwd", "bwd_in", "bwd_w"}));
   return kiln_bench::run(app, argc, argv, [&]() -> int {
   bool peer = !no_peer;
@@ -162,16 +263,22 @@ int main(int argc, char** argv) {
 
   std::vector<Conv2dDesc> descs;
   std::vector<const Shape*> shapes;
-  for (const Shape& s : kShapes) {
+  const bool small = model == "small_cnn";
+  const Shape* begin = small ? std::begin(kSmallCnnShapes) : std::begin(kShapes);
+  const Shape* end = small ? std::end(kSmallCnnShapes) : std::end(kShapes);
+  const int64_t base = small ? 28 : 224;
+  for (const Shape* sp = begin; sp != end; ++sp) {
+    const Shape& s = *sp;
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     shapes.push_back(&s);
     Conv2dDesc d;
-    d.N = batch, d.C = s.C, d.H = d.W = s.H * size / 224, d.K = s.K, d.R = d.S = s.R;
+    d.N = batch, d.C = s.C, d.H = d.W = s.H * size / base, d.K = s.K, d.R = d.S = s.R;
     d.stride_h = d.stride_w = s.stride, d.pad_h = d.pad_w = s.pad;
     descs.push_back(d);
   }
 
   if (algos) return compare_algos(descs, shapes, threads, reps);
+  if (bf16) return compare_bf16(descs, shapes, threads, reps);
 
   // Peer first (its own process, run to completion), so the two never share the cores.
   std::vector<double> pf(descs.size(), -1), pb(descs.size(), -1);

@@ -18,9 +18,11 @@ esac
 # openmpi-bin + libopenmpi-dev: data-parallel training (`mpirun -n N kiln train`, engine/dist/; KILN_MPI=AUTO)
 # libonnx-dev + libprotobuf-dev: ONNX export (kiln export; the generated onnx .pb.h files ship in libonnx-dev,
 # so protoc is not needed)
+# libdnnl-dev: oneDNN, the bf16 CPU convolutions on AMX tiles / AVX512-BF16 (kernels/cpu/conv2d_bf16.h;
+# KILN_ONEDNN=AUTO: without it bf16 takes the slow portable path)
 packages=(build-essential cmake pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev doctest-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev libpng-dev python3-torch python3-torchvision python3-numpy python3-pil
-          dataset-fashion-mnist libonnx-dev libprotobuf-dev openmpi-bin libopenmpi-dev)
+          dataset-fashion-mnist libonnx-dev libprotobuf-dev openmpi-bin libopenmpi-dev libdnnl-dev)
 # chromium renders the HTML memory report in its test; clang builds the sanitizer run and the
 # libFuzzer targets (libclang-rt: the sanitizer and fuzzer runtimes, libomp: clang's OpenMP)
 # python3-venv + python3-pip: the ONNX export test's onnxruntime oracle lives in its own virtual environment.

@@ -18,6 +18,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/core/usage_error.h"
 #include "models/registry.h"
+#include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
 #include "tools/cmd_mem.h"
@@ -336,6 +337,14 @@ int main(int argc, char** argv) {
       return kiln_cli::run_report_command(rpo);
     } else {
       std::cout << kiln::format_device_report(kiln::query_devices());
+      // The CPU's kernels: its model, the ISA in use and the bf16 paths (kernels/cpu/bf16_path.h).
+      std::cout << "cpu model: " << kiln::cpu::cpu_model_name() << "\n"
+                << "cpu isa: " << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa()) << " (supported: "
+                << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa_supported()) << "; KILN_CPU_ISA picks a lower one)\n"
+                << "cpu bf16 conv: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
+                << " (groups 1; grouped convolutions take the portable path)\n"
+                << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::Bf16Path::portable) << "\n"
+                << "onednn: " << kiln::cpu::onednn_version() << "\n";
     }
   } catch (const kiln::UsageError& e) {
     return fail(e.what(), kExitUsage);

@@ -9,11 +9,16 @@
 // A meta run that imitates cuda takes conv2d_cuda_16's path for 16-bit tensors, so a cuda plan
 // replays the CUDA path's allocations (no f32 staging of x, w, b, y, dy, dx, dw) in every build;
 // only the kernel calls (and cuDNN's workspace, a bound the plan states) are left out there.
+// bf16 on the CPU (and on meta imitating it) takes oneDNN's matrix-unit kernels when
+// cpu::conv2d_bf16_uses_onednn (kernels/cpu/conv2d_bf16.h: AMX or AVX512-BF16, groups 1): x and w
+// stay bf16 (no f32 staging), and each pass's workspace (oneDNN's reorders and scratchpad) comes from
+// kiln's allocator, the same sizes on meta. f16, and bf16 on the portable path, stage through f32.
 #include "engine/core/meta_target.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/common/nn_check.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_bf16.h"
 #if defined(KILN_WITH_CUDA)
 #include "kernels/cuda/conv2d_16.h"
 #endif
@@ -111,6 +116,70 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
   return y;
 }
 
+// bf16 conv2d on the CPU through oneDNN (or on meta imitating the CPU: the same allocations, no
+// kernels). x, w: bf16; b: bf16 or f32 (its gradient has its dtype). Saves the bf16 x and w.
+Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dDesc& d) {
+  using cpu::Bf16Bias;
+  using cpu::Conv2dPass;
+  const Device dev = x.device();
+  const bool run = dev.is_cpu();
+  const DType bdt = b.defined() ? b.dtype() : DType::bf16;
+  KILN_CHECK(!b.defined() || b.dtype() == DType::bf16 || b.dtype() == DType::f32, "conv2d: bias ", b.str(),
+             " must be bf16 or f32 with a bf16 input");
+  const Bf16Bias bt = !b.defined() ? Bf16Bias::none : bdt == DType::f32 ? Bf16Bias::f32 : Bf16Bias::bf16;
+  // x: (N, C, H, W), w: (K, C, R, S), b: (K), all contiguous bf16 (b bf16 or f32)
+  Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
+  Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
+  Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, DType::bf16, dev);
+  {
+    Tensor ws = workspace(cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::forward, bt), dev);
+    if (run) {
+      OpSpanScope span("conv2d_bf16_forward");
+      cpu::conv2d_bf16_forward(d, ptr<bfloat16>(xc), ptr<bfloat16>(wc), bc.defined() ? bc.data_ptr() : nullptr, bt,
+                               ptr<bfloat16>(y), ws.data_ptr());
+    }
+  }
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, bt, bdt](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor xs = n.saved(0), ws_ = n.saved(1);
+    Tensor dy = contiguous(to_dtype(g[0], DType::bf16));  // (N, K, OH, OW)
+    const Device dev = xs.device();
+    const bool run = dev.is_cpu();
+    const bool need_dx = n.needs_input_grad(0), need_dw = n.needs_input_grad(1) || n.needs_input_grad(2);
+    const Bf16Bias dbt = n.needs_input_grad(2) ? bt : Bf16Bias::none;
+    // One workspace for both passes, as the f32 path: the larger of the two.
+    size_t bytes = 0;
+    if (need_dx) bytes = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none);
+    if (need_dw) bytes = std::max(bytes, cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, dbt));
+    Tensor ws = workspace(bytes, dev);
+    std::vector<Tensor> r(3);
+    if (need_dx) {
+      Tensor dx = empty(xs.sizes(), DType::bf16, dev);
+      if (run) {
+        OpSpanScope span("conv2d_bf16_backward_input");
+        cpu::conv2d_bf16_backward_input(d, ptr<bfloat16>(dy), ptr<bfloat16>(ws_), ptr<bfloat16>(dx), ws.data_ptr());
+      }
+      r[0] = dx;
+    }
+    if (need_dw) {
+      Tensor dw = empty(ws_.sizes(), DType::bf16, dev);
+      Tensor db = dbt != Bf16Bias::none ? empty({d.K}, bdt, dev) : Tensor();
+      if (run) {
+        OpSpanScope span("conv2d_bf16_backward_weight");
+        cpu::conv2d_bf16_backward_weight(d, ptr<bfloat16>(xs), ptr<bfloat16>(dy), ptr<bfloat16>(dw),
+                                         db.defined() ? db.data_ptr() : nullptr, dbt, ws.data_ptr());
+      }
+      r[1] = dw;
+      r[2] = db;
+    }
+    return r;
+  });
+  if (node) {
+    node->save(xc);
+    node->save(wc);
+  }
+  return y;
+}
+
 }  // namespace
 
 std::vector<int64_t> expand_pair(const std::vector<int64_t>& v, const char* op, const char* what) {
@@ -151,6 +220,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
              " with padding ", d.pad_h, ",", d.pad_w, " and dilation ", d.dil_h, ",", d.dil_w);
   conv2d_check(d, "conv2d");
   if (imitates_cuda(x.device()) && is_16bit(x.dtype())) return conv2d_cuda_16(x, w, b, d);
+  if (x.dtype() == DType::bf16 && cpu::conv2d_bf16_uses_onednn(d)) return conv2d_cpu_bf16(x, w, b, d);
   // 16-bit tensors compute in f32 and round on store (kiln's CPU rule); what is saved for
   // backward stays 16-bit, so --amp halves the activations conv keeps.
   const bool half = is_16bit(x.dtype());

@@ -54,6 +54,7 @@
 #include "engine/train/run_ledger.h"
 #include "engine/train/segment_task.h"
 #include "engine/train/train_state.h"
+#include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
 #include "models/registry.h"
@@ -538,6 +539,11 @@ void Run::State::finish() {
   j["device"] = device.str();
   j["threads"] = cpu::num_threads();
   j["cpu_isa"] = cpu::cpu_isa_name(cpu::cpu_isa());  // the CPU kernels' instruction set (kernels/cpu/cpu_isa.h)
+  j["cpu_model"] = cpu::cpu_model_name();
+  // The bf16 paths the CPU kernels take (kernels/cpu/bf16_path.h), whatever the run's precision.
+  j["cpu_bf16"] = {{"conv", cpu::bf16_path_name(cpu::bf16_path_wanted())},
+                   {"matmul", cpu::bf16_path_name(cpu::Bf16Path::portable)},
+                   {"onednn", cpu::onednn_version()}};
   j["ranks"] = group.size();
   j["data"] = data.ledger;
   j["data"]["bad_samples"] = train_bad + (data.val ? data.val->bad_count() : 0);

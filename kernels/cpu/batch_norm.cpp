@@ -54,7 +54,7 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
   KILN_CHECK(M > 1, "batch_norm_forward_train: expected more than 1 value per channel when training, got input (",
              N, ", ", C, ", ", HW, ")");
 #if KILN_CPU_ISA_CLONES
-  switch (cpu_isa()) {
+  switch (cpu_isa_vector(cpu_isa())) {
     case CpuIsa::avx512:
       return forward_train_avx512(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var,
                                   momentum);
@@ -89,7 +89,7 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, co
                                const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
   check_sizes(N, C, HW, "batch_norm_backward_train");
 #if KILN_CPU_ISA_CLONES
-  switch (cpu_isa()) {
+  switch (cpu_isa_vector(cpu_isa())) {
     case CpuIsa::avx512:
       return backward_train_avx512(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
     case CpuIsa::avx2:

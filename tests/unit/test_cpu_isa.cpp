@@ -25,6 +25,9 @@ std::vector<CpuIsa> levels() {
   std::vector<CpuIsa> v = {CpuIsa::baseline};
   if ((int)cpu::cpu_isa_supported() >= (int)CpuIsa::avx2) v.push_back(CpuIsa::avx2);
   if ((int)cpu::cpu_isa_supported() >= (int)CpuIsa::avx512) v.push_back(CpuIsa::avx512);
+  // The bf16 levels run kiln's own loops as avx512 (cpu_isa_vector): the same bits again.
+  if ((int)cpu::cpu_isa_supported() >= (int)CpuIsa::avx512_bf16) v.push_back(CpuIsa::avx512_bf16);
+  if ((int)cpu::cpu_isa_supported() >= (int)CpuIsa::amx) v.push_back(CpuIsa::amx);
   return v;
 }
 
@@ -88,8 +91,15 @@ TEST_CASE("cpu isa: names parse strictly, a level above the CPU's is refused") {
   CHECK(cpu::parse_cpu_isa("avx2", "KILN_CPU_ISA") == CpuIsa::avx2);
   CHECK(cpu::parse_cpu_isa("baseline", "KILN_CPU_ISA") == CpuIsa::baseline);
   CHECK(std::string(cpu::cpu_isa_name(CpuIsa::avx512)) == "avx512");
-  CHECK_THROWS_WITH(cpu::parse_cpu_isa("avx1024", "KILN_CPU_ISA"), "KILN_CPU_ISA=avx1024: expected baseline, avx2 or avx512");
-  if (cpu::cpu_isa_supported() != CpuIsa::avx512)
+  CHECK_THROWS_WITH(cpu::parse_cpu_isa("avx1024", "KILN_CPU_ISA"), "KILN_CPU_ISA=avx1024: expected baseline, avx2, avx512, avx512_bf16 or amx");
+  CHECK(cpu::parse_cpu_isa("avx512_bf16", "KILN_CPU_ISA") == CpuIsa::avx512_bf16);
+  CHECK(cpu::parse_cpu_isa("amx", "KILN_CPU_ISA") == CpuIsa::amx);
+  CHECK(std::string(cpu::cpu_isa_name(CpuIsa::amx)) == "amx");
+  CHECK(cpu::cpu_isa_vector(CpuIsa::amx) == CpuIsa::avx512);
+  CHECK(cpu::cpu_isa_vector(CpuIsa::avx512_bf16) == CpuIsa::avx512);
+  CHECK(cpu::cpu_isa_vector(CpuIsa::avx2) == CpuIsa::avx2);
+  if (cpu::cpu_isa_supported() != CpuIsa::amx) CHECK_THROWS_AS(cpu::set_cpu_isa(CpuIsa::amx), Error);
+  if ((int)cpu::cpu_isa_supported() < (int)CpuIsa::avx512)
     CHECK_THROWS_AS(cpu::set_cpu_isa(CpuIsa::avx512), Error);
   const CpuIsa before = cpu::cpu_isa();
   {

@@ -1,0 +1,303 @@
+// bf16 convolution through oneDNN with every byte in kiln's workspace (see conv2d_bf16.h).
+// A Plan holds one pass's primitive, the reorders between kiln's NCHW / KCRS tensors and the layouts
+// oneDNN chose (format_tag::any), and where each piece sits in the workspace:
+//   [in0 reordered][in1 reordered][out in oneDNN's layout][scratchpad (max of the primitive's and the
+//   reorders')], each 64-byte aligned; a piece is absent (0 bytes) when oneDNN takes kiln's layout as is.
+// Passes: forward (in0 x, in1 w, out y), backward_input (in0 dy, in1 w, out dx), backward_weight (in0 x,
+// in1 dy, out dw; the bias gradient is always plain). Built without oneDNN, every entry point but
+// conv2d_bf16_uses_onednn (false) is an error.
+#include "kernels/cpu/conv2d_bf16.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/bf16_path.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/threads.h"
+
+#if defined(KILN_WITH_ONEDNN)
+#include <dnnl.hpp>
+#endif
+
+namespace kiln::cpu {
+
+namespace {
+
+const char* pass_name(Conv2dPass p) {
+  switch (p) {
+    case Conv2dPass::forward: return "forward";
+    case Conv2dPass::backward_input: return "backward_input";
+    default: return "backward_weight";
+  }
+}
+
+std::string desc_str(const Conv2dDesc& d) {
+  return str_cat("x (", d.N, ", ", d.C, ", ", d.H, ", ", d.W, "), w (", d.K, ", ", d.C / d.groups, ", ", d.R, ", ",
+                 d.S, "), stride ", d.stride_h, ",", d.stride_w, ", padding ", d.pad_h, ",", d.pad_w, ", dilation ",
+                 d.dil_h, ",", d.dil_w, ", groups ", d.groups);
+}
+
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+// The measured rule (docs/cpu-bf16.md, bench_conv_cpu --bf16, AVX512-BF16 on an AMD EPYC, 1 thread): oneDNN's
+// bf16 kernels beat kiln's f32 ones on every ResNet18 shape (0.05-0.8x the time, the 3-channel 7x7 stem
+// included: 0.5x forward, 0.45x weight gradient) but not on the small CNN's 1->32 3x3 conv (0.98-1.2x forward
+// and weight gradient, 1.7-2x input gradient): a reduction of C*R*S = 9 values per output is too short for
+// the dot-product units. So oneDNN from C*R*S >= 16 on; below that the portable path.
+constexpr int64_t kMinReduction = 16;
+
+bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {
+  if (d.groups != 1 || d.C * d.R * d.S < kMinReduction) return false;
+  return bf16_path() != Bf16Path::portable;
+}
+
+#if defined(KILN_WITH_ONEDNN)
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct Slot {  // one tensor of the pass: kiln's layout, oneDNN's, and the reorder between them
+  memory::desc user, prim;
+  bool reorder = false;
+  dnnl::reorder move;  // user -> prim for inputs, prim -> user for the output
+  size_t offset = 0;   // of the reordered copy in the workspace
+};
+
+Slot slot(const memory::desc& user, const memory::desc& prim) {
+  Slot s;
+  s.user = user, s.prim = prim;
+  return s;
+}
+
+struct Plan {
+  dnnl::primitive prim;
+  std::string impl;
+  Slot in0, in1, out;
+  memory::desc bias;  // plain (K), or zero desc
+  size_t scratch_offset = 0, scratch_bytes = 0, total = 0;
+};
+
+using Key = std::vector<int64_t>;
+
+Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path) {
+  return {d.N, d.C, d.H, d.W, d.K, d.R, d.S, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
+          d.groups, (int64_t)pass, (int64_t)bias, (int64_t)num_threads(), (int64_t)path};
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+// Fills slot's reorder (when oneDNN's layout differs from kiln's) and returns its scratchpad bytes.
+size_t plan_slot(Slot& s, bool input) {
+  s.reorder = s.prim != s.user;
+  if (!s.reorder) return 0;
+  const memory::desc& from = input ? s.user : s.prim;
+  const memory::desc& to = input ? s.prim : s.user;
+  dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+  s.move = dnnl::reorder(pd);
+  return pd.scratchpad_desc().get_size();
+}
+
+std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+  auto plan = std::make_shared<Plan>();
+  const memory::dims xd = {d.N, d.C, d.H, d.W}, wd = {d.K, d.C, d.R, d.S}, yd = {d.N, d.K, d.out_h(), d.out_w()};
+  const memory::dims strides = {d.stride_h, d.stride_w}, dil = {d.dil_h - 1, d.dil_w - 1};
+  const memory::dims pad_l = {d.pad_h, d.pad_w};
+  // The right/bottom padding that gives OH x OW (oneDNN wants it explicit; it may be below pad_l).
+  const memory::dims pad_r = {(d.out_h() - 1) * d.stride_h + (d.R - 1) * d.dil_h + 1 - d.H - d.pad_h,
+                              (d.out_w() - 1) * d.stride_w + (d.S - 1) * d.dil_w + 1 - d.W - d.pad_w};
+  const memory::desc x_any(xd, dt::bf16, tag::any), w_any(wd, dt::bf16, tag::any), y_any(yd, dt::bf16, tag::any);
+  const memory::desc x_user(xd, dt::bf16, tag::nchw), w_user(wd, dt::bf16, tag::oihw), y_user(yd, dt::bf16, tag::nchw);
+  if (bias != Bf16Bias::none) plan->bias = memory::desc({d.K}, bias == Bf16Bias::f32 ? dt::f32 : dt::bf16, tag::x);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const dnnl::primitive_attr attr = user_scratchpad();
+  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, algo, x_any, w_any,
+                                     pass == Conv2dPass::forward ? plan->bias : memory::desc(), y_any, strides, dil,
+                                     pad_l, pad_r);
+  dnnl::convolution_forward::primitive_desc fpd(fd, attr, cpu_engine());
+  size_t scratch = 0;
+  if (pass == Conv2dPass::forward) {
+    plan->prim = dnnl::convolution_forward(fpd);
+    plan->impl = fpd.impl_info_str();
+    scratch = fpd.scratchpad_desc().get_size();
+    plan->in0 = slot(x_user, fpd.src_desc());
+    plan->in1 = slot(w_user, fpd.weights_desc());
+    plan->out = slot(y_user, fpd.dst_desc());
+  } else if (pass == Conv2dPass::backward_input) {
+    dnnl::convolution_backward_data::desc bd(algo, x_any, w_any, y_any, strides, dil, pad_l, pad_r);
+    dnnl::convolution_backward_data::primitive_desc bpd(bd, attr, cpu_engine(), fpd);
+    plan->prim = dnnl::convolution_backward_data(bpd);
+    plan->impl = bpd.impl_info_str();
+    scratch = bpd.scratchpad_desc().get_size();
+    plan->in0 = slot(y_user, bpd.diff_dst_desc());
+    plan->in1 = slot(w_user, bpd.weights_desc());
+    plan->out = slot(x_user, bpd.diff_src_desc());
+  } else {
+    dnnl::convolution_backward_weights::desc bd(algo, x_any, w_any, plan->bias, y_any, strides, dil, pad_l, pad_r);
+    dnnl::convolution_backward_weights::primitive_desc bpd(bd, attr, cpu_engine(), fpd);
+    plan->prim = dnnl::convolution_backward_weights(bpd);
+    plan->impl = bpd.impl_info_str();
+    scratch = bpd.scratchpad_desc().get_size();
+    plan->in0 = slot(x_user, bpd.src_desc());
+    plan->in1 = slot(y_user, bpd.diff_dst_desc());
+    plan->out = slot(w_user, bpd.diff_weights_desc());
+  }
+  scratch = std::max(scratch, plan_slot(plan->in0, true));
+  scratch = std::max(scratch, plan_slot(plan->in1, true));
+  scratch = std::max(scratch, plan_slot(plan->out, false));
+  size_t off = 0;
+  for (Slot* s : {&plan->in0, &plan->in1, &plan->out}) {
+    s->offset = off;
+    if (s->reorder) off += align_up(s->prim.get_size());
+  }
+  plan->scratch_offset = off;
+  plan->scratch_bytes = scratch;
+  plan->total = off + align_up(scratch) + kAlign;  // + kAlign: room to align any base address
+  return plan;
+}
+
+std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+  KILN_CHECK(d.groups == 1, "conv2d bf16 (oneDNN): groups ", d.groups, " is not supported (", desc_str(d),
+             "); only groups 1 takes this path");
+  const Bf16Path path = bf16_path();
+  KILN_CHECK(path != Bf16Path::portable, "conv2d bf16 (oneDNN): the bf16 path is ", bf16_path_name(path),
+             " (cpu isa ", cpu_isa_name(cpu_isa()), "), not oneDNN, for ", desc_str(d));
+  onednn_fix_path(path);  // before oneDNN's first primitive descriptor
+  static std::mutex m;
+  static std::map<Key, std::shared_ptr<Plan>> cache;
+  const Key key = make_key(d, pass, bias, path);
+  std::lock_guard<std::mutex> lock(m);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::shared_ptr<Plan> plan;
+  try {
+    plan = build_plan(d, pass, bias);
+  } catch (const dnnl::error& e) {
+    throw Error(str_cat("conv2d bf16 ", pass_name(pass), " (oneDNN ", onednn_version(), ", ", bf16_path_name(path),
+                        "): no primitive for ", desc_str(d), ": ", e.what()));
+  }
+  cache.emplace(key, plan);
+  return plan;
+}
+
+// Runs a plan: reorders the inputs into the workspace, the primitive, the output back to kiln's layout.
+// out_user: kiln's output; extra: DNNL_ARG_* -> pointer of the bias (forward, backward_weight).
+void execute(const Plan& p, Conv2dPass pass, const void* in0, const void* in1, void* out_user, const void* bias,
+             void* workspace) {
+  KILN_CHECK(workspace != nullptr || p.total == 0, "conv2d bf16 ", pass_name(pass), ": workspace is null");
+  char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
+  dnnl::engine& eng = cpu_engine();
+  dnnl::stream s(eng);
+  memory scratch(memory::desc({(memory::dim)p.scratch_bytes}, dt::u8, tag::x), eng, base + p.scratch_offset);
+  auto prepare_in = [&](const Slot& slot, const void* user) {
+    memory um(slot.user, eng, const_cast<void*>(user));
+    if (!slot.reorder) return um;
+    memory pm(slot.prim, eng, base + slot.offset);
+    slot.move.execute(s, {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, pm}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    return pm;
+  };
+  memory m0 = prepare_in(p.in0, in0), m1 = prepare_in(p.in1, in1);
+  memory uo(p.out.user, eng, out_user);
+  memory po = p.out.reorder ? memory(p.out.prim, eng, base + p.out.offset) : uo;
+  std::unordered_map<int, memory> args;
+  args.insert({DNNL_ARG_SCRATCHPAD, scratch});
+  if (pass == Conv2dPass::forward) {
+    args.insert({DNNL_ARG_SRC, m0});
+    args.insert({DNNL_ARG_WEIGHTS, m1});
+    args.insert({DNNL_ARG_DST, po});
+    if (bias) args.insert({DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<void*>(bias))});
+  } else if (pass == Conv2dPass::backward_input) {
+    args.insert({DNNL_ARG_DIFF_DST, m0});
+    args.insert({DNNL_ARG_WEIGHTS, m1});
+    args.insert({DNNL_ARG_DIFF_SRC, po});
+  } else {
+    args.insert({DNNL_ARG_SRC, m0});
+    args.insert({DNNL_ARG_DIFF_DST, m1});
+    args.insert({DNNL_ARG_DIFF_WEIGHTS, po});
+    if (bias) args.insert({DNNL_ARG_DIFF_BIAS, memory(p.bias, eng, const_cast<void*>(bias))});
+  }
+  p.prim.execute(s, args);
+  if (p.out.reorder) p.out.move.execute(s, {{DNNL_ARG_FROM, po}, {DNNL_ARG_TO, uo}, {DNNL_ARG_SCRATCHPAD, scratch}});
+  s.wait();
+}
+
+void check_bias(const void* bias, Bf16Bias bt, const char* op) {
+  KILN_CHECK((bias == nullptr) == (bt == Bf16Bias::none), op, ": bias pointer and bias type disagree (",
+             bias ? "a pointer" : "null", " with type ", bt == Bf16Bias::none ? "none" : "f32/bf16", ")");
+}
+
+}  // namespace
+
+size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+  return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->total;
+}
+
+const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+  return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->impl.c_str();
+}
+
+void conv2d_bf16_forward(const Conv2dDesc& d, const bfloat16* x, const bfloat16* w, const void* bias, Bf16Bias bt,
+                         bfloat16* y, void* workspace) {
+  check_bias(bias, bt, "conv2d_bf16_forward");
+  execute(*get_plan(d, Conv2dPass::forward, bt), Conv2dPass::forward, x, w, y, bias, workspace);
+}
+
+void conv2d_bf16_backward_input(const Conv2dDesc& d, const bfloat16* dy, const bfloat16* w, bfloat16* dx,
+                                void* workspace) {
+  execute(*get_plan(d, Conv2dPass::backward_input, Bf16Bias::none), Conv2dPass::backward_input, dy, w, dx, nullptr,
+          workspace);
+}
+
+void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw,
+                                 void* dbias, Bf16Bias bt, void* workspace) {
+  check_bias(dbias, bt, "conv2d_bf16_backward_weight");
+  execute(*get_plan(d, Conv2dPass::backward_weight, bt), Conv2dPass::backward_weight, x, dy, dw, dbias, workspace);
+}
+
+#else  // built without oneDNN
+
+namespace {
+[[noreturn]] void no_onednn(const char* what) {
+  throw Error(str_cat(what, ": this kiln build has no oneDNN (KILN_ONEDNN=OFF or libdnnl-dev not found); bf16 "
+                            "convolutions take the portable path"));
+}
+}  // namespace
+
+size_t conv2d_bf16_workspace_bytes(const Conv2dDesc&, Conv2dPass, Bf16Bias) {
+  no_onednn("conv2d_bf16_workspace_bytes");
+}
+const char* conv2d_bf16_impl_name(const Conv2dDesc&, Conv2dPass, Bf16Bias) { no_onednn("conv2d_bf16_impl_name"); }
+void conv2d_bf16_forward(const Conv2dDesc&, const bfloat16*, const bfloat16*, const void*, Bf16Bias, bfloat16*,
+                         void*) {
+  no_onednn("conv2d_bf16_forward");
+}
+void conv2d_bf16_backward_input(const Conv2dDesc&, const bfloat16*, const bfloat16*, bfloat16*, void*) {
+  no_onednn("conv2d_bf16_backward_input");
+}
+void conv2d_bf16_backward_weight(const Conv2dDesc&, const bfloat16*, const bfloat16*, bfloat16*, void*, Bf16Bias,
+                                 void*) {
+  no_onednn("conv2d_bf16_backward_weight");
+}
+
+#endif
+
+}  // namespace kiln::cpu

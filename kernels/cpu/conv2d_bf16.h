@@ -1,0 +1,46 @@
+// bf16 2-D convolution on the CPU's matrix units through oneDNN (AMX tiles or AVX512-BF16, bf16_path.h):
+// forward, input gradient, weight (and bias) gradient, NCHW bf16 tensors in and out, f32 accumulation.
+// oneDNN picks blocked layouts for x, w, y, dy; the reorders into and out of them and oneDNN's own
+// scratchpad (scratchpad_mode::user) are carved out of ONE caller-provided workspace of
+// conv2d_bf16_workspace_bytes(d, pass, bias) bytes, so kiln's allocator owns every byte (kiln allocates it
+// tagged `temporary`, and a meta run allocates the same). The size comes from oneDNN's memory descriptors:
+// it depends on the ISA (amx vs avx512_bf16) and the thread count (cpu::set_num_threads), never a constant.
+// Primitives are cached per (desc, pass, bias, threads, path). Kernels never allocate tensors.
+// Only groups == 1 with a reduction C*R*S >= 16 takes this path (conv2d_bf16_uses_onednn, a measured rule);
+// everything else, and every shape on the portable path, is computed by engine/ops/nn_conv.cpp through f32 copies and kiln's f32 kernels.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/core/half.h"
+#include "kernels/common/nn_desc.h"
+#include "kernels/cpu/conv2d.h"
+
+namespace kiln::cpu {
+
+// The bias (forward) and bias gradient (backward_weight): absent, f32 or bf16 values of (K).
+enum class Bf16Bias { none, f32, bf16 };
+
+// True when this bf16 convolution runs on oneDNN: groups == 1, C*R*S >= 16 (the measured rule in
+// conv2d_bf16.cpp, docs/cpu-bf16.md) and bf16_path() is an onednn one.
+bool conv2d_bf16_uses_onednn(const Conv2dDesc& d);
+
+// Workspace bytes of one pass (its reorders and oneDNN's scratchpad, 64-byte aligned pieces, plus 64 so
+// any base address works). Only for descs where conv2d_bf16_uses_onednn.
+size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias);
+
+// x: (N, C, H, W), w: (K, C, R, S), bias: (K) of `bias` type or null -> y: (N, K, OH, OW) (overwritten).
+void conv2d_bf16_forward(const Conv2dDesc& d, const bfloat16* x, const bfloat16* w, const void* bias, Bf16Bias bt,
+                         bfloat16* y, void* workspace);
+// dy: (N, K, OH, OW), w: (K, C, R, S) -> dx: (N, C, H, W) (overwritten).
+void conv2d_bf16_backward_input(const Conv2dDesc& d, const bfloat16* dy, const bfloat16* w, bfloat16* dx,
+                                void* workspace);
+// x: (N, C, H, W), dy: (N, K, OH, OW) -> dw: (K, C, R, S) and, when bt != none, dbias: (K) of bt's type
+// (overwritten).
+void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw,
+                                 void* dbias, Bf16Bias bt, void* workspace);
+
+// oneDNN's implementation name for this pass ("brgconv:avx512_core_amx_bf16", ...): tests print it.
+const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias);
+
+}  // namespace kiln::cpu

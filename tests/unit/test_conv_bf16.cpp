@@ -1,0 +1,384 @@
+// bf16 conv2d on the CPU (kernels/cpu/conv2d_bf16.h through engine/ops/nn_conv.cpp): each bf16 path
+// (onednn amx, onednn avx512_bf16, portable f32 staging) forced in its own ctest case (oneDNN takes its ISA
+// once per process, bf16_path.h), forward and both gradients against an f64 reference on shapes with
+// stride 2, padding, dilation, N=1, odd sizes, 7x7 stems, 1x1; NaN/inf propagation; groups > 1 on the
+// portable path; the AMX request's refusal giving the next lower level; and a bf16 conv forward+backward
+// on the meta device making exactly the CPU run's allocation requests (sequence and peak) per path.
+// A case whose path this CPU (or build) lacks prints a SKIP line and passes; every case prints its path.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/memory/allocator.h"
+#include "engine/memory/tag.h"
+#include "engine/ops/ops.h"
+#include "kernels/cpu/bf16_path.h"
+#include "kernels/cpu/conv2d_bf16.h"
+#include "kernels/cpu/cpu_isa.h"
+
+using namespace kiln;
+using cpu::Bf16Path;
+using cpu::CpuIsa;
+
+namespace {
+
+struct IsaGuard {
+  explicit IsaGuard(CpuIsa isa) : old(cpu::set_cpu_isa(isa)) {}
+  ~IsaGuard() { cpu::set_cpu_isa(old); }
+  CpuIsa old;
+};
+
+// The level that asks for `p`, or false (with a printed SKIP line) when this CPU, build or process cannot
+// run it.
+bool level_for(Bf16Path p, const char* test, CpuIsa* level) {
+  if (p == Bf16Path::portable) {
+    *level = cpu::cpu_isa_vector(cpu::cpu_isa_supported());  // avx512 at most: below the bf16 levels
+    return true;
+  }
+  const CpuIsa need = p == Bf16Path::onednn_amx ? CpuIsa::amx : CpuIsa::avx512_bf16;
+  const std::string name = cpu::bf16_path_name(p);
+  if (!cpu::onednn_built()) {
+    MESSAGE("SKIP " << std::string(test) << ": this build has no oneDNN, so no " << name);
+    return false;
+  }
+  if ((int)cpu::cpu_isa_supported() < (int)need) {
+    MESSAGE("SKIP " << std::string(test) << ": " << cpu::cpu_model_name() << " supports " << std::string(cpu::cpu_isa_name(cpu::cpu_isa_supported()))
+                    << " at most, " << name << " needs " << std::string(cpu::cpu_isa_name(need)));
+    return false;
+  }
+  if (cpu::onednn_fixed_path() != Bf16Path::portable && cpu::onednn_fixed_path() != p) {
+    MESSAGE("SKIP " << std::string(test) << ": oneDNN's ISA is already " << std::string(cpu::bf16_path_name(cpu::onednn_fixed_path()))
+                    << " in this process (ctest runs each case in its own process)");
+    return false;
+  }
+  *level = need;
+  return true;
+}
+
+struct Shape2 {
+  Conv2dDesc d;
+  int bias;  // 0 none, 1 f32, 2 bf16
+};
+
+Conv2dDesc desc(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R, int64_t S, int64_t sh, int64_t sw,
+                int64_t ph, int64_t pw, int64_t dh = 1, int64_t dw = 1, int64_t groups = 1) {
+  Conv2dDesc d;
+  d.N = N, d.C = C, d.H = H, d.W = W, d.K = K, d.R = R, d.S = S;
+  d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw, d.dil_h = dh, d.dil_w = dw, d.groups = groups;
+  return d;
+}
+
+std::vector<Shape2> shapes() {
+  return {
+      {desc(2, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1), 1},        // odd sizes, padding, f32 bias
+      {desc(1, 8, 11, 10, 4, 3, 3, 2, 2, 1, 1), 2},      // N = 1, stride 2, bf16 bias
+      {desc(3, 3, 13, 13, 8, 7, 7, 2, 2, 3, 3), 0},      // a 3-channel 7x7 stride-2 stem
+      {desc(2, 16, 6, 6, 16, 1, 1, 1, 1, 0, 0), 1},      // 1x1
+      {desc(1, 7, 5, 9, 5, 2, 3, 1, 2, 0, 1, 2, 1), 0},  // rectangular kernel, dilation, mixed strides
+      {desc(2, 32, 8, 8, 24, 3, 3, 1, 1, 1, 1), 2},      // ResNet-like 3x3
+  };
+}
+
+// Random values exactly representable in bf16 (so only accumulation and output rounding differ).
+std::vector<double> bf16_values(size_t n, std::mt19937& g) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<double> v(n);
+  for (auto& x : v) x = (double)(float)bfloat16(u(g));
+  return v;
+}
+
+// f64 reference of y, dx, dw, db and, per element, the sum of |terms| (for the accumulation bound).
+struct Ref {
+  std::vector<double> y, y_abs, dx, dx_abs, dw, dw_abs, db, db_abs;
+};
+
+Ref reference(const Conv2dDesc& d, const std::vector<double>& x, const std::vector<double>& w,
+              const std::vector<double>& b, const std::vector<double>& dy) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), Cg = d.C / d.groups, Kg = d.K / d.groups;
+  Ref r;
+  r.y.assign(d.N * d.K * OH * OW, 0), r.y_abs = r.y;
+  r.dx.assign(x.size(), 0), r.dx_abs = r.dx;
+  r.dw.assign(w.size(), 0), r.dw_abs = r.dw;
+  r.db.assign(d.K, 0), r.db_abs = r.db;
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t yi = ((n * d.K + k) * OH + oh) * OW + ow;
+          if (!b.empty()) r.y[yi] += b[k], r.y_abs[yi] += std::fabs(b[k]);
+          r.db[k] += dy[yi], r.db_abs[k] += std::fabs(dy[yi]);
+          for (int64_t cg = 0; cg < Cg; ++cg)
+            for (int64_t rr = 0; rr < d.R; ++rr)
+              for (int64_t s = 0; s < d.S; ++s) {
+                const int64_t ih = oh * d.stride_h - d.pad_h + rr * d.dil_h, iw = ow * d.stride_w - d.pad_w + s * d.dil_w;
+                if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) continue;
+                const int64_t c = (k / Kg) * Cg + cg;
+                const int64_t xi = ((n * d.C + c) * d.H + ih) * d.W + iw, wi = ((k * Cg + cg) * d.R + rr) * d.S + s;
+                r.y[yi] += x[xi] * w[wi], r.y_abs[yi] += std::fabs(x[xi] * w[wi]);
+                r.dx[xi] += dy[yi] * w[wi], r.dx_abs[xi] += std::fabs(dy[yi] * w[wi]);
+                r.dw[wi] += x[xi] * dy[yi], r.dw_abs[wi] += std::fabs(x[xi] * dy[yi]);
+              }
+        }
+  return r;
+}
+
+// The bound: the kernels multiply bf16 values exactly in f32 (8-bit x 8-bit significands fit f32's 24),
+// add L of them in f32 in some order (error <= L * 2^-24 * sum|terms| to first order; kiln's Winograd on the
+// portable path adds a few transform operations per term: 2L covers both), then round once to the
+// output type: |out - v| <= u_out * |v| with u_out = 2^-8 for bf16 (8-bit significand, round to nearest
+// even) and 2^-24 for f32. So |out - ref| <= u_out * |ref| + (1 + u_out) * 2L * 2^-24 * sum|terms|, plus
+// 1e-30 for exact zeros. Truncating instead of rounding, a wrong tap or padding breaks it by far.
+int64_t check_close(const std::vector<double>& out, const std::vector<double>& ref, const std::vector<double>& abs,
+                    int64_t L, double u_out, const char* what) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double tol = u_out * std::fabs(ref[i]) + (1 + u_out) * 2.0 * (double)L * std::ldexp(1.0, -24) * abs[i] + 1e-30;
+    if (!(std::fabs(out[i] - ref[i]) <= tol)) {
+      if (bad++ < 3)
+        MESSAGE(std::string(what) << "[" << i << "]: " << out[i] << " vs f64 " << ref[i] << " (bound " << tol << ")");
+    }
+  }
+  return bad;
+}
+
+enum class Cls { finite, nan, pos_inf, neg_inf };
+Cls cls(double v) { return std::isnan(v) ? Cls::nan : std::isinf(v) ? (v > 0 ? Cls::pos_inf : Cls::neg_inf) : Cls::finite; }
+
+struct RunOut {
+  std::vector<double> y, dx, dw, db;
+};
+
+RunOut run_conv(const Shape2& sh, const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                const std::vector<double>& dy) {
+  const Conv2dDesc& d = sh.d;
+  Tensor xt = to_dtype(tensor_from<double>(x, {d.N, d.C, d.H, d.W}), DType::bf16).set_requires_grad(true);
+  Tensor wt = to_dtype(tensor_from<double>(w, {d.K, d.C / d.groups, d.R, d.S}), DType::bf16).set_requires_grad(true);
+  Tensor bt;
+  if (sh.bias) bt = to_dtype(tensor_from<double>(b, {d.K}), sh.bias == 1 ? DType::f32 : DType::bf16).set_requires_grad(true);
+  Tensor y = conv2d(xt, wt, bt, {d.stride_h, d.stride_w}, {d.pad_h, d.pad_w}, {d.dil_h, d.dil_w}, d.groups);
+  REQUIRE(y.dtype() == DType::bf16);
+  y.backward(to_dtype(tensor_from<double>(dy, y.sizes()), DType::bf16));
+  RunOut o;
+  o.y = y.to_vector<double>();
+  REQUIRE(xt.grad().dtype() == DType::bf16);
+  REQUIRE(wt.grad().dtype() == DType::bf16);
+  o.dx = xt.grad().to_vector<double>();
+  o.dw = wt.grad().to_vector<double>();
+  if (sh.bias) {
+    REQUIRE(bt.grad().dtype() == bt.dtype());
+    o.db = bt.grad().to_vector<double>();
+  }
+  return o;
+}
+
+void check_numerics(Bf16Path p) {
+  std::mt19937 g(35);
+  for (const Shape2& sh : shapes()) {
+    const Conv2dDesc& d = sh.d;
+    INFO("N " << d.N << " C " << d.C << " H " << d.H << " W " << d.W << " K " << d.K << " R " << d.R << " S " << d.S
+              << " stride " << d.stride_h << "," << d.stride_w << " bias " << sh.bias);
+    const bool onednn = cpu::conv2d_bf16_uses_onednn(d);
+    CHECK(onednn == (p != Bf16Path::portable));
+    if (onednn)
+      MESSAGE("conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S << " s" << d.stride_h << ": forward "
+                      << std::string(cpu::conv2d_bf16_impl_name(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::none)) << ", backward_input "
+                      << std::string(cpu::conv2d_bf16_impl_name(d, cpu::Conv2dPass::backward_input, cpu::Bf16Bias::none))
+                      << ", backward_weight "
+                      << std::string(cpu::conv2d_bf16_impl_name(d, cpu::Conv2dPass::backward_weight, cpu::Bf16Bias::none)));
+    const std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * d.C / d.groups * d.R * d.S, g);
+    const std::vector<double> b = sh.bias ? bf16_values(d.K, g) : std::vector<double>();
+    const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+    const Ref r = reference(d, x, w, b, dy);
+    const RunOut o = run_conv(sh, x, w, b, dy);
+    const double u16 = std::ldexp(1.0, -8);
+    CHECK(check_close(o.y, r.y, r.y_abs, d.C / d.groups * d.R * d.S + 1, u16, "y") == 0);
+    CHECK(check_close(o.dx, r.dx, r.dx_abs, d.K / d.groups * d.R * d.S, u16, "dx") == 0);
+    CHECK(check_close(o.dw, r.dw, r.dw_abs, d.N * d.out_h() * d.out_w(), u16, "dw") == 0);
+    if (sh.bias)
+      CHECK(check_close(o.db, r.db, r.db_abs, d.N * d.out_h() * d.out_w(), sh.bias == 1 ? std::ldexp(1.0, -24) : u16,
+                        "db") == 0);
+  }
+  // NaN and inf in x reach exactly the outputs and weight gradients whose sums take them (f64 says which).
+  const Shape2 sh{desc(2, 6, 7, 7, 5, 3, 3, 1, 1, 1, 1), 0};
+  const Conv2dDesc& d = sh.d;
+  std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * d.C * 9, g);
+  const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+  x[3] = NAN, x[d.C * d.H * d.W + 20] = INFINITY, x[d.C * d.H * d.W + 40] = -INFINITY;
+  const Ref r = reference(d, x, w, {}, dy);
+  const RunOut o = run_conv(sh, x, w, {}, dy);
+  int64_t nonfinite = 0, mismatched = 0;
+  for (size_t i = 0; i < r.y.size(); ++i) nonfinite += cls(r.y[i]) != Cls::finite, mismatched += cls(o.y[i]) != cls(r.y[i]);
+  for (size_t i = 0; i < r.dw.size(); ++i) nonfinite += cls(r.dw[i]) != Cls::finite, mismatched += cls(o.dw[i]) != cls(r.dw[i]);
+  CHECK(nonfinite > 20);  // the test sees something
+  CHECK(mismatched == 0);
+}
+
+void path_case(Bf16Path p, const char* name) {
+  CpuIsa level;
+  if (!level_for(p, name, &level)) return;
+  IsaGuard guard(level);
+  REQUIRE(cpu::bf16_path() == p);
+  MESSAGE(std::string(name) << ": " << cpu::cpu_model_name() << ", isa " << std::string(cpu::cpu_isa_name(level)) << ", bf16 path "
+               << std::string(cpu::bf16_path_name(cpu::bf16_path())) << ", oneDNN " << cpu::onednn_version());
+  check_numerics(p);
+}
+
+// Records the allocation requests (+bytes, -bytes) on one device and their running peak.
+class Recorder : public Allocator {
+ public:
+  explicit Recorder(Device d) : dev_(d), inner_(allocator_for(d)) { set_allocator(d, this); }
+  ~Recorder() override { set_allocator(dev_, nullptr); }
+  Device device() const override { return dev_; }
+  void* allocate(size_t n, StreamId s) override {
+    void* p = inner_->allocate(n, s);
+    sizes_[p] = (int64_t)n;
+    events.push_back((int64_t)n);
+    live += (int64_t)n, peak = std::max(peak, live);
+    return p;
+  }
+  void deallocate(void* p) override {
+    events.push_back(-sizes_[p]);
+    live -= sizes_[p];
+    sizes_.erase(p);
+    inner_->deallocate(p);
+  }
+  void retag(void* p, MemoryTag t) override { inner_->retag(p, t); }
+  void record_stream(void* p, StreamId s) override { inner_->record_stream(p, s); }
+  std::vector<int64_t> events;
+  int64_t live = 0, peak = 0;
+
+ private:
+  Device dev_;
+  Allocator* inner_;
+  std::unordered_map<void*, int64_t> sizes_;
+};
+
+// A bf16 conv forward + backward (f32 bias, a ReLU between, like a layer under autocast) on `dev`.
+void conv_step(Device dev, const Conv2dDesc& d) {
+  Tensor x = empty({d.N, d.C, d.H, d.W}, DType::bf16, dev);
+  Tensor w = empty({d.K, d.C, d.R, d.S}, DType::bf16, dev);
+  Tensor b = empty({d.K}, DType::f32, dev);
+  if (dev.is_cpu()) fill_(x, 0.5), fill_(w, 0.25), fill_(b, 0.0);
+  x.set_requires_grad(true), w.set_requires_grad(true), b.set_requires_grad(true);
+  Tensor y = relu(conv2d(x, w, b, {d.stride_h, d.stride_w}, {d.pad_h, d.pad_w}));
+  Tensor g = empty(y.sizes(), DType::bf16, dev);
+  if (dev.is_cpu()) fill_(g, 1.0);
+  y.backward(g);
+}
+
+void memory_case(Bf16Path p, const char* name) {
+  CpuIsa level;
+  if (!level_for(p, name, &level)) return;
+  IsaGuard guard(level);
+  REQUIRE(cpu::bf16_path() == p);
+  for (const Conv2dDesc& d : {desc(4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1), desc(2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3),
+                              desc(3, 32, 9, 9, 48, 3, 3, 2, 2, 1, 1)}) {
+    INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h);
+    const bool onednn = p != Bf16Path::portable;
+    CHECK(cpu::conv2d_bf16_uses_onednn(d) == onednn);
+    const size_t fwd = onednn ? cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::f32) : 0;
+    if (onednn) MESSAGE(std::string(name) << ": conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S << " workspace forward " << fwd
+                 << " B, backward_input "
+                 << cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::backward_input, cpu::Bf16Bias::none)
+                 << " B, backward_weight "
+                 << cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::backward_weight, cpu::Bf16Bias::f32) << " B");
+    std::vector<int64_t> cpu_events, meta_events;
+    int64_t cpu_peak = 0, meta_peak = 0;
+    {
+      Recorder rec(Device::cpu());
+      conv_step(Device::cpu(), d);
+      cpu_events = rec.events, cpu_peak = rec.peak;
+      CHECK(rec.live == 0);
+    }
+    {
+      Recorder rec(Device::meta());
+      conv_step(Device::meta(), d);
+      meta_events = rec.events, meta_peak = rec.peak;
+      CHECK(rec.live == 0);
+    }
+    // The forward's workspace is among the requests (the test sees the oneDNN path's allocations).
+    if (onednn) CHECK(std::find(cpu_events.begin(), cpu_events.end(), (int64_t)fwd) != cpu_events.end());
+    CHECK(cpu_events.size() > 6);
+    CHECK(meta_events == cpu_events);
+    CHECK(meta_peak == cpu_peak);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d bf16 path onednn amx: forward and gradients against f64") {
+  path_case(Bf16Path::onednn_amx, "onednn amx");
+}
+TEST_CASE("conv2d bf16 path onednn avx512_bf16: forward and gradients against f64") {
+  path_case(Bf16Path::onednn_avx512_bf16, "onednn avx512_bf16");
+}
+TEST_CASE("conv2d bf16 path portable: forward and gradients against f64") {
+  path_case(Bf16Path::portable, "portable");
+}
+
+TEST_CASE("conv2d bf16: groups > 1 and reductions below 16 take the portable path, also when oneDNN is available") {
+  CHECK_FALSE(cpu::conv2d_bf16_uses_onednn(desc(16, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1)));  // small CNN conv1: C*R*S 9
+  const Conv2dDesc d = desc(2, 8, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2);
+  CHECK_FALSE(cpu::conv2d_bf16_uses_onednn(d));
+  std::mt19937 g(7);
+  const std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * (d.C / 2) * 9, g);
+  const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+  const Ref r = reference(d, x, w, {}, dy);
+  const RunOut o = run_conv({d, 0}, x, w, {}, dy);
+  const double u16 = std::ldexp(1.0, -8);
+  CHECK(check_close(o.y, r.y, r.y_abs, 4 * 9, u16, "y") == 0);
+  CHECK(check_close(o.dx, r.dx, r.dx_abs, 3 * 9, u16, "dx") == 0);
+  CHECK(check_close(o.dw, r.dw, r.dw_abs, d.N * d.out_h() * d.out_w(), u16, "dw") == 0);
+  if (cpu::onednn_built()) CHECK_THROWS_WITH_AS(cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::none),
+                                                doctest::Contains("groups 2 is not supported"), Error);
+}
+
+TEST_CASE("cpu isa: a refused AMX tile request gives the next lower bf16 level") {
+  cpu::CpuFeatures f;
+  f.v3 = f.v4 = f.avx512_bf16 = f.amx_bf16 = f.amx_tile = f.os_avx512 = f.os_amx = true;
+  f.amx_permitted = true;
+  CHECK(cpu::cpu_isa_from(f) == CpuIsa::amx);
+  f.amx_permitted = false;  // arch_prctl(ARCH_REQ_XCOMP_PERM) failed
+  CHECK(cpu::cpu_isa_from(f) == CpuIsa::avx512_bf16);
+  f.os_amx = false, f.amx_permitted = true;  // the OS does not save the tile state
+  CHECK(cpu::cpu_isa_from(f) == CpuIsa::avx512_bf16);
+  f.avx512_bf16 = false;
+  CHECK(cpu::cpu_isa_from(f) == CpuIsa::avx512);
+  f.v4 = false;
+  CHECK(cpu::cpu_isa_from(f) == CpuIsa::avx2);
+  // The real probe with the request forced to fail (KILN_TEST_AMX_REQUEST=fail): never amx, and on this CPU
+  // the best level without the tiles.
+  const cpu::CpuFeatures real = cpu::cpu_features_probe();
+  setenv("KILN_TEST_AMX_REQUEST", "fail", 1);
+  const cpu::CpuFeatures refused = cpu::cpu_features_probe();
+  unsetenv("KILN_TEST_AMX_REQUEST");
+  CHECK_FALSE(refused.amx_permitted);
+  const CpuIsa lower = cpu::cpu_isa_from(refused);
+  CHECK(lower != CpuIsa::amx);
+  cpu::CpuFeatures no_tiles = real;
+  no_tiles.amx_permitted = false;
+  CHECK(lower == cpu::cpu_isa_from(no_tiles));
+  MESSAGE(cpu::cpu_model_name() << ": amx_tile " << real.amx_tile << ", amx_bf16 " << real.amx_bf16 << ", os tile state "
+                                << real.os_amx << ", tile request granted " << real.amx_permitted << ", avx512_bf16 "
+                                << real.avx512_bf16 << "; level " << std::string(cpu::cpu_isa_name(cpu::cpu_isa_from(real)))
+                                << ", with the request refused " << std::string(cpu::cpu_isa_name(lower)));
+  if (real.amx_tile && real.amx_bf16 && real.os_amx) CHECK(lower == CpuIsa::avx512_bf16);
+}
+
+TEST_CASE("conv2d bf16 memory onednn amx: meta requests == cpu requests") {
+  memory_case(Bf16Path::onednn_amx, "onednn amx");
+}
+TEST_CASE("conv2d bf16 memory onednn avx512_bf16: meta requests == cpu requests") {
+  memory_case(Bf16Path::onednn_avx512_bf16, "onednn avx512_bf16");
+}
+TEST_CASE("conv2d bf16 memory portable: meta requests == cpu requests") {
+  memory_case(Bf16Path::portable, "portable");
+}
