@@ -28,7 +28,7 @@ namespace kiln::cpu {
 
 namespace {
 
-const char* pass_name(Conv2dPass p) {
+[[maybe_unused]] const char* pass_name(Conv2dPass p) {
   switch (p) {
     case Conv2dPass::forward: return "forward";
     case Conv2dPass::backward_input: return "backward_input";
@@ -36,14 +36,14 @@ const char* pass_name(Conv2dPass p) {
   }
 }
 
-std::string desc_str(const Conv2dDesc& d) {
+[[maybe_unused]] std::string desc_str(const Conv2dDesc& d) {
   return str_cat("x (", d.N, ", ", d.C, ", ", d.H, ", ", d.W, "), w (", d.K, ", ", d.C / d.groups, ", ", d.R, ", ",
                  d.S, "), stride ", d.stride_h, ",", d.stride_w, ", padding ", d.pad_h, ",", d.pad_w, ", dilation ",
                  d.dil_h, ",", d.dil_w, ", groups ", d.groups);
 }
 
 constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+[[maybe_unused]] size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
