@@ -79,6 +79,14 @@ TEST_CASE("cli args: kiln devices says why there is no GPU") {
   auto r = run_kiln("devices");
   CHECK(r.status == 0);
   CHECK(contains(r.output, "cpu: available"));
+  // The CPU's model, ISA and bf16 paths (kernels/cpu/bf16_path.h); the lowest level forces the portable path.
+  CHECK(contains(r.output, "cpu model: "));
+  CHECK(contains(r.output, "cpu bf16 conv: "));
+  CHECK(contains(r.output, "cpu bf16 matmul/linear: portable (f32 staging, slow)"));
+  CHECK(contains(r.output, "onednn: "));
+  auto low = run_kiln("devices", "KILN_CPU_ISA=baseline");
+  CHECK(contains(low.output, "cpu isa: baseline"));
+  CHECK(contains(low.output, "cpu bf16 conv: portable (f32 staging, slow)"));
 #ifndef KILN_WITH_CUDA
   CHECK(contains(r.output, "no GPU: this kiln build has no CUDA backend"));
 #else

@@ -81,6 +81,12 @@ TEST_CASE("cli segment: a tiny UNet-like model learns, mIoU, pixel accuracy and 
   CHECK(contains(r.output, "mIoU"));
   CHECK(contains(r.output, "dice "));
   const nlohmann::json& end = r.ledger;
+  // Every ledger line names the CPU and its bf16 paths (kernels/cpu/bf16_path.h), whatever the run's precision.
+  CHECK(end["cpu_model"].is_string());
+  CHECK(end["cpu_isa"].is_string());
+  CHECK(end["cpu_bf16"]["conv"].is_string());
+  CHECK(end["cpu_bf16"]["matmul"] == "portable (f32 staging, slow)");
+  CHECK(end["cpu_bf16"]["onednn"].is_string());
   REQUIRE(end["status"] == "ok");
   CHECK(end["config"]["task"] == "segment");
   REQUIRE(end["epochs"].size() == 12);
