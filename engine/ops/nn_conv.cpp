@@ -146,10 +146,14 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
     const bool run = dev.is_cpu();
     const bool need_dx = n.needs_input_grad(0), need_dw = n.needs_input_grad(1) || n.needs_input_grad(2);
     const Bf16Bias dbt = n.needs_input_grad(2) ? bt : Bf16Bias::none;
+    // The weight gradient stages through f32 where oneDNN's measured slower (conv2d_bf16_pass_uses_onednn).
+    const bool dw_onednn = cpu::conv2d_bf16_pass_uses_onednn(d, Conv2dPass::backward_weight);
     // One workspace for both passes, as the f32 path: the larger of the two.
     size_t bytes = 0;
     if (need_dx) bytes = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none);
-    if (need_dw) bytes = std::max(bytes, cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, dbt));
+    if (need_dw)
+      bytes = std::max(bytes, dw_onednn ? cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, dbt)
+                                        : cpu::conv2d_workspace_bytes(d, sizeof(float)));
     Tensor ws = workspace(bytes, dev);
     std::vector<Tensor> r(3);
     if (need_dx) {
@@ -160,7 +164,19 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
       }
       r[0] = dx;
     }
-    if (need_dw) {
+    if (need_dw && !dw_onednn) {
+      // x, dy: f32 copies; dw, db computed in f32 and rounded to their dtypes.
+      Tensor xf = to_dtype(xs, DType::f32), dyf = to_dtype(dy, DType::f32);
+      Tensor dwf = empty(ws_.sizes(), DType::f32, dev);
+      Tensor dbf = dbt != Bf16Bias::none ? empty({d.K}, DType::f32, dev) : Tensor();
+      if (run) {
+        OpSpanScope span("conv2d_backward_weight");
+        cpu::conv2d_backward_weight<float>(d, ptr<float>(xf), ptr<float>(dyf), ptr<float>(dwf), ptr<float>(dbf),
+                                           ws.data_ptr());
+      }
+      r[1] = to_dtype(dwf, DType::bf16);
+      r[2] = dbf.defined() ? to_dtype(dbf, bdt) : Tensor();
+    } else if (need_dw) {
       Tensor dw = empty(ws_.sizes(), DType::bf16, dev);
       Tensor db = dbt != Bf16Bias::none ? empty({d.K}, bdt, dev) : Tensor();
       if (run) {

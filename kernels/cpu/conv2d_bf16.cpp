@@ -59,6 +59,15 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {
   return bf16_path() != Bf16Path::portable;
 }
 
+// At 2 threads oneDNN's bf16 weight gradient took 120-136 ms on the strided 3x3 and the 14x14 / 7x7 layers of
+// ResNet18 at 8x224 where kiln's f32 one took 24-47 ms (at two machine loads; bench_conv_cpu --bf16 --threads 2):
+// kiln splits the images between threads with no barrier, oneDNN reduces across them. So with more than one
+// thread that pass stages through f32.
+bool conv2d_bf16_pass_uses_onednn(const Conv2dDesc& d, Conv2dPass pass) {
+  if (!conv2d_bf16_uses_onednn(d)) return false;
+  return !(pass == Conv2dPass::backward_weight && num_threads() > 1);
+}
+
 #if defined(KILN_WITH_ONEDNN)
 
 namespace {

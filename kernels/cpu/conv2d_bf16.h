@@ -24,6 +24,10 @@ enum class Bf16Bias { none, f32, bf16 };
 // True when this bf16 convolution runs on oneDNN: groups == 1, C*R*S >= 16 (the measured rule in
 // conv2d_bf16.cpp, docs/cpu-bf16.md) and bf16_path() is an onednn one.
 bool conv2d_bf16_uses_onednn(const Conv2dDesc& d);
+// Per pass, for a desc that uses oneDNN: false for the weight gradient with more than one thread (oneDNN 2.6's
+// bf16 backward-weights measured 2.6-5.5x slower than kiln's f32 kernel at 2 threads on most ResNet18 shapes,
+// docs/cpu-bf16.md); the op then computes that pass through f32 copies and kiln's f32 kernel.
+bool conv2d_bf16_pass_uses_onednn(const Conv2dDesc& d, Conv2dPass pass);
 
 // Workspace bytes of one pass (its reorders and oneDNN's scratchpad, 64-byte aligned pieces, plus 64 so
 // any base address works). Only for descs where conv2d_bf16_uses_onednn.

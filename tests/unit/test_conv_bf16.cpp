@@ -23,6 +23,7 @@
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/conv2d_bf16.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/threads.h"
 
 using namespace kiln;
 using cpu::Bf16Path;
@@ -226,9 +227,18 @@ void path_case(Bf16Path p, const char* name) {
   if (!level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
-  MESSAGE(std::string(name) << ": " << cpu::cpu_model_name() << ", isa " << std::string(cpu::cpu_isa_name(level)) << ", bf16 path "
-               << std::string(cpu::bf16_path_name(cpu::bf16_path())) << ", oneDNN " << cpu::onednn_version());
-  check_numerics(p);
+  // 1 thread: every pass on oneDNN; 2 threads: the weight gradient through f32 (conv2d_bf16_pass_uses_onednn).
+  for (int threads : {1, 2}) {
+    cpu::ThreadScope ts(threads);
+    MESSAGE(std::string(name) << ": " << cpu::cpu_model_name() << ", isa " << std::string(cpu::cpu_isa_name(level))
+                              << ", bf16 path " << std::string(cpu::bf16_path_name(cpu::bf16_path())) << ", oneDNN "
+                              << cpu::onednn_version() << ", " << threads << " thread(s)");
+    const Conv2dDesc big = desc(2, 32, 8, 8, 24, 3, 3, 1, 1, 1, 1);
+    CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::backward_weight) ==
+          (p != Bf16Path::portable && threads == 1));
+    CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::forward) == (p != Bf16Path::portable));
+    check_numerics(p);
+  }
 }
 
 // Records the allocation requests (+bytes, -bytes) on one device and their running peak.
@@ -279,9 +289,11 @@ void memory_case(Bf16Path p, const char* name) {
   if (!level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
+  for (int threads : {1, 2})
   for (const Conv2dDesc& d : {desc(4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1), desc(2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3),
                               desc(3, 32, 9, 9, 48, 3, 3, 2, 2, 1, 1)}) {
-    INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h);
+    cpu::ThreadScope ts(threads);
+    INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h << " threads " << threads);
     const bool onednn = p != Bf16Path::portable;
     CHECK(cpu::conv2d_bf16_uses_onednn(d) == onednn);
     const size_t fwd = onednn ? cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::f32) : 0;
