@@ -41,7 +41,7 @@ struct CheckpointState {
   int64_t epoch_metric_total = 0;       // segmentation: pixels counted by those steps (0 otherwise)
   // The autocast dtype of the run that saved it: "f16" or "bf16" under --amp, "" without (files written before
   // bf16 existed hold a loss scaler state and no dtype: read as "f16").
-  std::string amp_dtype;
+  std::string amp_dtype{};
   // The --amp f16 loss scaler's state (has_amp: the run that saved it scaled its loss; bf16 runs have none).
   bool has_amp = false;
   double amp_scale = 0;
