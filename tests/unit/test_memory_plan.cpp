@@ -108,6 +108,8 @@ TEST_CASE("memory plan: every row of the matrix, measured whole-run peaks == the
       {"resnet18_small, --amp bf16 x --recompute 2", r18 + " --amp bf16 --recompute 2"},
       {"resnet18_small, --batch-memory",
        "--model resnet18_small --data " + images() + " --batch-memory 120M --epochs 2"},
+      {"resnet18_small, --batch-memory x --amp bf16",
+       "--model resnet18_small --data " + images() + " --batch-memory 120M --epochs 2 --amp bf16"},
       {"model file, AdamW", file + " --optimizer adamw --lr 1e-3"},
       {"unet_small, --task segment", unet},
       {"unet_small, --task segment --amp", unet + " --amp"},
