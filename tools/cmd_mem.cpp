@@ -2,6 +2,7 @@
 #include "tools/cmd_mem.h"
 
 #include "models/registry.h"
+#include "tools/cli_amp_option.h"
 
 namespace kiln {
 
@@ -36,7 +37,9 @@ CLI::App* add_mem_command(CLI::App& app, MemCommandOptions& o) {
   m->add_option("--recompute,--checkpoint", o.recompute,
                 "recompute-on-backward segments N (0: off) or auto (fit the budget); --checkpoint is the old name")
       ->capture_default_str();
-  m->add_flag("--amp", c.train.amp, "mixed precision as kiln train --amp: f16 autocast + dynamic loss scaling");
+  kiln_cli::add_amp_option(m, c.train,
+                           "mixed precision as kiln train --amp: --amp or --amp f16 (f16 autocast + dynamic loss "
+                           "scaling) or --amp bf16 (bf16 autocast, no loss scaler)");
   m->add_option("--accum", c.train.accum, "micro-batches per step")->check(kiln_cli::positive)->capture_default_str();
   m->add_option("--nproc", c.ranks, "data-parallel ranks of the run (kiln train --nproc / mpirun -n): predict one "
                 "rank, --batch per rank, with its gradient buckets")

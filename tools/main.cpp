@@ -21,6 +21,7 @@
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
+#include "tools/cli_amp_option.h"
 #include "tools/cmd_mem.h"
 #include "tools/cmd_model.h"
 #include "tools/cli_commands.h"
@@ -139,15 +140,19 @@ void add_train_options(CLI::App* t, kiln::RunConfig& c, std::string& class_weigh
   t->add_option("--out", c.out, "output folder: checkpoint.safetensors and runs.jsonl")->capture_default_str();
   t->add_option("--limit", c.limit, "use only the first N training samples (quick runs)")
       ->check(kiln_cli::non_negative);
-  t->add_flag("--amp", c.amp, "mixed precision: f16 autocast (conv, linear, matmul) + dynamic loss scaling");
-  t->add_option("--amp-init-scale", c.amp_init_scale, "initial loss scale of --amp")
+  kiln_cli::add_amp_option(t, c,
+                           "mixed precision: autocast (conv, linear, matmul in 16 bits, f32 accumulation; batch norm "
+                           "statistics, softmax, losses, reductions in f32) with f32 master weights. --amp or --amp "
+                           "f16: f16 with dynamic loss scaling; --amp bf16: bf16, no loss scaling (f32's range)");
+  t->add_option("--amp-init-scale", c.amp_init_scale, "initial loss scale of --amp (f16)")
       ->check(kiln_cli::positive)
       ->capture_default_str();
-  t->add_option("--amp-growth-interval", c.amp_growth_interval, "clean steps before --amp doubles the loss scale")
+  t->add_option("--amp-growth-interval", c.amp_growth_interval,
+                "clean steps before --amp (f16) doubles the loss scale")
       ->check(kiln_cli::positive)
       ->capture_default_str();
   t->add_option("--max-skipped-steps", c.max_skipped_steps,
-                "--amp: end the run after N consecutive steps the loss scaler skipped (0: never)")
+                "--amp (f16): end the run after N consecutive steps the loss scaler skipped (0: never)")
       ->check(kiln_cli::non_negative)
       ->capture_default_str();
   t->add_option("--bucket-mb", c.bucket_mb,

@@ -41,7 +41,7 @@ void print_text(const MemPrediction& p, std::ostream& out) {
           : models::is_segmentation_model(t.model)
               ? std::to_string(p.config.recompute) + " resolution level(s) recomputed (unet)"
               : std::to_string(p.config.recompute) + " of " + std::to_string(p.num_stages) + " stages")
-      << (t.amp ? ", amp f16" : "") << ", device " << p.target
+      << (t.amp ? std::string(", amp ") + dtype_name(t.amp_dtype) : std::string()) << ", device " << p.target
       << (p.cpu_threads > 0 ? ", " + std::to_string(p.cpu_threads) + (p.cpu_threads == 1 ? " thread" : " threads") : "")
       << " (predicted on meta)\n";
   const std::pair<const char*, int64_t> acc[] = {{"parameters", p.params},
@@ -137,7 +137,10 @@ void print_cuda(const MemPrediction& p, const CudaExtras& e, int64_t budget, std
   out << "on " << p.target << " (exact: the meta replay of kiln's own allocations with this policy; bound: an upper "
       << "limit; estimate: not measured):\n";
   row("kiln's allocations, peak reserved", p.peak_reserved, peak_kind(p));
-  if (p.config.train.amp) row("  of which f16 weight copies (--amp)", e.f16_copies, "exact");
+  if (p.config.train.amp) {
+    const std::string dt = dtype_name(p.config.train.amp_dtype);
+    row(("  of which " + dt + " weight copies (--amp " + dt + ")").c_str(), e.f16_copies, "exact");
+  }
   char what[96];
   std::snprintf(what, sizeof what, "+ kernel scratch (cuDNN workspace <= %s)", human(e.cudnn_limit).c_str());
   row(what, e.scratch_bound, "bound");

@@ -44,7 +44,7 @@ std::string text_of(const json& v) {
 const std::vector<std::string>& run_row_keys() {
   static const std::vector<std::string> keys = {
       "when",       "run",       "status",       "model",          "data",          "image_size",
-      "batch",      "accum",     "optimizer",    "lr",             "amp",           "recompute",
+      "batch",      "accum",     "optimizer",    "lr",             "amp",           "amp_dtype",     "recompute",
       "epochs",     "epochs_planned", "train_acc", "val_acc",      "val_correct",   "val_total",
       "task",       "val_miou",
       "time_s",     "images_per_s",
@@ -69,6 +69,8 @@ json run_row(const kiln::train::LedgerRun& r) {
   row["optimizer"] = field(c, "optimizer");
   row["lr"] = field(c, "lr");
   row["amp"] = field(c, "amp");
+  if (row["amp"] == true) row["amp_dtype"] = field(c, "amp_dtype").is_string() ? field(c, "amp_dtype") : json("f16");
+  else row["amp_dtype"] = nullptr;
   const json& ck = field(c, "checkpoint");
   const json& segments = field(either(r, "memory"), "checkpoint_segments");
   if (ck.is_string()) {
@@ -235,7 +237,7 @@ std::vector<std::string> cells(const json& r) {
           s(r["image_size"]),
           batch,
           opt,
-          r["amp"].is_boolean() ? (r["amp"].get<bool>() ? "amp" : "f32") : "-",
+          r["amp"].is_boolean() ? (!r["amp"].get<bool>() ? "f32" : r["amp_dtype"] == "bf16" ? "amp bf16" : "amp") : "-",
           s(r["recompute"]),
           epochs,
           r["val_total"].is_number() ? kiln::percent_text(r["val_correct"].get<int64_t>(), r["val_total"].get<int64_t>())

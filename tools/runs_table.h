@@ -12,8 +12,8 @@
 
 namespace kiln_cli {
 
-// The row keys in table order: when run status model data image_size batch accum optimizer lr amp
-// recompute epochs epochs_planned train_acc val_acc val_correct val_total (the best epoch's counts) time_s images_per_s predicted_peak
+// The row keys in table order: when run status model data image_size batch accum optimizer lr amp amp_dtype
+// (f16 or bf16 under --amp; null without, and f16 for ledgers written before bf16) recompute epochs epochs_planned train_acc val_acc val_correct val_total (the best epoch's counts) time_s images_per_s predicted_peak
 // measured_peak last_step error file. Missing values are null.
 const std::vector<std::string>& run_row_keys();
 nlohmann::json run_row(const kiln::train::LedgerRun& run);

@@ -8,6 +8,7 @@
 //   y.backward();                                   // x.grad(): (8, 3, 32, 32)
 //   { kiln::NoGradGuard no_grad; ... }              // inference
 //   { kiln::AutocastGuard amp(true); ... }          // f16 for conv / linear / matmul, as PyTorch's lists
+//   { kiln::AutocastGuard amp(true, kiln::DType::bf16); ... }  // the same in bf16 (no loss scaler needed)
 // Declares nothing itself.
 #pragma once
 

@@ -11,6 +11,11 @@
 // grad (parameters) are cached for the lifetime of the outermost enabled region, allocated under
 // MemoryTag::param_f16 (so reports show them apart from activations and master weights), kept
 // alive by the autograd graph, and freed with it after backward.
+// The rules are the same for both dtypes: f16 (`--amp`, with a loss scaler) and bf16 (`--amp bf16`, none), which
+// is torch.autocast("cpu", dtype=torch.bfloat16)'s lower-precision list (conv, linear, matmul in bf16 with f32
+// accumulation). kiln's f32 list is the stricter one on both: PyTorch 1.13's CPU autocast leaves softmax, sum and
+// mean in bf16 and batch_norm's output in its input's dtype (as here), kiln computes softmax, log_softmax, losses
+// and reductions of 16-bit tensors in f32 (tests/parity/test_parity_amp_bf16.cpp compares a model without them).
 // Run backward outside the region (as PyTorch recommends); backward formulas are not autocast.
 #pragma once
 #include "engine/tensor/tensor.h"

@@ -54,6 +54,7 @@ MemPrediction predict_memory(const MemConfig& c) {
   }
   o.recompute = c.recompute;
   o.amp = c.train.amp;
+  o.amp_dtype = c.train.amp_dtype;
   o.scaler.init_scale = c.train.amp_init_scale;
   o.scaler.growth_interval = c.train.amp_growth_interval;
   o.step.accum = c.train.accum;
@@ -167,6 +168,7 @@ nlohmann::json MemPrediction::to_json() const {
           {"momentum", t.momentum},
           {"checkpoint", config.recompute},
           {"amp", t.amp},
+          {"amp_dtype", t.amp ? nlohmann::json(dtype_name(t.amp_dtype)) : nlohmann::json()},
           {"num_stages", num_stages},
           {"device", target},
           {"cpu_threads", cpu_threads},

@@ -89,6 +89,7 @@ std::vector<MemRemedy> find_memory_remedies(const MemConfig& c, int64_t budget, 
   if (!c.train.amp) {
     MemConfig k = c;
     k.train.amp = true;
+    k.train.amp_dtype = DType::f16;  // `--amp` alone
     const int64_t p = peak_of(k);
     out.push_back({"--amp", "f16 autocast", p, p <= budget});
   }

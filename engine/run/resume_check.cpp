@@ -53,6 +53,15 @@ std::vector<std::string> resume_differences(const nlohmann::json& saved, const R
     // undefined behaviour (an assertion in a Debug build).
     compare(saved.value(key, nlohmann::json()), cur.value(key, nlohmann::json()), key);
   }
+  // --amp f16 <-> --amp bf16: the loss-scaled f16 training and the unscaled bf16 one are different runs (on or
+  // off is not compared: see the header).
+  const nlohmann::json saved_amp = saved.value("amp", nlohmann::json());
+  if (saved_amp.is_boolean() && saved_amp.get<bool>() && now.amp) {
+    const nlohmann::json sd = saved.value("amp_dtype", nlohmann::json("f16"));
+    const std::string saved_dtype = sd.is_string() ? sd.get<std::string>() : sd.dump();
+    if (saved_dtype != dtype_name(now.amp_dtype))
+      out.push_back(str_cat("amp: saved --amp ", saved_dtype, ", now --amp ", dtype_name(now.amp_dtype)));
+  }
   if (saved.contains("data") && saved["data"].is_string() &&
       canonical_path(saved["data"].get<std::string>()) != canonical_path(now.data))
     out.push_back(str_cat("data: saved ", saved["data"].get<std::string>(), ", now ", now.data));

@@ -267,6 +267,7 @@ void Run::State::open_data() {
   // What predict and export need, stored in the weights and training-state files.
   card = make_model_card(c.model, num_classes, data, c.image, train.channels(), train_size);
   card.task = c.task;
+  card.precision = c.precision();
   // The input shape of each epoch: one shape, or the sizes a progressive schedule feeds epoch by epoch.
   std::string shapes;
   for (int64_t e = 0; e < c.epochs;) {
@@ -365,15 +366,16 @@ void Run::State::start_ledger() {
       << (segment ? " (task segment)" : "") << "; device " << device.str() << ", " << cpu::num_threads()
       << " threads; " << steps_per_epoch << " steps/epoch\n";
   make_loss_scaler(setup, c, device);
-  if (amp->enabled() && start.saved.has_amp) {
+  if (amp->scaling() && start.saved.has_amp) {
     amp->load_state(start.saved.amp_scale, start.saved.amp_growth_tracker, start.saved.amp_skipped_steps);
-  } else if (amp->enabled() && !c.resume.empty()) {
-    log << "amp: " << c.resume << " has no loss scaler state (saved without --amp); starting from the initial scale\n";
+  } else if (amp->scaling() && !c.resume.empty()) {
+    log << "amp: " << c.resume << " has no loss scaler state (saved without --amp f16); starting from the initial "
+        << "scale\n";
   }
-  if (amp->enabled()) log << "amp: f16 autocast, loss scale " << amp->loss_scale() << "\n";
+  if (amp->enabled()) log << amp->start_text() << "\n";
   // The run ledger: a start record now (a killed run is still listed), curve points, epochs, the end.
   ledger = std::make_unique<train::RunLedger>(c.out.empty() ? "" : (fs::path(c.out) / "runs.jsonl").string());
-  curve = std::make_unique<train::CurveRecorder>(c.curve_every, device, amp->enabled());
+  curve = std::make_unique<train::CurveRecorder>(c.curve_every, device, amp->scaling());
   ledger->start({{"command", "train"}, {"config", c.to_json()}, {"device", device.str()}, {"ranks", group.size()},
                  {"data", data.ledger}, {"image_size", train_size}, {"model_parameters", model->num_parameters()},
                  {"start_epoch", start.epoch}, {"steps_per_epoch", steps_per_epoch}, {"memory", memory->to_json()}});
@@ -433,7 +435,8 @@ void Run::State::save_state(int64_t epoch, int64_t step_in_epoch, const train::E
   st.epoch_seen = sums.seen;
   st.epoch_undefined_batches = sums.undefined_batches;
   st.epoch_metric_total = sums.metric_total;
-  if (amp->enabled()) {
+  if (amp->enabled()) st.amp_dtype = dtype_name(amp->dtype());
+  if (amp->scaling()) {
     st.has_amp = true;
     st.amp_scale = amp->scaler().current_scale();
     st.amp_growth_tracker = amp->scaler().growth_tracker();
@@ -482,7 +485,7 @@ void Run::State::on_epoch_end(EpochStats& es) {
 
 // The notes after an epoch's line: amp, bad samples, memory measured against the plan, data-parallel times.
 void Run::State::epoch_notes(const EpochStats& es) {
-  if (amp->enabled()) log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
+  if (amp->scaling()) log << "amp: loss scale " << es.loss_scale << ", " << es.skipped_steps << " skipped steps\n";
   if (data.val) report_bad_samples(*data.val, log);
   memory->after_epoch(es.epoch, log);
   if (data_parallel && data_parallel->overlaps())

@@ -104,6 +104,7 @@ nlohmann::json RunConfig::to_json() const {
   j["kernels"] = kernels;
   j["channels_last"] = channels_last;
   if (amp) {
+    j["amp_dtype"] = dtype_name(amp_dtype);  // absent in files written before bf16: f16
     j["amp_init_scale"] = amp_init_scale;
     j["amp_growth_interval"] = amp_growth_interval;
     j["max_skipped_steps"] = max_skipped_steps;
@@ -155,6 +156,12 @@ std::vector<double> parse_double_list(const std::string& text, const char* what)
   }
   KILN_CHECK(!v.empty(), what, ": empty list");
   return v;
+}
+
+DType parse_amp_dtype(const std::string& text) {
+  if (text.empty() || text == "f16") return DType::f16;
+  if (text == "bf16") return DType::bf16;
+  throw UsageError(str_cat("--amp '", text, "': expected f16 or bf16 (or --amp alone: f16)"));
 }
 
 int parse_recompute_option(const std::string& text) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/dtype.h"
 #include "engine/run/alloc_options.h"
 #include "data/image_options.h"
 #include "engine/optim/lr_schedule.h"
@@ -71,8 +72,13 @@ struct RunConfig {
   bool force = false;            // train even when the predicted peak exceeds the memory budget
   ImageOptions image;  // image folders / CSV lists: --image-size, --augment, --normalize, ...
   AllocOptions alloc;  // --device-memory, --memory-snapshot, --trace, --alloc-trace
-  // Mixed precision (engine/run/amp_training.h): autocast f16 + dynamic loss scaling.
+  // Mixed precision (engine/run/amp_training.h), `--amp [f16|bf16]`: amp turns autocast on (conv2d, linear,
+  // matmul in amp_dtype with f32 accumulation; batch norm statistics, softmax, losses and reductions in f32;
+  // master weights, gradients and optimizer state f32). amp_dtype f16 (`--amp`, `--amp f16`) adds dynamic
+  // loss scaling (amp_init_scale, amp_growth_interval); bf16 (`--amp bf16`) has f32's exponent range and runs
+  // without a loss scaler (the scaler options are then unused). amp_dtype is ignored while amp is false.
   bool amp = false;
+  DType amp_dtype = DType::f16;  // f16 or bf16
   double amp_init_scale = 65536.0;
   int64_t amp_growth_interval = 2000;
   // Non-finite values (engine/train/fit.h): check every op of every step (off: only a failing step
@@ -92,6 +98,10 @@ struct RunConfig {
   // so a saved state's global batch is batch x ranks (engine/run/resume_check.h).
   int64_t ranks = 1;
 
+  // True when the run scales its loss (--amp f16); bf16 and f32 runs have no loss scaler.
+  bool amp_loss_scaling() const { return amp && amp_dtype == DType::f16; }
+  // "f32", "amp f16" or "amp bf16": the run's precision as the progress log, ledger and model card name it.
+  std::string precision() const { return amp ? std::string("amp ") + dtype_name(amp_dtype) : std::string("f32"); }
   double effective_weight_decay() const {
     return weight_decay >= 0 ? weight_decay : (optimizer == "adamw" ? 0.01 : 0.0);
   }
@@ -105,6 +115,10 @@ void parse_checkpoint_every(const std::string& text, RunConfig* c);
 
 // "1,2.5,0.3" -> {1, 2.5, 0.3}; throws kiln::Error naming the bad item.
 std::vector<double> parse_double_list(const std::string& text, const char* what);
+
+// --amp's value: "" (the flag alone) or "f16" -> f16, "bf16" -> bf16; throws kiln::UsageError naming the option
+// otherwise.
+DType parse_amp_dtype(const std::string& text);
 
 // --recompute "0", "4" or "auto" -> segments (-1 for auto); throws kiln::UsageError naming the option otherwise.
 int parse_recompute_option(const std::string& text);

@@ -80,6 +80,7 @@ train::FitOptions run_fit_options(const RunConfig& c, const RunSetup& s) {
   fo.step.accum = c.accum;
   fo.step.clip = c.clip;
   fo.step.autocast = s.amp && s.amp->enabled();
+  fo.step.autocast_dtype = c.amp_dtype;
   fo.step.channels_last = c.channels_last;
   fo.step.data_parallel = s.data_parallel.get();
   fo.detect_anomaly = c.detect_anomaly;

@@ -108,9 +108,9 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
     Tensor class_weights;  // the trainer's class-weight tensor (allocated untagged, like train's)
     if (o.loss_weight_classes > 0) class_weights = empty({o.loss_weight_classes}, DType::f32, Device::meta());
     // The trainer's LossScaler (its state tensors come after the class weights, as in training),
-    // so under amp autocast's f16 weight copies and the scaler's ops are replayed as well.
+    // so under amp autocast's 16-bit weight copies and (f16) the scaler's ops are replayed as well.
     optim::LossScalerOptions so = o.scaler;
-    so.enabled = o.amp;
+    so.enabled = o.amp && o.amp_dtype == DType::f16;
     optim::LossScaler scaler(so, Device::meta());
     // A rank's batch: o.batch rows, or with accumulation its shares of the global micro-batches
     // (engine/dist/shard.h), rank 0's (the first ranks take the extra rows: the largest share).
@@ -135,6 +135,7 @@ StepMemory predict_step_memory(const ModelFactory& make_model, const OptimizerFa
       }
       StepOptions st = o.step;
       st.autocast = o.amp;
+      st.autocast_dtype = o.amp_dtype;
       st.data_parallel = dp.get();
       if (o.segmentation) use_segmentation_step(&st, class_weights, o.segmentation_loss);
       if (!st.loss) st.loss = cross_entropy_loss(class_weights);

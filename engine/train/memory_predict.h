@@ -74,8 +74,9 @@ struct PredictOptions {
   DType target_dtype = DType::i64;
   int64_t loss_weight_classes = 0;    // > 0: a (K) class-weight tensor like the trainer's
   int recompute = 0;                  // recompute segments (0: off)
-  bool amp = false;                   // f16 autocast + loss scaling, as the trainer's --amp
-  optim::LossScalerOptions scaler;    // the scaler's options under amp (its `enabled` is ignored)
+  bool amp = false;                   // autocast in amp_dtype, as the trainer's --amp [f16|bf16]
+  DType amp_dtype = DType::f16;       // f16: with the loss scaler; bf16: without (a pass-through, as the trainer's)
+  optim::LossScalerOptions scaler;    // the scaler's options under amp f16 (its `enabled` is ignored)
   StepOptions step;                   // accum, clip, lr, channels_last, loss (as the trainer's)
   // Segmentation (engine/train/segment_task.h): the step's loss, pixel metric and pixel count are
   // use_segmentation_step's with the class weights above; target_shape is then {H, W}.

@@ -80,6 +80,7 @@ std::map<std::string, std::string> ModelCard::to_metadata() const {
   if (p.resize > 0) m["resize"] = std::to_string(p.resize);
   if (!p.crop.empty()) m["crop"] = p.crop;
   if (!p.normalize.empty()) m["normalize"] = p.normalize;
+  if (!precision.empty()) m["precision"] = precision;
   if (p.has_normalization()) {
     m["mean"] = json_list(p.mean);
     m["std"] = json_list(p.std);
@@ -118,6 +119,7 @@ ModelCard ModelCard::from_metadata(const std::map<std::string, std::string>& m, 
     c.missing.push_back("resize/crop");
   }
   if (has("normalize")) p.normalize = m.at("normalize");
+  if (has("precision")) c.precision = m.at("precision");
   if (has("mean") && has("std")) {
     p.mean = numbers_at(m, "mean", source);
     p.std = numbers_at(m, "std", source);

@@ -10,7 +10,8 @@
 // Metadata keys: model, task (classify|segment; absent in older files: classify), num_classes,
 // in_channels, image_size, data_format (images|idx|npy|segment),
 // resize, crop (center|none), normalize (the requested kind: none|imagenet|auto|custom text),
-// mean and std (JSON arrays, one value per channel, or one for all), class_names (JSON array).
+// mean and std (JSON arrays, one value per channel, or one for all), class_names (JSON array), precision (how
+// the weights were trained: f32, amp f16 or amp bf16; the weights themselves are f32 master weights either way).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -47,6 +48,10 @@ struct ModelCard {
   int64_t num_classes = 0;               // 0 unknown
   std::vector<std::string> class_names;  // index = class; empty: unknown
   Preprocessing preprocessing;
+  // How the model was trained: "f32", "amp f16" or "amp bf16" (RunConfig::precision()); "" unknown (files
+  // written before it was recorded: not listed in `missing`, nothing depends on it). Informational: the stored
+  // weights are the f32 master weights in every case.
+  std::string precision;
   // Filled by from_metadata: what the file did not hold, in words ("normalization mean/std",
   // "resize/crop", "class names", ...). Empty for files written by this version.
   std::vector<std::string> missing;

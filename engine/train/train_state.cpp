@@ -64,6 +64,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["epoch_undefined_batches"] = std::to_string(st.epoch_undefined_batches);
     if (st.epoch_metric_total > 0) meta["epoch_metric_total"] = std::to_string(st.epoch_metric_total);
   }
+  if (!st.amp_dtype.empty()) meta["amp_dtype"] = st.amp_dtype;
   if (st.has_amp) {
     char scale[64];
     std::snprintf(scale, sizeof scale, "%.17g", st.amp_scale);  // exact for an f32 scale
@@ -109,6 +110,8 @@ CheckpointFile read_checkpoint(const std::string& path, const std::string& model
       st.amp_growth_tracker = std::stoll(meta_at(f, "amp_growth_tracker", path));
       st.amp_skipped_steps = std::stoll(meta_at(f, "amp_skipped_steps", path));
     }
+    if (f.metadata.count("amp_dtype")) st.amp_dtype = f.metadata.at("amp_dtype");
+    else if (st.has_amp) st.amp_dtype = "f16";  // written before bf16: --amp was f16
   } catch (const std::logic_error&) {
     throw Error(str_cat("--resume: ", path, ": malformed epoch/step/rng/amp metadata"));
   }

@@ -6,8 +6,9 @@
 // (optimizer steps done), rng_seed / rng_offset (engine/core/generator.h) and the run's
 // configuration as JSON (`config`, whatever the caller passes); a file saved mid-epoch also
 // step_in_epoch (steps of the next epoch done) and that epoch's sums so far (epoch_loss_sum,
-// epoch_correct, epoch_seen, epoch_undefined_batches); under --amp also amp_scale,
-// amp_growth_tracker and amp_skipped_steps (the LossScaler's state, restored by --resume). A weights
+// epoch_correct, epoch_seen, epoch_undefined_batches); under --amp also amp_dtype (f16 or bf16) and, with
+// the loss scaler (f16), amp_scale, amp_growth_tracker and amp_skipped_steps (the LossScaler's state,
+// restored by --resume). A weights
 // file (--save) is the plain state_dict with torchvision names, plus format "kiln-weights-1" and the
 // model card (engine/train/model_card.h: model, num_classes, input size, channels, resize/crop,
 // normalization, class names) that `kiln predict` rebuilds the model and its inputs from; a
@@ -38,7 +39,10 @@ struct CheckpointState {
   int64_t epoch_correct = 0, epoch_seen = 0;
   int64_t epoch_undefined_batches = 0;  // batches of those steps left out (all samples bad, ...)
   int64_t epoch_metric_total = 0;       // segmentation: pixels counted by those steps (0 otherwise)
-  // The --amp loss scaler's state (has_amp: the run that saved it used --amp).
+  // The autocast dtype of the run that saved it: "f16" or "bf16" under --amp, "" without (files written before
+  // bf16 existed hold a loss scaler state and no dtype: read as "f16").
+  std::string amp_dtype{};
+  // The --amp f16 loss scaler's state (has_amp: the run that saved it scaled its loss; bf16 runs have none).
   bool has_amp = false;
   double amp_scale = 0;
   int64_t amp_growth_tracker = 0, amp_skipped_steps = 0;

@@ -258,7 +258,8 @@ int64_t phase_allocated(const nlohmann::json& plan, const std::string& name) {
 
 TEST_CASE("cuda plan: kiln train --dry-run --device cuda:0 without the GPU marks each figure exact, bound or estimate") {
   const int64_t MiB = int64_t(1) << 20, granule = 2 * MiB;
-  for (const char* flags : {"--model small_cnn", "--model small_cnn --amp", "--model resnet18_small --amp"}) {
+  for (const char* flags : {"--model small_cnn", "--model small_cnn --amp", "--model resnet18_small --amp",
+                            "--model small_cnn --amp bf16", "--model resnet18_small --amp bf16"}) {
     INFO(flags);
     std::string text;
     const nlohmann::json cpu = dry_run(flags, "cpu"), gpu = dry_run(flags, "cuda:0", &text);
@@ -291,7 +292,8 @@ TEST_CASE("cuda plan: kiln train --dry-run --device cuda:0 without the GPU marks
     }
     CHECK(gpu["figures"]["cuda_context"]["kind"] == "estimate");
     CHECK(gpu["cuda"]["fits_with_bounds"] == true);
-    // --amp: the CPU's f32 staging of the 16-bit convolutions is not in the cuda plan.
+    // --amp (f16 or bf16: cuBLAS/cuDNN in bf16, never kiln's f16-only kernels): the CPU's f32 staging of the
+    // 16-bit convolutions is not in the cuda plan.
     if (std::string(flags).find("--amp") != std::string::npos)
       CHECK(gpu["peak_allocated"].get<int64_t>() < cpu["peak_allocated"].get<int64_t>());
     // The text says the same.

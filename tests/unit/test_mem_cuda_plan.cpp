@@ -24,12 +24,14 @@
 
 namespace {
 
-nlohmann::json mem_json(const std::string& device, bool amp = false, const std::string& budget = "8G") {
+nlohmann::json mem_json(const std::string& device, bool amp = false, const std::string& budget = "8G",
+                        kiln::DType amp_dtype = kiln::DType::f16) {
   kiln::MemCommandOptions o;
   o.config.train.model = "small_cnn";
   o.config.train.batch = 16;
   o.config.train.device = device;
   o.config.train.amp = amp;
+  o.config.train.amp_dtype = amp_dtype;
   o.config.image_size = 16;
   o.device_memory = budget;
   o.json = true;
@@ -137,6 +139,24 @@ TEST_CASE("kiln mem --device cuda:0 --amp: the f16 weight copies equal the CPU m
   // The replay takes the CUDA path's 16-bit convolutions (no f32 staging): exact for the policy.
   CHECK(g["cuda"]["peak_reserved"]["kind"] == "exact");
   CHECK(g["peak_allocated"].get<int64_t>() < c["peak_allocated"].get<int64_t>());
+}
+
+TEST_CASE("kiln mem --device cuda:0 --amp bf16: bf16 weight copies as many bytes as f16's, no loss scaler, exact") {
+  const nlohmann::json bf = mem_json("cuda:0", true, "8G", kiln::DType::bf16), f16 = mem_json("cuda:0", true),
+                       cbf = mem_json("cpu", true, "8G", kiln::DType::bf16);
+  CHECK(bf["amp_dtype"] == "bf16");
+  CHECK(f16["amp_dtype"] == "f16");
+  const int64_t copies = bytes(bf["cuda"]["f16_copies"]);
+  CHECK(copies > 0);
+  CHECK(copies == bytes(f16["cuda"]["f16_copies"]));  // 2 bytes a weight either way
+  CHECK(copies == std::max(cbf["first_step"]["tag_peak"]["param_f16"].get<int64_t>(),
+                           cbf["steady_step"]["tag_peak"]["param_f16"].get<int64_t>()));
+  CHECK(bf["activations"] == f16["activations"]);  // the same 16-bit activations
+  // f16's loss scaler keeps its state tensors (scale, growth tracker, found_inf) from the set-up on; bf16 has none.
+  CHECK(bf["parameters"] == f16["parameters"]);
+  CHECK(bf["peak_allocated"].get<int64_t>() <= f16["peak_allocated"].get<int64_t>());
+  CHECK(bf["cuda"]["peak_reserved"]["kind"] == "exact");
+  CHECK(bf["peak_allocated"].get<int64_t>() < cbf["peak_allocated"].get<int64_t>());  // no f32 staging on cuda
 }
 
 TEST_CASE("kiln mem --device cuda:0 with KILN_CUDA_VMM=0: the cudaMalloc segment policy") {

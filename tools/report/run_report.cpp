@@ -308,9 +308,10 @@ std::string render_run_report(const std::vector<LedgerRun>& runs, const std::str
   Chart acc{"chart-acc", "Accuracy per epoch (train solid, val dashed)", "epoch", "accuracy", {}, false, "no epochs"};
   Chart lr{"chart-lr", "Learning rate", "step", "lr", {}, false, "no curve points"};
   Chart ips{"chart-ips", "Throughput", "step", "images/s", {}, false, "no curve points"};
-  Chart scale{"chart-scale", "Loss scale (--amp)", "step", "scale", {}, false, "no loss scaler in these runs (f32)"};
+  Chart scale{"chart-scale", "Loss scale (--amp f16)", "step", "scale", {}, false,
+              "no loss scaler in these runs (f32, --amp bf16)"};
   Chart skipped{"chart-skipped", "Skipped steps per curve window (--amp, inf/NaN gradients)", "step", "steps", {},
-                false, "no loss scaler in these runs (f32)"};
+                false, "no loss scaler in these runs (f32, --amp bf16)"};
   for (size_t i = 0; i < runs.size(); ++i) {
     const LedgerRun& r = runs[i];
     loss.series.push_back(curve_series(i, r, "loss"));
