@@ -69,7 +69,7 @@ f1() { awk '{if ($1 ~ /^[0-9.]+$/) printf "%.1f\n", $1; else print}'; }  # ms wi
 f2() { awk '{if ($1 ~ /^[0-9.]+$/) printf "%.2f\n", $1; else print}'; }  # ratios with two
 nums() { tr ' ' '\n' | grep -E '^[0-9.]+$' || true; }  # the numbers of a list (drops n/a and failures)
 
-echo "cpu_table: $CPU; $(nproc) cores; $RUNS runs; threads $THREADS; $(date -u '+%F %H:%M UTC')"
+echo "cpu_table: $CPU; $(nproc) cores; $RUNS runs; threads $THREADS; $(date -u '+%F %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cpu_table: torch 1.13 peer: $T1 (torch ${T1V:-missing}); torch 2.x peer: ${T2:-none} (torch ${T2V:-$NO_T2})"
 echo "cpu_table: kiln: $BUILD ($(git log -1 --format='%h, %cs' 2>/dev/null)); OMP_WAIT_POLICY=$OMP_WAIT_POLICY GOMP_SPINCOUNT=$GOMP_SPINCOUNT"
 
@@ -100,6 +100,7 @@ if [[ " $SECTIONS " == *" resnet "* ]]; then
   echo "== ResNet18 train step: ${BUILD}/bench_train_step --steps $STEPS --warmup $WARMUP, each row's median ms per run"
   declare -A V=()      # "shape|threads|row" -> the per-run medians
   declare -A RATIO=()  # "shape|threads" -> per-run kiln bf16 / torch 2.x bf16
+  declare -A RATIO13=()  # "shape|threads" -> per-run kiln f32 / torch 1.13 f32 (the table's old number)
   ROWS=("torch $T1V f32|nchw" "kiln f32|nchw" "torch 2.x f32|nchw" "kiln f32|channels_last"
         "torch 2.x f32|channels_last" "kiln bf16|$KBF16_LAYOUT" "torch 2.x autocast bf16|channels_last")
   for t in $THREADS; do
@@ -112,6 +113,7 @@ if [[ " $SECTIONS " == *" resnet "* ]]; then
           case $g in
             a) read -r k p < <(bts "$t" "$b" "$s" --peer-python "$T1" --peer-mode f32)
                V["$shape|$t|kiln f32|nchw"]+="$k "; V["$shape|$t|torch $T1V f32|nchw"]+="$p "
+               [[ $k =~ ^[0-9.]+$ && $p =~ ^[0-9.]+$ ]] && RATIO13["$shape|$t"]+="$(awk -v a="$k" -v b="$p" 'BEGIN {printf "%.3f", a / b}') "
                echo "  [$shape ${t}t run $r/$RUNS] kiln f32 $k ms, torch ${T1V:-1.13} f32 $p ms" ;;
             b) if [ -n "$T2" ]; then p=$(peer_ms "$T2" f32 "$t" "$b" "$s"); else p=skipped; fi
                V["$shape|$t|torch 2.x f32|nchw"]+="$p "
@@ -132,7 +134,8 @@ if [[ " $SECTIONS " == *" resnet "* ]]; then
     done
   done
   echo
-  echo "ResNet18 train step, $RUNS runs of $STEPS steps each; torch 2.x = ${T2V:-none}; CPU: $CPU"
+  echo "ResNet18 train step, $RUNS runs of $STEPS steps each; torch 2.x = ${T2V:-none}; CPU: $CPU;" \
+       "$(date -u '+%H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "| shape, threads | row | layout | median ms | spread (min-max) | CPU, ISA |"
   echo "|---|---|---|---|---|---|"
   for t in $THREADS; do
@@ -151,6 +154,7 @@ if [[ " $SECTIONS " == *" resnet "* ]]; then
   for t in $THREADS; do
     for shape in $SHAPES; do
       bf=$(nums <<< "${RATIO["$shape|$t"]:-}" | median | f2)
+      r13=$(nums <<< "${RATIO13["$shape|$t"]:-}" | median | f2)
       kf=$(nums <<< "${V["$shape|$t|kiln f32|nchw"]}" | median)
       tf=$(nums <<< "${V["$shape|$t|torch 2.x f32|nchw"]}" | median)
       tc=$(nums <<< "${V["$shape|$t|torch 2.x f32|channels_last"]}" | median)
@@ -158,7 +162,8 @@ if [[ " $SECTIONS " == *" resnet "* ]]; then
         t = tf; tl = "nchw"; if (tc != "n/a" && (t == "n/a" || tc + 0 < t + 0)) { t = tc; tl = "channels_last" }
         if (k == "n/a" || t == "n/a") print "n/a"; else printf "%.2f (kiln nchw %.1f ms / torch %s %.1f ms)", k / t, k, tl, t }')
       echo "ResNet18 $shape ${t} thread(s): kiln bf16 / torch ${T2V:-2.x} bf16 = ${bf} (median of per-run ratios; goal <= 0.9);" \
-           "kiln f32 (nchw) / torch's faster f32 layout = $f32 (goal <= 0.9)"
+           "kiln f32 (nchw) / torch's faster f32 layout = $f32 (goal <= 0.9); kiln f32 / torch ${T1V:-1.13} f32 = $r13" \
+           "(median of per-run ratios)"
     done
   done
 fi
@@ -167,20 +172,22 @@ fi
 small_cnn() {  # $1 label, $2 data, $3 threads, $4 batch, $5 kiln precision f32|bf16, $6 peer python, $7 peer mode, $8... extra kiln flags
   local label=$1 data=$2 t=$3 b=$4 prec=$5 py=$6 pmode=$7
   shift 7
-  local amp=() rs="" ks="" ps="" r k p t0 t1 t2 pv
+  local amp=() rs="" ks="" ps="" r k p t0 t1 t2 pv kmiss=failed
+  [ "$prec" = bf16 ] && [ "$KILN_BF16" = 0 ] && kmiss="skipped (this kiln has no 'kiln train --amp bf16')"
   [ "$prec" = bf16 ] && amp=(--amp bf16)
   pv=$([ "$py" = "$T1" ] && echo "${T1V:-1.13}" || echo "${T2V:-2.x}")
   for r in $(seq "$RUNS"); do
     t0=$(date +%s.%N)
-    k=$("$BUILD/kiln" train --model small_cnn --data "$data" "$@" "${amp[@]}" --limit 6400 --epochs 1 --batch "$b" \
+    k=""
+    [ "$prec" = bf16 ] && [ "$KILN_BF16" = 0 ] || k=$("$BUILD/kiln" train --model small_cnn --data "$data" "$@" "${amp[@]}" --limit 6400 --epochs 1 --batch "$b" \
           --threads "$t" --optimizer sgd --lr 0.05 --momentum 0.9 2>&1 | sed -n 's/.*train loss.* \([0-9.]*\) img\/s.*/\1/p' |
         tail -1 || true)
     t1=$(date +%s.%N)
     p=$("$py" bench/peers/train_small_cnn_torch.py --data "$data" --epochs 1 --batch "$b" --threads "$t" \
           --limit 6400 --workers 1 --mode "$pmode" 2>/dev/null | sed -n 's/.*"images_per_s": \([0-9.]*\).*/\1/p' || true)
     t2=$(date +%s.%N)
-    echo "  $label $t thread(s) batch $b run $r: kiln $prec ${k:-failed} img/s ($(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s wall)," \
-         "torch $pv $pmode ${p:-failed} img/s ($(awk -v a="$t1" -v b="$t2" 'BEGIN {printf "%.1f", b - a}') s wall; wall includes start-up and evaluation)"
+    echo "  $label $t thread(s) batch $b run $r: kiln $prec ${k:+$k img/s}${k:-$kmiss} ($(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s wall)," \
+         "torch $pv $pmode ${p:+$p img/s}${p:-failed} ($(awk -v a="$t1" -v b="$t2" 'BEGIN {printf "%.1f", b - a}') s wall; wall includes start-up and evaluation)"
     [ -n "$k" ] && ks+="$k "
     [ -n "$p" ] && ps+="$p "
     [ -n "$k" ] && [ -n "$p" ] && rs+="$(awk -v k="$k" -v p="$p" 'BEGIN {printf "%.3f", p / k}') "
@@ -192,7 +199,8 @@ small_cnn() {  # $1 label, $2 data, $3 threads, $4 batch, $5 kiln precision f32|
 
 if [[ " $SECTIONS " == *" small "* ]]; then
   [ -d "$JPEG/train" ] || "$BUILD/kiln" export-images --data "$DATA" --out "$JPEG" --quality 95 >/dev/null
-  # kiln train --amp bf16 comes with issue 35 (branch amp-bf16); a kiln without it gets a "skipped" line.
+  # kiln train --amp bf16 comes with issue 35 (branch amp-bf16); a kiln without it: its side says "skipped",
+  # the torch 2.x bf16 peer still runs.
   KILN_BF16=0
   help=$("$BUILD/kiln" train --help 2>/dev/null || true)
   [[ $(grep -- '--amp' <<< "$help" || true) == *bf16* ]] && KILN_BF16=1
@@ -206,7 +214,6 @@ if [[ " $SECTIONS " == *" small "* ]]; then
       for b in $BATCHES; do
         small_cnn "$src" "$d" "$t" "$b" f32 "$T1" f32 "${extra[@]}"
         if [ -z "$T2" ]; then echo "small CNN $src, $t thread(s), batch $b: kiln bf16 vs torch 2.x bf16: $NO_T2"
-        elif [ $KILN_BF16 = 0 ]; then echo "small CNN $src, $t thread(s), batch $b: kiln bf16 vs torch 2.x bf16: skipped: this kiln has no 'kiln train --amp bf16'"
         else small_cnn "$src" "$d" "$t" "$b" bf16 "$T2" bf16 "${extra[@]}"; fi
       done
     done
