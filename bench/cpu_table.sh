@@ -172,7 +172,7 @@ fi
 small_cnn() {  # $1 label, $2 data, $3 threads, $4 batch, $5 kiln precision f32|bf16, $6 peer python, $7 peer mode, $8... extra kiln flags
   local label=$1 data=$2 t=$3 b=$4 prec=$5 py=$6 pmode=$7
   shift 7
-  local amp=() rs="" ks="" ps="" r k p t0 t1 t2 pv kmiss=failed
+  local amp=() rs="" ks="" ps="" r k p t0 t1 t2 pv kd pd kmiss=failed
   [ "$prec" = bf16 ] && [ "$KILN_BF16" = 0 ] && kmiss="skipped (this kiln has no 'kiln train --amp bf16')"
   [ "$prec" = bf16 ] && amp=(--amp bf16)
   pv=$([ "$py" = "$T1" ] && echo "${T1V:-1.13}" || echo "${T2V:-2.x}")
@@ -186,8 +186,11 @@ small_cnn() {  # $1 label, $2 data, $3 threads, $4 batch, $5 kiln precision f32|
     p=$("$py" bench/peers/train_small_cnn_torch.py --data "$data" --epochs 1 --batch "$b" --threads "$t" \
           --limit 6400 --workers 1 --mode "$pmode" 2>/dev/null | sed -n 's/.*"images_per_s": \([0-9.]*\).*/\1/p' || true)
     t2=$(date +%s.%N)
-    echo "  $label $t thread(s) batch $b run $r: kiln $prec ${k:+$k img/s}${k:-$kmiss} ($(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s wall)," \
-         "torch $pv $pmode ${p:+$p img/s}${p:-failed} ($(awk -v a="$t1" -v b="$t2" 'BEGIN {printf "%.1f", b - a}') s wall; wall includes start-up and evaluation)"
+    kd=$kmiss pd=failed
+    [ -n "$k" ] && kd="$k img/s"
+    [ -n "$p" ] && pd="$p img/s"
+    echo "  $label $t thread(s) batch $b run $r: kiln $prec $kd ($(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s wall)," \
+         "torch $pv $pmode $pd ($(awk -v a="$t1" -v b="$t2" 'BEGIN {printf "%.1f", b - a}') s wall; wall includes start-up and evaluation)"
     [ -n "$k" ] && ks+="$k "
     [ -n "$p" ] && ps+="$p "
     [ -n "$k" ] && [ -n "$p" ] && rs+="$(awk -v k="$k" -v p="$p" 'BEGIN {printf "%.3f", p / k}') "
