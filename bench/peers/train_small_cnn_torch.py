@@ -4,9 +4,17 @@ tests/support/oracle/small_cnn.py on Fashion-MNIST (IDX files, gzip or plain, re
 default Debian's /usr/share/datasets/fashion-mnist) and prints one JSON line with the test accuracy
 per epoch, wall time and images/s. It is the side-by-side reference for `kiln train`, not a test.
 
-  /usr/bin/python3 bench/peers/train_small_cnn_torch.py [--data DIR] [--epochs 2] [--batch 128]
+  PYTHON bench/peers/train_small_cnn_torch.py [--data DIR] [--epochs 2] [--batch 128]
       [--optimizer sgd|adamw] [--lr 0.05] [--momentum 0.9] [--weight-decay 0] [--threads 2] [--seed 0]
       [--limit N] [--workers 1] [--wait-policy passive|active|default] [--spin 3000]
+      [--mode f32|channels_last|bf16]
+
+PYTHON: Debian's /usr/bin/python3 (torch 1.13) or the pinned torch 2.x of bench/torch_venv.sh
+(~/.cache/kiln-torch-venv/bin/python); the script runs under both. --mode: f32 (NCHW, the default and
+the old behaviour); channels_last (f32, model and batches in torch.channels_last); bf16
+(torch.autocast("cpu", dtype=torch.bfloat16) around forward + loss and around evaluation, backward and
+step outside, f32 master weights, no GradScaler; model and batches channels_last, PyTorch's fast CPU bf16
+recipe). The batch's channels_last copy is inside the timed step (kiln's --channels-last copies too).
 
 Data: pixels / 255, then normalized with the mean and std of the training pixels; training order
 reshuffled every epoch from --seed; no augmentation. Evaluation: model.eval() on the whole test
@@ -16,7 +24,10 @@ split after every epoch. images/s counts training images over training time (eva
 `kiln export-images` writes, the main job's data): torchvision's ImageFolder then decodes every image
 each epoch with PIL in --workers DataLoader processes (kiln train --workers), as grayscale, normalized
 with Fashion-MNIST's training mean and std (0.2860, 0.3530: kiln's --normalize auto computes them once
-before training, outside the timed part); --limit takes N images drawn with --seed.
+before training, outside the timed part); --limit takes N images drawn with --seed. Without torchvision (the torch 2.x venv has none: no
+torchvision release matches its torch yet) the folder is read by an equivalent PIL-only dataset (the
+same steps: ImageFolder's sorted classes and files, PIL open, convert("RGB"), convert("L"), /255,
+normalize); the JSON line's "folder_reader" says which ran.
 
 Threads: libgomp's default wait policy (spin, then sleep) stalls every parallel region when a core is
 taken by another process: on the shared 2-core machine, batch 16 at --threads 2 ran at 26-28 img/s
@@ -101,6 +112,8 @@ def main():
     p.add_argument("--wait-policy", choices=["passive", "active", "default"], default="passive",
                    help="OMP_WAIT_POLICY for torch's OpenMP threads (default: libgomp's own; an OMP_WAIT_POLICY "
                         "already in the environment wins)")
+    p.add_argument("--mode", choices=["f32", "channels_last", "bf16"], default="f32",
+                   help="f32 (NCHW), channels_last (f32) or bf16 (CPU autocast, channels_last)")
     p.add_argument("--spin", type=int, default=3000,
                    help="GOMP_SPINCOUNT with --wait-policy passive/active (kiln's 3000; one in the environment wins)")
     args = p.parse_args()
@@ -142,6 +155,15 @@ def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches
     """Trains the small CNN for --epochs over train_batches() (one epoch each call), evaluates on
     test_batches() after every epoch, and prints the JSON line (extra: more keys)."""
     model = SmallCNN(num_classes=num_classes)
+    cl = args.mode in ("channels_last", "bf16")
+    if cl:
+        model = model.to(memory_format=torch.channels_last)
+
+    def prep(x):  # the batch in the mode's layout
+        return x.contiguous(memory_format=torch.channels_last) if cl else x
+
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.mode == "bf16")
     if args.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     else:
@@ -158,23 +180,24 @@ def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches
                     g["lr"] = 0.5 * args.lr * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
             step += 1
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
+            with autocast():
+                loss = F.cross_entropy(model(prep(x)), y)
             loss.backward()
             opt.step()
-            total += float(loss) * len(y)
+            total += float(loss.detach()) * len(y)
             n += len(y)
         train_s += time.perf_counter() - t0
         seen += n
         losses.append(total / n)
         model.eval()
         correct = 0
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             for x, y in test_batches():
-                correct += int((model(x).argmax(1) == y).sum())
+                correct += int((model(prep(x)).argmax(1) == y).sum())
         accs.append(correct / n_test)
     print(json.dumps({
         "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data, **extra,
-        "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
+        "mode": args.mode, "layout": "channels_last" if cl else "nchw", "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
         "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
         "images_per_s": round(seen / train_s, 1),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
@@ -183,12 +206,18 @@ def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches
 
 def train_folder(args, t_start):
     """The JPEG-folder path: ImageFolder + DataLoader, decoding every epoch (see the module doc)."""
-    import torchvision
-    import torchvision.transforms as T
-    tf = T.Compose([T.Grayscale(1), T.ToTensor(), T.Normalize((0.2860,), (0.3530,))])
-    train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transform=tf)
     test_dir = next(os.path.join(args.data, d) for d in ("test", "val") if os.path.isdir(os.path.join(args.data, d)))
-    test = torchvision.datasets.ImageFolder(test_dir, transform=tf)
+    try:
+        import torchvision
+        import torchvision.transforms as T
+        tf = T.Compose([T.Grayscale(1), T.ToTensor(), T.Normalize((0.2860,), (0.3530,))])
+        train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transform=tf)
+        test = torchvision.datasets.ImageFolder(test_dir, transform=tf)
+        reader = "torchvision"
+    except ImportError:
+        train = GrayImageFolder(os.path.join(args.data, "train"))
+        test = GrayImageFolder(test_dir)
+        reader = "pil"
     if args.limit:
         pick = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed))[:args.limit]
         train = torch.utils.data.Subset(train, pick.tolist())
@@ -197,7 +226,36 @@ def train_folder(args, t_start):
                                          num_workers=args.workers, persistent_workers=args.workers > 0)
     test_loader = torch.utils.data.DataLoader(test, batch_size=1000, num_workers=args.workers)
     fit(args, t_start, len(test.classes), lambda: loader, len(loader), lambda: test_loader, len(test),
-        {"folder": True})
+        {"folder": True, "folder_reader": reader})
+
+
+class GrayImageFolder(torch.utils.data.Dataset):
+    """torchvision's ImageFolder + Grayscale(1) + ToTensor + Normalize((0.2860,), (0.3530,)) with PIL
+    alone: classes are the sorted subfolders, samples the sorted image files of each, decoded with
+    PIL, convert("RGB") (ImageFolder's loader) then convert("L") (Grayscale), / 255, normalized."""
+    EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+    def __init__(self, root):
+        self.classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        self.samples = []
+        for i, c in enumerate(self.classes):
+            for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
+                for f in sorted(files):
+                    if f.lower().endswith(self.EXTENSIONS):
+                        self.samples.append((os.path.join(dirpath, f), i))
+        if not self.samples:
+            raise FileNotFoundError(f"{root}: no image files in class subfolders")
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        from PIL import Image
+        path, label = self.samples[i]
+        with open(path, "rb") as f:
+            img = Image.open(f).convert("RGB").convert("L")
+        x = torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).unsqueeze(0).float().div(255)
+        return (x - 0.2860) / 0.3530, label
 
 
 if __name__ == "__main__":

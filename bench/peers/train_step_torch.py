@@ -1,10 +1,20 @@
 #!/usr/bin/python3
 """PyTorch peer of bench/bench_train_step.cpp: times one torchvision-architecture ResNet18
 training step (forward, cross-entropy, backward, SGD momentum step) on the CPU and prints one JSON
-line {"batch", "size", "threads", "steps", "step_ms": [...], "median_ms"}.
+line {"batch", "size", "threads", "steps", "step_ms": [...], "median_ms", "torch", "mode", "layout",
+"cpu_capability"}.
 
-  /usr/bin/python3 bench/peers/train_step_torch.py --batch 8 --size 224 --threads 2 --steps 3 [--warmup 1]
+  PYTHON bench/peers/train_step_torch.py --batch 8 --size 224 --threads 2 --steps 3 [--warmup 1]
+      [--mode f32|channels_last|bf16]
 
+PYTHON: Debian's /usr/bin/python3 (torch 1.13) or the pinned torch 2.x of bench/torch_venv.sh
+(~/.cache/kiln-torch-venv/bin/python); the script runs under both. --mode:
+  f32            f32, NCHW (contiguous) model and input (the default; what this peer always did)
+  channels_last  f32, model and input in torch.channels_last (NHWC)
+  bf16           torch.autocast("cpu", dtype=torch.bfloat16) around forward + loss, backward and the
+                 SGD step outside it, f32 master weights, no GradScaler (bf16 has f32's range); model
+                 and input channels_last: PyTorch's fast CPU bf16 recipe (oneDNN's bf16 convolutions
+                 are blocked/NHWC)
 The model is built here (BasicBlock ResNet18, torchvision's layout) so torchvision is not needed.
 """
 import argparse
@@ -66,6 +76,7 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--mode", choices=["f32", "channels_last", "bf16"], default="f32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
@@ -74,17 +85,33 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, a.num_classes, (a.batch,))
+    layout = "nchw"
+    if a.mode in ("channels_last", "bf16"):
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+        layout = "channels_last"
     times = []
     for i in range(a.warmup + a.steps):
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.mode == "bf16"):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
         if i >= a.warmup:
             times.append((time.perf_counter() - t) * 1e3)
     s = sorted(times)
     print(json.dumps({"batch": a.batch, "size": a.size, "threads": a.threads, "steps": a.steps,
-                      "step_ms": times, "median_ms": s[len(s) // 2], "torch": torch.__version__}))
+                      "step_ms": times, "median_ms": s[len(s) // 2], "torch": torch.__version__, "mode": a.mode,
+                      "layout": layout, "cpu_capability": cpu_capability()}))
+
+
+def cpu_capability():
+    """The SIMD level torch's own CPU kernels dispatch to (torch >= 2.0), or "n/a" (1.13)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        return "n/a"
 
 
 if __name__ == "__main__":
