@@ -35,6 +35,7 @@
 #include "kernels/cpu/threads.h"
 
 #include "bench/bench_cli.h"
+#include "bench/peer_path.h"
 
 using namespace kiln;
 
@@ -81,8 +82,7 @@ double median_ms(int reps, F f) {
 }
 
 std::string peer_path() {
-  std::string f = __FILE__;
-  return f.substr(0, f.find_last_of('/') + 1) + "peers/conv_torch.py";
+  return kiln_bench::peers_dir(__FILE__) + "/conv_torch.py";
 }
 
 // --algos: im2col against Winograd, fwd, bwd_in and bwd_w, alternating call by call (ABBA).

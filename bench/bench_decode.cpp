@@ -22,6 +22,7 @@
 #include "data/sample_pipeline.h"
 
 #include "bench/bench_cli.h"
+#include "bench/peer_path.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -142,12 +143,11 @@ int main(int argc, char** argv) {
     std::ofstream o(list);
     for (auto& f : files) o << f << "\n";
   }
-  // Peers live next to this source file (CMake compiles it by absolute path); KILN_BENCH_PEERS or
-  // --peers override.
+  // Peers live next to this source file (bench/peer_path.h); KILN_BENCH_PEERS or --peers override.
 #ifdef KILN_BENCH_PEERS
   std::string peers = KILN_BENCH_PEERS;
 #else
-  std::string peers = fs::path(__FILE__).parent_path().string() + "/peers";
+  std::string peers = kiln_bench::peers_dir(__FILE__);
 #endif
   if (!peers_arg.empty()) peers = peers_arg;
   std::printf("bench_decode: %zu JPEGs (%.1f MB) under %s; Resize(256) + CenterCrop(224) + Normalize -> f32 CHW; "

@@ -5,8 +5,9 @@
 // <bytes>; step spread kiln <min>-<max> ms, torch <min>-<max> ms" per shape (tools/gpu-check reads the
 // last one).
 //   bench_train_step [--threads T] [--device cpu|cuda:N] [--steps N] [--warmup N] [--no-peer]
-//                    [--batch B --image-size S] [--amp] [--kernels vendor|kiln] [--channels-last]
+//                    [--batch B --image-size S] [--amp [f16|bf16]] [--kernels vendor|kiln] [--channels-last]
 //                    [--cudnn-benchmark] [--recompute N] [--conv-algos]
+//                    [--peer-python PATH] [--peer-mode auto|f32|channels_last|bf16]
 // --recompute N times the plain step against the same step with the model split into N
 // recompute-on-backward segments (kiln train's --recompute N), step by step in alternating order
 // (plain, recompute, recompute, plain, ...) so both see the same machine load; it prints both
@@ -18,15 +19,22 @@
 // automatic choice (Winograd F(2x2,3x3) on the 3x3 stride-1 layers, kernels/cpu/conv2d.h), one model,
 // steps alternating (im2col, auto, auto, im2col, ...); prints both medians and their ratio. No peer
 // then. Without it, the environment variable KILN_CPU_CONV=auto|im2col|winograd picks the algorithm.
-// --amp is kiln train's: f16 autocast around forward + loss, LossScaler around backward and step.
+// --amp (or --amp f16) is kiln train's: f16 autocast around forward + loss, LossScaler around backward
+// and step. --amp bf16: AutocastGuard(true, DType::bf16) around forward + loss, no loss scaler (bf16 has
+// f32's range), f32 master weights (issue 35).
 // --kernels picks cuBLAS/cuDNN or kiln's Tensor Core kernels on CUDA; --channels-last feeds the
 // model an NHWC input. Each step is train::train_step (the trainer's) and ends with a read of the
 // last parameter, so GPU steps are timed to completion.
-// The peer is bench/peers/train_step_torch.py run with /usr/bin/python3, same threads and shapes
-// (CPU f32 only; tools/gpu-check runs PyTorch's GPU rows itself).
+// The peer is bench/peers/train_step_torch.py, same threads and shapes, on the CPU only (tools/gpu-check
+// runs PyTorch's GPU rows itself), run by --peer-python (default Debian's /usr/bin/python3, torch 1.13;
+// the pinned torch 2.x is bench/torch_venv.sh's venv) in --peer-mode: f32 (NCHW), channels_last (f32) or
+// bf16 (torch.autocast("cpu", bfloat16), channels_last). auto (the default) follows kiln's mode: f32 ->
+// f32, --channels-last -> channels_last, --amp bf16 -> bf16; --amp f16 has no CPU peer. The peer's
+// torch version, mode and layout are printed after the table.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sys/wait.h>
 #include <string>
 #include <vector>
 #include <algorithm>
@@ -49,6 +57,7 @@
 #include "engine/train/memory_peak.h"
 
 #include "bench/bench_cli.h"
+#include "bench/peer_path.h"
 
 using namespace kiln;
 
@@ -65,6 +74,7 @@ double median(std::vector<double> v) {
 
 struct Mode {
   bool amp = false, channels_last = false;
+  DType amp_dtype = DType::f16;  // with amp: f16 (+ LossScaler) or bf16 (no scaler)
   int recompute = 0;  // > 0: also time the step with this many recompute segments
   bool conv_algos = false;  // im2col against auto conv2d, alternating steps
 };
@@ -90,9 +100,10 @@ StepRig make_rig(Shape2 s, Device d, Mode mode, int recompute) {
   o.momentum = 0.9;
   r.opt = std::make_unique<optim::SGD>(r.model->named_parameters(), o);
   optim::LossScalerOptions so;
-  so.enabled = mode.amp;
+  so.enabled = mode.amp && mode.amp_dtype == DType::f16;
   r.scaler = std::make_unique<optim::LossScaler>(so, d);
   r.step.autocast = mode.amp;
+  r.step.autocast_dtype = mode.amp_dtype;
   r.x = to_device(randn({s.batch, 3, s.size, s.size}), d);
   if (mode.channels_last) r.x = contiguous(r.x, MemoryFormat::channels_last);
   std::vector<int64_t> yv((size_t)s.batch);
@@ -150,10 +161,11 @@ std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warm
   o.momentum = 0.9;
   optim::SGD opt(model->named_parameters(), o);
   optim::LossScalerOptions so;
-  so.enabled = mode.amp;
+  so.enabled = mode.amp && mode.amp_dtype == DType::f16;  // bf16: no loss scaler
   optim::LossScaler scaler(so, d);
   train::StepOptions step;
   step.autocast = mode.amp;
+  step.autocast_dtype = mode.amp_dtype;
   Tensor x = to_device(randn({s.batch, 3, s.size, s.size}), d);
   if (mode.channels_last) x = contiguous(x, MemoryFormat::channels_last);
   std::vector<int64_t> yv((size_t)s.batch);
@@ -172,23 +184,53 @@ std::vector<double> time_kiln(Shape2 s, Device d, Mode mode, int steps, int warm
   return ms;
 }
 
-// The torch peer's step times (ms, warm-up excluded), or none when it could not run.
-std::vector<double> time_torch(const std::string& script, Shape2 s, int threads, int steps, int warmup) {
-  const std::string cmd = "/usr/bin/python3 " + script + " --batch " + std::to_string(s.batch) + " --size " +
-                          std::to_string(s.size) + " --threads " + std::to_string(threads) + " --steps " +
-                          std::to_string(steps) + " --warmup " + std::to_string(warmup) + " 2>/dev/null";
+// One argument for /bin/sh: single-quoted, its own single quotes escaped.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// What the torch peer reported: step times (ms, warm-up excluded; empty when it could not run) and
+// which torch, mode and layout ran them.
+struct PeerRun {
+  std::vector<double> ms;
+  std::string torch, mode, layout, cpu_capability, error;
+};
+
+PeerRun time_torch(const std::string& python, const std::string& script, const std::string& peer_mode, Shape2 s,
+                   int threads, int steps, int warmup) {
+  PeerRun r;
+  const std::string cmd = shell_quote(python) + " " + shell_quote(script) + " --batch " + std::to_string(s.batch) +
+                          " --size " + std::to_string(s.size) + " --threads " + std::to_string(threads) +
+                          " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
+                          " --mode " + peer_mode + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {};
+  if (!p) {
+    r.error = "could not start " + python;
+    return r;
+  }
   std::string out;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  if (::pclose(p) != 0) return {};
-  try {
-    return nlohmann::json::parse(out.substr(out.rfind('{')))["step_ms"].get<std::vector<double>>();
-  } catch (...) {
-    return {};
+  const int status = ::pclose(p);
+  if (status != 0) {
+    r.error = python + " " + script + " exited with status " + std::to_string(WEXITSTATUS(status));
+    return r;
   }
+  try {
+    const auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
+    r.ms = j["step_ms"].get<std::vector<double>>();
+    r.torch = j.value("torch", "?");
+    r.mode = j.value("mode", "f32");
+    r.layout = j.value("layout", "nchw");
+    r.cpu_capability = j.value("cpu_capability", "n/a");
+  } catch (...) {
+    r.ms.clear();
+    r.error = python + " " + script + " printed no JSON line with step_ms";
+  }
+  return r;
 }
 
 }  // namespace
@@ -211,7 +253,16 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "one shape: batch (with --image-size; default: the built-in table)")
       ->check(CLI::PositiveNumber);
   app.add_option("--image-size", size, "one shape: image size (with --batch)")->check(CLI::PositiveNumber);
-  app.add_flag("--amp", mode.amp, "f16 autocast + loss scaling");
+  std::string amp, peer_python = "/usr/bin/python3", peer_mode = "auto";
+  CLI::Option* amp_opt = app.add_option("--amp", amp, "mixed precision: --amp or --amp f16 (f16 autocast + loss "
+                                                      "scaling), --amp bf16 (bf16 autocast, no loss scaler)")
+                             ->expected(0, 1);
+  app.add_option("--peer-python", peer_python, "python that runs the torch peer (bench/torch_venv.sh: torch 2.x)")
+      ->capture_default_str();
+  app.add_option("--peer-mode", peer_mode, "torch peer: f32, channels_last, bf16 (autocast, channels_last), or auto "
+                                           "(kiln's mode)")
+      ->check(CLI::IsMember({"auto", "f32", "channels_last", "bf16"}))
+      ->capture_default_str();
   app.add_option("--kernels", kernels, "vendor or kiln")->check(CLI::IsMember({"vendor", "kiln"}))->capture_default_str();
   app.add_flag("--channels-last", mode.channels_last, "channels-last batches");
   app.add_flag("--cudnn-benchmark", cudnn_bench, "cuDNN's algorithm search (CUDA)");
@@ -219,6 +270,17 @@ int main(int argc, char** argv) {
   app.add_flag("--conv-algos", mode.conv_algos, "print the convolution algorithms chosen");
   return kiln_bench::run(app, argc, argv, [&]() -> int {
   bool peer = !no_peer;
+  if (amp_opt->count() > 0) {
+    if (amp.empty() || amp == "f16") {
+      mode.amp = true;
+    } else if (amp == "bf16") {
+      mode.amp = true;
+      mode.amp_dtype = DType::bf16;
+    } else {
+      std::fprintf(stderr, "bench_train_step: error: --amp takes f16 or bf16 (or nothing: f16), got '%s'\n", amp.c_str());
+      return 2;
+    }
+  }
   if ((batch > 0) != (size > 0) || batch < 0 || size < 0 || steps < 1 || warmup < 0 || mode.recompute < 0) {
     std::fprintf(stderr, "bench_train_step: give --batch and --image-size together (positive), --steps >= 1, "
                  "--recompute >= 0\n");
@@ -233,14 +295,17 @@ int main(int argc, char** argv) {
 #else
     if (cudnn_bench) std::printf("--cudnn-benchmark: no effect, kiln was built without CUDA\n");
 #endif
-    std::string script = __FILE__;
-    script = script.substr(0, script.rfind('/') + 1) + "peers/train_step_torch.py";
+    const std::string script = kiln_bench::peers_dir(__FILE__) + "/train_step_torch.py";
+    const bool bf16 = mode.amp && mode.amp_dtype == DType::bf16;
     std::printf("ResNet18 training step (SGD momentum%s%s, kernels %s), %d thread(s), kiln on %s, median of %d steps "
                 "after %d warm-up\n",
-                mode.amp ? ", --amp" : "", mode.channels_last ? ", channels-last" : "", kernels.c_str(), threads,
-                d.str().c_str(), steps, warmup);
-    // The torch peer runs f32 NCHW only: no peer column for the other modes.
-    if (mode.amp || mode.channels_last) peer = false;
+                !mode.amp ? "" : bf16 ? ", --amp bf16 (bf16 autocast, no loss scaler)" : ", --amp (f16 + loss scaling)",
+                mode.channels_last ? ", channels-last" : "", kernels.c_str(), threads, d.str().c_str(), steps, warmup);
+    // auto: the peer in kiln's mode; kiln's f16 --amp has no CPU peer (PyTorch's CPU autocast is bf16).
+    if (peer_mode == "auto") {
+      if (mode.amp && !bf16) peer = false;
+      peer_mode = bf16 ? "bf16" : mode.channels_last ? "channels_last" : "f32";
+    }
     std::vector<Shape2> shapes = {Shape2{8, 224}, Shape2{32, 64}};
     if (batch > 0) shapes = {Shape2{batch, size}};
     if (mode.recompute > 0) {
@@ -274,11 +339,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::vector<std::string> summary;
+    std::string peer_line;
     std::printf("%-12s %12s %12s %8s %12s\n", "shape", "kiln ms", "torch ms", "ratio", "kiln peak");
     for (Shape2 s : shapes) {
       int64_t peak = -1;
       const std::vector<double> ks = time_kiln(s, d, mode, steps, warmup, &peak);
-      const std::vector<double> ts = peer && d.is_cpu() ? time_torch(script, s, threads, steps, warmup) : std::vector<double>{};
+      PeerRun pr;
+      if (peer && d.is_cpu()) pr = time_torch(peer_python, script, peer_mode, s, threads, steps, warmup);
+      const std::vector<double>& ts = pr.ms;
+      if (!pr.error.empty()) peer_line = "peer: torch column n/a: " + pr.error;  // kept: a failure is not overwritten
+      else if (!ts.empty() && peer_line.rfind("peer: torch column n/a", 0) != 0)
+        peer_line = "peer: torch " + pr.torch + " " + pr.mode + " (" + pr.layout + ", cpu capability " +
+                    pr.cpu_capability + "), " + peer_python;
       const double k = median(ks), t = ts.empty() ? -1 : median(ts);
       char mem[32], shape[32], tcol[32], rcol[32];
       std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.batch, (long long)s.size);
@@ -297,6 +369,7 @@ int main(int argc, char** argv) {
       summary.push_back(line);
     }
     for (const std::string& l : summary) std::printf("%s\n", l.c_str());
+    if (!peer_line.empty()) std::printf("%s\n", peer_line.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
     return 1;
