@@ -163,6 +163,30 @@ void binary_dispatch(BinaryOp op, const LoopShape& s, StridedOperand out, Stride
   }
 }
 
+// Contiguous f32 <-> bf16 runs written over the bit patterns with no branch, so GCC vectorizes them
+// (the scalar conversions ran one value at a time: the autocast step's weight casts). The same
+// formulas as engine/core/half.h's bf16_bits_to_float / float_to_bf16_bits (NaN quieted, round to
+// nearest even), so the same bits.
+inline void bf16_run_to_f32(float* o, const bfloat16* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    const uint32_t u = (uint32_t)b << 16;
+    std::memcpy(o + i, &u, sizeof u);
+  }
+}
+
+inline void f32_run_to_bf16(bfloat16* o, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t v;
+    std::memcpy(&v, x + i, sizeof v);
+    const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (v >> 16) | 0x40u;
+    const uint16_t b = (uint16_t)((v & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    std::memcpy(static_cast<void*>(o + i), &b, sizeof b);
+  }
+}
+
 template <typename D, typename S>
 void copy_t(const LoopShape& s, StridedOperand dst, StridedOperand src) {
   StridedOperand ops[2] = {dst, src};
@@ -173,9 +197,15 @@ void copy_t(const LoopShape& s, StridedOperand dst, StridedOperand src) {
       else
         for (int64_t i = 0; i < n; ++i) std::memcpy(p[0] + i * bs[0], p[1] + i * bs[1], sizeof(D));
     } else if constexpr (std::is_same<D, float>::value && (std::is_same<S, half>::value || std::is_same<S, bfloat16>::value)) {
+      if constexpr (std::is_same<S, bfloat16>::value)
+        if (bs[0] == (int64_t)sizeof(D) && bs[1] == (int64_t)sizeof(S))
+          return bf16_run_to_f32(reinterpret_cast<float*>(p[0]), reinterpret_cast<const bfloat16*>(p[1]), n);
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<float*>(p[0] + i * bs[0]) = (float)*reinterpret_cast<const S*>(p[1] + i * bs[1]);
     } else if constexpr (std::is_same<S, float>::value && (std::is_same<D, half>::value || std::is_same<D, bfloat16>::value)) {
+      if constexpr (std::is_same<D, bfloat16>::value)
+        if (bs[0] == (int64_t)sizeof(D) && bs[1] == (int64_t)sizeof(S))
+          return f32_run_to_bf16(reinterpret_cast<bfloat16*>(p[0]), reinterpret_cast<const float*>(p[1]), n);
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<D*>(p[0] + i * bs[0]) = D(*reinterpret_cast<const float*>(p[1] + i * bs[1]));
     } else {
