@@ -169,21 +169,21 @@ void binary_dispatch(BinaryOp op, const LoopShape& s, StridedOperand out, Stride
 // nearest even), so the same bits.
 inline void bf16_run_to_f32(float* o, const bfloat16* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    uint16_t b;
-    std::memcpy(&b, x + i, sizeof b);
-    const uint32_t u = (uint32_t)b << 16;
+    uint16_t hbits;
+    std::memcpy(&hbits, x + i, sizeof hbits);
+    const uint32_t u = (uint32_t)hbits << 16;
     std::memcpy(o + i, &u, sizeof u);
   }
 }
 
 inline void f32_run_to_bf16(bfloat16* o, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t v;
-    std::memcpy(&v, x + i, sizeof v);
-    const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16;
-    const uint32_t quiet = (v >> 16) | 0x40u;
-    const uint16_t b = (uint16_t)((v & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-    std::memcpy(static_cast<void*>(o + i), &b, sizeof b);
+    uint32_t fbits;
+    std::memcpy(&fbits, x + i, sizeof fbits);
+    const uint32_t rounded = (fbits + 0x7fffu + ((fbits >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (fbits >> 16) | 0x40u;
+    const uint16_t hbits = (uint16_t)((fbits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    std::memcpy(static_cast<void*>(o + i), &hbits, sizeof hbits);
   }
 }
 
