@@ -81,6 +81,27 @@ double median_ms(int reps, F f) {
   return t[t.size() / 2];
 }
 
+// Times call(pass, variant) for the three passes, the two variants alternating call by call (which goes first
+// swaps each repetition), after one warm-up of each; m[pass][variant] is the median of reps calls.
+template <class Call>
+void alternating_medians(Call&& call, int reps, double m[3][2]) {
+  std::vector<double> t[3][2];
+  for (int pass = 0; pass < 3; ++pass) {
+    call(pass, 0), call(pass, 1);  // warm-up
+    for (int r = 0; r < reps; ++r) {
+      const int first = r % 2;
+      const double a = call(pass, first), b = call(pass, 1 - first);
+      t[pass][first].push_back(a);
+      t[pass][1 - first].push_back(b);
+    }
+  }
+  for (int pass = 0; pass < 3; ++pass)
+    for (int k = 0; k < 2; ++k) {
+      std::sort(t[pass][k].begin(), t[pass][k].end());
+      m[pass][k] = t[pass][k][t[pass][k].size() / 2];
+    }
+}
+
 std::string peer_path() {
   return kiln_bench::peers_dir(__FILE__) + "/conv_torch.py";
 }
@@ -109,8 +130,7 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
     cpu::conv2d_set_algo(Conv2dAlgo::im2col);
     bytes = std::max(bytes, cpu::conv2d_workspace_bytes(d, sizeof(float)));
     std::vector<unsigned char> ws(bytes + 64);
-    // t[pass][algo]: pass 0 fwd, 1 bwd_in, 2 bwd_w; algo 0 im2col, 1 winograd.
-    std::vector<double> t[3][2];
+    // call(pass, algo): pass 0 fwd, 1 bwd_in, 2 bwd_w; algo 0 im2col, 1 winograd.
     auto call = [&](int pass, int algo) {
       cpu::conv2d_set_algo(algo ? Conv2dAlgo::winograd : Conv2dAlgo::im2col);
       const double t0 = now_ms();
@@ -119,22 +139,10 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
       else cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
       return now_ms() - t0;
     };
-    for (int pass = 0; pass < 3; ++pass) {
-      call(pass, 0), call(pass, 1);  // warm-up
-      for (int r = 0; r < reps; ++r) {
-        const int first = r % 2;
-        const double a = call(pass, first), b = call(pass, 1 - first);
-        t[pass][first].push_back(a);
-        t[pass][1 - first].push_back(b);
-      }
-    }
     double m[3][2];
+    alternating_medians(call, reps, m);
     for (int pass = 0; pass < 3; ++pass)
-      for (int algo = 0; algo < 2; ++algo) {
-        std::sort(t[pass][algo].begin(), t[pass][algo].end());
-        m[pass][algo] = t[pass][algo][t[pass][algo].size() / 2];
-        tot[pass * 2 + algo] += shapes[si]->count * m[pass][algo];
-      }
+      for (int algo = 0; algo < 2; ++algo) tot[pass * 2 + algo] += shapes[si]->count * m[pass][algo];
     char dims[64];
     std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
                   (long long)d.K);
@@ -187,7 +195,6 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
                                     cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none),
                                     cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none)});
     std::vector<unsigned char> wsb(bbytes);
-    std::vector<double> t[3][2];  // t[pass][0 f32, 1 bf16]
     auto call = [&](int pass, int bf) {
       const double t0 = now_ms();
       if (!bf) {
@@ -201,22 +208,10 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
       }
       return now_ms() - t0;
     };
-    for (int pass = 0; pass < 3; ++pass) {
-      call(pass, 0), call(pass, 1);  // warm-up
-      for (int r = 0; r < reps; ++r) {
-        const int first = r % 2;
-        const double a = call(pass, first), b = call(pass, 1 - first);
-        t[pass][first].push_back(a);
-        t[pass][1 - first].push_back(b);
-      }
-    }
     double m[3][2];
+    alternating_medians(call, reps, m);
     for (int pass = 0; pass < 3; ++pass)
-      for (int k = 0; k < 2; ++k) {
-        std::sort(t[pass][k].begin(), t[pass][k].end());
-        m[pass][k] = t[pass][k][t[pass][k].size() / 2];
-        tot[pass * 2 + k] += shapes[si]->count * m[pass][k];
-      }
+      for (int k = 0; k < 2; ++k) tot[pass * 2 + k] += shapes[si]->count * m[pass][k];
     char dims[64];
     std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
                   (long long)d.K);
