@@ -67,15 +67,14 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {
 }
 
 // The weight gradient with more than one thread (bench_conv_cpu --bf16-wgrad --threads 2, AMD EPYC avx512_bf16,
-// docs/cpu-bf16.md): oneDNN's one call over all images reduces across its threads and took 1.6-43x kiln's f32
-// staging on most ResNet18 shapes (layer2.0 3x3/2 at 32x64: 690 ms against 16). Splitting the images between
-// kiln's threads, each running oneDNN single-threaded into its own f32 partial, took 0.21-0.73x the f32 staging
-// on every shape whose reduction length per weight N*OH*OW is >= 392 (ResNet18 8x224 weighted 0.63x, 32x64
-// 0.72x), but 1.2-1.9x on layer4's 3x3 at 32x64 (N*OH*OW = 128: the partials' sum, K*C*R*S per extra thread,
-// weighs against 128 products per weight), where oneDNN's one call and the f32 staging were even (0.98-1.17x).
-// So: split from N*OH*OW >= kMinSplitReduction on, f32 staging below (oneDNN's one call never: its times
-// swing by tens of x with the machine's load). The threshold lies between 128 and 392 (no ResNet18 shape
-// between them); with one thread every pass is oneDNN's.
+// a loaded 2-vCPU machine, docs/cpu-bf16.md): oneDNN's one call over all images reduces across its threads and
+// took 1.05-8.6x kiln's f32 staging weighted over ResNet18's shapes (single shapes up to 43x: layer2.0 3x3/2 at
+// 32x64, 690 ms against 16). Splitting the images between kiln's threads, each running oneDNN single-threaded
+// into its own f32 partial, took 0.62-0.69x (8x224) and 0.61-0.85x (32x64) weighted, in four runs each; it lost
+// on layer4's 3x3 at 32x64 (N*OH*OW = 128: the partials' sum, K*C*R*S per extra thread, weighs against 128
+// products per weight; 1.2-1.9x) and won on layer4's stride-1 3x3 at 8x224 (N*OH*OW = 392; 0.73-0.89x). So:
+// split from N*OH*OW >= kMinSplitReduction on (no ResNet18 shape between 128 and 392), f32 staging below and
+// for one image; oneDNN's one call never. With one thread every pass is oneDNN's.
 constexpr int64_t kMinSplitReduction = 256;
 
 namespace {
