@@ -80,9 +80,9 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
   Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, dt, dev, fmt);
 #if defined(KILN_WITH_CUDA)
   const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
-  if (dev.is_cuda()) {
-    OpSpanScope span("conv2d_16_forward");
-    cuda::conv2d_16_forward(d, dt, layout, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
+  {
+    OpSpanScope span("conv2d_16_forward");  // on meta too, as KILN_DISPATCH's spans (the op trace's inventory)
+    if (dev.is_cuda()) cuda::conv2d_16_forward(d, dt, layout, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
   }
 #endif
   // y as (outer, K, inner) for the bias kernels: NCHW (N, K, OH*OW), NHWC (N*OH*OW, K, 1).
@@ -110,9 +110,9 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
     if (n.needs_input_grad(0)) {
       Tensor dx = empty(xs.sizes(), dt, xs.device(), fmt);
 #if defined(KILN_WITH_CUDA)
-      if (on_gpu) {
+      {
         OpSpanScope span("conv2d_16_backward_input");
-        cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
+        if (on_gpu) cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
       }
 #endif
       r[0] = back_to_nchw ? contiguous(dx) : dx;
@@ -120,9 +120,9 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
     if (n.needs_input_grad(1)) {
       Tensor dw = empty(ws.sizes(), dt, ws.device(), fmt);
 #if defined(KILN_WITH_CUDA)
-      if (on_gpu) {
+      {
         OpSpanScope span("conv2d_16_backward_weight");
-        cuda::conv2d_16_backward_weight(d, dt, layout, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
+        if (on_gpu) cuda::conv2d_16_backward_weight(d, dt, layout, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
       }
 #endif
       r[1] = contiguous(dw);  // parameters and their gradients stay row-major
