@@ -71,6 +71,7 @@ std::vector<kiln::OpSpan> kiln_amp_step_trace() {
 
 namespace {
 
+#if defined(KILN_WITH_CUDA)
 namespace gpu = kiln::cuda_on_cpu;
 
 template <typename F>
@@ -107,6 +108,7 @@ const std::map<std::string, std::pair<std::string, const void*>>& cpu_mode_route
   };
   return r;
 }
+#endif
 
 }  // namespace
 
