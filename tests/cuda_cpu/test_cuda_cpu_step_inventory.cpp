@@ -85,7 +85,7 @@ const std::map<std::string, std::pair<std::string, const void*>>& cpu_mode_route
       {"conv2d_16_forward", via("igemm_conv_fprop (igemm_conv.cu)", &gpu::igemm_conv_fprop)},
       {"conv2d_16_backward_input", via("igemm_conv_dgrad (igemm_conv.cu)", &gpu::igemm_conv_dgrad)},
       {"conv2d_16_backward_weight", via("igemm_conv_wgrad (igemm_conv.cu)", &gpu::igemm_conv_wgrad)},
-      {"gemm_strided", via("hgemm (hgemm.cu), f16", &gpu::hgemm)},
+      {"gemm_strided", via("gemm_strided (matmul.cpp): hgemm (hgemm.cu) for f16, else cuBLAS (fails)", &gpu::gemm_strided)},
       {"bias_add", via("bias.cu", &gpu::bias_add)},
       {"bias_grad", via("bias.cu", &gpu::bias_grad)},
       {"unary", via("elementwise.cu", &gpu::unary)},
