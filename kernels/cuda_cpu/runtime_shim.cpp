@@ -20,9 +20,15 @@ cublasHandle_t cublas_handle(int) {
 // TF32 (handles.h): matmul.cpp reads it; nothing here runs f32 on Tensor Cores, the flag is only kept.
 namespace {
 bool g_allow_tf32 = false;
-}
+}  // namespace
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
+// cuDNN benchmark mode (handles.h): conv2d.cpp reads it on its cuDNN path, which stops at cudnn_handle().
+namespace {
+bool g_cudnn_benchmark = false;
+}
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark = on; }
+bool cudnn_benchmark() { return g_cudnn_benchmark; }
 #if defined(KILN_WITH_CUDNN)
 cudnnHandle_t cudnn_handle(int) {
   throw Error("cudnn_handle: a cuDNN call in the CPU mode (cuDNN cannot run here; use kiln's own kernels)");

@@ -65,8 +65,7 @@ std::vector<kiln::OpSpan> kiln_amp_step_trace() {
 // The CPU mode's declarations (namespace kiln::cuda_on_cpu).
 #include "kernels/cuda_cpu/prelude.h"
 #include "kernels/cuda/backend.h"
-#include "kernels/cuda/hgemm.h"
-#include "kernels/cuda/igemm_conv.h"
+#include "kernels/cuda/conv2d_16.h"
 #include "kernels/cuda/nn_backend.h"
 
 namespace {
@@ -82,9 +81,9 @@ std::pair<std::string, const void*> via(const char* what, F* fn) {
 // Backend entry point (the span's name) -> the CPU-mode function that runs it under --kernels kiln.
 const std::map<std::string, std::pair<std::string, const void*>>& cpu_mode_routes() {
   static const std::map<std::string, std::pair<std::string, const void*>> r = {
-      {"conv2d_16_forward", via("igemm_conv_fprop (igemm_conv.cu)", &gpu::igemm_conv_fprop)},
-      {"conv2d_16_backward_input", via("igemm_conv_dgrad (igemm_conv.cu)", &gpu::igemm_conv_dgrad)},
-      {"conv2d_16_backward_weight", via("igemm_conv_wgrad (igemm_conv.cu)", &gpu::igemm_conv_wgrad)},
+      {"conv2d_16_forward", via("conv2d_16_forward (conv2d.cpp): igemm_conv_fprop for f16", &gpu::conv2d_16_forward)},
+      {"conv2d_16_backward_input", via("conv2d_16_backward_input: igemm_conv_dgrad", &gpu::conv2d_16_backward_input)},
+      {"conv2d_16_backward_weight", via("conv2d_16_backward_weight: igemm_conv_wgrad", &gpu::conv2d_16_backward_weight)},
       {"gemm_strided", via("gemm_strided (matmul.cpp): hgemm (hgemm.cu) for f16, else cuBLAS (fails)", &gpu::gemm_strided)},
       {"bias_add", via("bias.cu", &gpu::bias_add)},
       {"bias_grad", via("bias.cu", &gpu::bias_grad)},
