@@ -26,7 +26,10 @@ void sgd_fused_(Tensor& p, const Tensor& g, Tensor* buf, bool first_step, const 
   check_operand("sgd_fused_", p, p, "parameter");
   check_operand("sgd_fused_", p, g, "gradient");
   if (buf) check_operand("sgd_fused_", p, *buf, "momentum buffer");
-  if (p.device().is_meta()) return;  // no data, nothing to update
+  if (p.device().is_meta()) {  // no data, nothing to update; the span names the call as KILN_DISPATCH's do
+    OpSpanScope span("sgd_fused");
+    return;
+  }
   float* pp = p.data<float>();
   const float* gp = g.data<float>();
   float* bp = buf ? buf->data<float>() : nullptr;
@@ -47,7 +50,10 @@ void adamw_fused_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const optim:
   check_operand("adamw_fused_", p, g, "gradient");
   check_operand("adamw_fused_", p, m, "exp_avg");
   check_operand("adamw_fused_", p, v, "exp_avg_sq");
-  if (p.device().is_meta()) return;  // no data, nothing to update
+  if (p.device().is_meta()) {  // no data, nothing to update; the span names the call as KILN_DISPATCH's do
+    OpSpanScope span("adamw_fused");
+    return;
+  }
   float* pp = p.data<float>();
   const float* gp = g.data<float>();
   float* mp = m.data<float>();

@@ -17,10 +17,12 @@
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/common/nn_check.h"
+#include "kernels/cpu/bias.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_bf16.h"
 #if defined(KILN_WITH_CUDA)
 #include "kernels/cuda/conv2d_16.h"
+#include "kernels/cuda/kernel_select.h"
 #endif
 
 namespace kiln {
@@ -48,12 +50,24 @@ bool conv16_uses_kiln(const Conv2dDesc& d, DType dt) {
 #endif
 }
 
+// True when a cuda device (or a meta run imitating one) adds the 16-bit conv bias and reduces its
+// gradient with kiln's bias kernels (--kernels kiln, kernels/cuda/bias.cu): no f32 copy of dy. Else
+// the generic broadcast add and an f32 sum (kiln's elementwise and reduction kernels).
+bool bias_uses_kiln() {
+#if defined(KILN_WITH_CUDA)
+  return cuda::bias_uses_kiln();
+#else
+  return false;
+#endif
+}
+
 bool imitates_cuda(Device dev) { return dev.is_cuda() || (dev.is_meta() && meta_target().is_cuda()); }
 
 // 16-bit conv2d on a cuda device (or on meta imitating one: the same allocations, no kernels), x and w of dtype dt (checked by the caller). Runs in the layout
 // the implementation wants: NHWC when the input is channels-last or kiln's kernels run (they need
 // NHWC; an NCHW input is then copied in and the output copied back), else NCHW. Saves the 16-bit
-// x and w in that layout. The bias is added and reduced here, not by the kernels.
+// x and w in that layout. The bias is added and reduced here, not by the convolution kernels: kiln's
+// bias kernels under --kernels kiln (bias_uses_kiln), else the generic add and an f32 sum.
 Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dDesc& d) {
   const DType dt = x.dtype(), bdt = b.defined() ? b.dtype() : dt;
   const MemoryFormat in_fmt = suggest_memory_format(x);
@@ -66,16 +80,24 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
   Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, dt, dev, fmt);
 #if defined(KILN_WITH_CUDA)
   const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
-  if (dev.is_cuda()) {
-    OpSpanScope span("conv2d_16_forward");
-    cuda::conv2d_16_forward(d, dt, layout, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
+  {
+    OpSpanScope span("conv2d_16_forward");  // on meta too, as KILN_DISPATCH's spans (the op trace's inventory)
+    if (dev.is_cuda()) cuda::conv2d_16_forward(d, dt, layout, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
   }
 #endif
-  if (b.defined()) launch_binary(BinaryOp::add, y, y, reshape(to_dtype(b.detach(), dt), {1, d.K, 1, 1}));
+  // y as (outer, K, inner) for the bias kernels: NCHW (N, K, OH*OW), NHWC (N*OH*OW, K, 1).
+  const int64_t bias_outer = nhwc ? d.N * d.out_h() * d.out_w() : d.N, bias_inner = nhwc ? 1 : d.out_h() * d.out_w();
+  const bool kiln_bias = b.defined() && bias_uses_kiln();
+  if (kiln_bias) {
+    Tensor bk = contiguous(to_dtype(b.detach(), dt));  // (K)
+    KILN_DISPATCH(dev, bias_add, dt, bias_outer, d.K, bias_inner, y.data_ptr(), bk.data_ptr());
+  } else if (b.defined()) {
+    launch_binary(BinaryOp::add, y, y, reshape(to_dtype(b.detach(), dt), {1, d.K, 1, 1}));
+  }
   if (back_to_nchw) y = contiguous(y);
   const bool has_bias = b.defined();
-  auto node = record_op("conv2d", {x, w, b}, {y}, [d, dt, bdt, fmt, nhwc, back_to_nchw, has_bias](
-                                                      FunctionNode& n, const std::vector<Tensor>& g) {
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, dt, bdt, fmt, nhwc, back_to_nchw, has_bias, kiln_bias, bias_outer,
+                                                   bias_inner](FunctionNode& n, const std::vector<Tensor>& g) {
     Tensor xs = n.saved(0), ws = n.saved(1);
     Tensor dy = contiguous(to_dtype(g[0], dt), fmt);  // (N, K, P, Q) in the compute layout
     std::vector<Tensor> r(3);
@@ -88,9 +110,9 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
     if (n.needs_input_grad(0)) {
       Tensor dx = empty(xs.sizes(), dt, xs.device(), fmt);
 #if defined(KILN_WITH_CUDA)
-      if (on_gpu) {
+      {
         OpSpanScope span("conv2d_16_backward_input");
-        cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
+        if (on_gpu) cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
       }
 #endif
       r[0] = back_to_nchw ? contiguous(dx) : dx;
@@ -98,15 +120,21 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
     if (n.needs_input_grad(1)) {
       Tensor dw = empty(ws.sizes(), dt, ws.device(), fmt);
 #if defined(KILN_WITH_CUDA)
-      if (on_gpu) {
+      {
         OpSpanScope span("conv2d_16_backward_weight");
-        cuda::conv2d_16_backward_weight(d, dt, layout, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
+        if (on_gpu) cuda::conv2d_16_backward_weight(d, dt, layout, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
       }
 #endif
       r[1] = contiguous(dw);  // parameters and their gradients stay row-major
     }
     (void)on_gpu;
-    if (has_bias && n.needs_input_grad(2)) r[2] = to_dtype(sum(to_dtype(dy, DType::f32), {0, 2, 3}), bdt);
+    if (kiln_bias && n.needs_input_grad(2)) {
+      Tensor db = empty({d.K}, dt, xs.device());  // f32 accumulation inside the kernel, stored in dt
+      KILN_DISPATCH(xs.device(), bias_grad, dt, bias_outer, d.K, bias_inner, dy.data_ptr(), db.data_ptr());
+      r[2] = to_dtype(db, bdt);
+    } else if (has_bias && n.needs_input_grad(2)) {
+      r[2] = to_dtype(sum(to_dtype(dy, DType::f32), {0, 2, 3}), bdt);
+    }
     return r;
   });
   if (node) {

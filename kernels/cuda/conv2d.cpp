@@ -11,6 +11,8 @@
 // released right after the call; candidates needing more than cudnn_workspace_limit()
 // (kernels/common/workspace_limit.h, KILN_CUDNN_WORKSPACE_LIMIT) are skipped, so `kiln mem` can
 // state the bound.
+// Under `--kernels kiln` (bias_uses_kiln) the f32/f64 bias add and bias gradient run on kiln's bias
+// kernels (bias.cu) instead of cudnnAddTensor / cudnnConvolutionBackwardBias.
 // The 16-bit entry points of conv2d_16.h (f16/bf16 data, f32 accumulation, Tensor Core math, NCHW
 // or NHWC) live here too: cuDNN by default, kiln's implicit-GEMM kernels (igemm_conv.h) for f16
 // when kernel_source() is kiln.
@@ -20,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/host_sync.h"
@@ -392,9 +395,14 @@ void backward_weight_pass(const Conv2dDesc& d, cudnnDataType_t cdt, bool nhwc, c
 
 }  // namespace
 
+template <typename T> constexpr DType kiln_dtype = std::is_same<T, double>::value ? DType::f64 : DType::f32;
+
+// Under --kernels kiln the bias goes to kiln's bias kernels (bias.cu), not to cuDNN.
 template <typename T>
 void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void*) {
-  forward_pass<T>(d, CudnnType<T>::value, false, x, w, bias, y);
+  const bool kiln_bias = bias && bias_uses_kiln();
+  forward_pass<T>(d, CudnnType<T>::value, false, x, w, kiln_bias ? nullptr : bias, y);
+  if (kiln_bias) bias_add(kiln_dtype<T>, d.N, d.K, d.out_h() * d.out_w(), y, bias);
 }
 
 template <typename T>
@@ -404,7 +412,9 @@ void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, 
 
 template <typename T>
 void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, T* dbias, void*) {
-  backward_weight_pass<T>(d, CudnnType<T>::value, false, x, dy, dw, dbias);
+  const bool kiln_bias = dbias && bias_uses_kiln();
+  backward_weight_pass<T>(d, CudnnType<T>::value, false, x, dy, dw, kiln_bias ? nullptr : dbias);
+  if (kiln_bias) bias_grad(kiln_dtype<T>, d.N, d.K, d.out_h() * d.out_w(), dy, dbias);
 }
 
 // ---- 16-bit (conv2d_16.h) ----

@@ -11,6 +11,10 @@ enum class KernelSource { vendor, kiln };
 
 void set_kernel_source(KernelSource s);
 KernelSource kernel_source();  // vendor unless set
+// Under kiln, the conv bias (forward add and gradient) runs on kiln's bias kernels (bias.cu) instead of
+// cuDNN (cudnnAddTensor, cudnnConvolutionBackwardBias: f32/f64) or the generic broadcast add and
+// sum (16-bit); the convolution itself still goes to cuDNN where kiln has no kernel (f32, f64, bf16).
+inline bool bias_uses_kiln() { return kernel_source() == KernelSource::kiln; }
 
 // "vendor" / "kiln"; parse throws kiln::Error naming the accepted values for anything else.
 const char* kernel_source_name(KernelSource s);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/core/dtype.h"
 #include "kernels/common/nn_desc.h"
 
 namespace kiln::cuda {
@@ -16,6 +17,9 @@ namespace kiln::cuda {
 // cuDNN's workspace comes from kiln's allocator (tag temporary) inside each call, so the
 // `workspace` argument is ignored and conv2d_workspace_bytes is 0 on this backend.
 #include "kernels/common/api/conv2d.inc"
+
+// ---- per-channel bias add and gradient (bias.cu): the conv bias under --kernels kiln ----
+#include "kernels/common/api/bias.inc"
 
 // ---- pooling (pool.cu), batch norm (batch_norm.cu), softmax (softmax.cu) ----
 #include "kernels/common/api/pool.inc"

@@ -82,6 +82,20 @@ void conv_case(const kiln::Conv2dDesc& d, uint64_t seed) {
   std::vector<char> ws(gpu::igemm_conv_workspace_bytes(d, gpu::ConvPass::wgrad) + 16);
   gpu::igemm_conv_wgrad(d, dy.data(), x.data(), dw.data(), kiln::DType::f32, 1.f, 0.f, ws.data(), ws.size(), nullptr);
   CHECK(compare_to(dw, r.dw, r.dw_mag, "wgrad") == 0);
+  // f16 outputs (the --amp path's): the same f32 accumulation rounded once on store, so bit for bit the f32
+  // output rounded to f16 (values here are moderate: no overflow).
+  std::vector<half> yh(y.size()), dxh(dx.size()), dwh(dw.size());
+  gpu::igemm_conv_fprop(d, x.data(), w.data(), yh.data(), kiln::DType::f16, 1.f, 0.f, nullptr);
+  gpu::igemm_conv_dgrad(d, dy.data(), w.data(), dxh.data(), kiln::DType::f16, 1.f, 0.f, nullptr);
+  gpu::igemm_conv_wgrad(d, dy.data(), x.data(), dwh.data(), kiln::DType::f16, 1.f, 0.f, ws.data(), ws.size(), nullptr);
+  auto same_as_rounded = [](const std::vector<half>& h, const std::vector<float>& f) {
+    int bad = 0;
+    for (size_t i = 0; i < h.size(); ++i) bad += h[i].bits != half(f[i]).bits;
+    return bad;
+  };
+  CHECK(same_as_rounded(yh, y) == 0);
+  CHECK(same_as_rounded(dxh, dx) == 0);
+  CHECK(same_as_rounded(dwh, dw) == 0);
 }
 
 }  // namespace

@@ -38,6 +38,9 @@
 #include "kernels/common/nn_desc.h"
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/conv2d.h"
+#if defined(KILN_WITH_CUDA)
+#include "kernels/cuda/kernel_select.h"
+#endif
 
 namespace {
 
@@ -534,3 +537,27 @@ TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequen
     CHECK_FALSE(cpu_plan.cuda);
   }
 }
+
+#if defined(KILN_WITH_CUDA)
+// --kernels kiln: kiln's bias kernels (kernels/cuda/bias.cu) add the 16-bit conv bias and reduce its
+// gradient in f32 inside the kernel, so the cuda replay has no f32 copy of dy (y's size x 4, unique in
+// this case: x 768 / 1536, w 270 / 540, y 1280 / 2560 bytes in f16 / f32) and no f32 bias sum, and the
+// 16-bit db is allocated once; the vendor choice keeps the op layer's f32 sum (two y x 4 items).
+TEST_CASE("cuda plan: under --kernels kiln the 16-bit conv bias gradient takes no f32 copy of dy") {
+  struct Restore {
+    ~Restore() { cuda::set_kernel_source(cuda::KernelSource::vendor); }
+  } restore;
+  const ConvCase k{2, 3, 8, 5, 3, 1, 1, true};
+  const ConvSizes s = sizes_of(k);
+  cuda::set_kernel_source(cuda::KernelSource::kiln);
+  const Log kiln_log = conv_log(k, DType::f16, Device::cuda(0));
+  cuda::set_kernel_source(cuda::KernelSource::vendor);
+  const Log vendor_log = conv_log(k, DType::f16, Device::cuda(0));
+  CHECK(std::count(vendor_log.begin(), vendor_log.end(), s.y * 4) == 2);
+  CHECK(std::count(vendor_log.begin(), vendor_log.end(), s.b * 4) == 1);
+  CHECK(std::count(kiln_log.begin(), kiln_log.end(), s.y * 4) == 0);
+  CHECK(std::count(kiln_log.begin(), kiln_log.end(), s.b * 4) == 0);
+  CHECK(std::count(kiln_log.begin(), kiln_log.end(), s.b * 2) == 1);
+  MESSAGE("kiln: ", text(kiln_log), "| vendor: ", text(vendor_log));
+}
+#endif
