@@ -1,5 +1,7 @@
 // CPU elementwise loops. Each op is instantiated with its opcode as a template argument so the
-// switch in unary_math/binary_math folds away and contiguous loops vectorize.
+// switch in unary_math/binary_math folds away and contiguous loops vectorize. The contiguous bf16 rows
+// (unary, binary, the f32 <-> bf16 casts) also run in the machine's best instruction set (cpu_isa.h),
+// the same bits at each level; everything else is SSE2. Must not allocate: out is given.
 #include "kernels/cpu/elementwise.h"
 
 #include <omp.h>
