@@ -4,7 +4,7 @@
 // time ratio kiln / torch. Timing only: correctness lives in tests/unit/test_kernels_conv.cpp.
 //
 // usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos]
-//                       [--pass fwd|bwd_in|bwd_w] [--bf16] [--model resnet18|small_cnn]
+//                       [--pass fwd|bwd_in|bwd_w] [--bf16] [--bf16-wgrad] [--model resnet18|small_cnn]
 // --pass times only that pass (the others print 0): for instruction counts under callgrind.
 //
 // The algorithm of the forward pass and input gradient follows KILN_CPU_CONV=auto|im2col|winograd
@@ -16,6 +16,8 @@
 // avx512_bf16) against kiln's f32 kernels on the same shape, alternating call by call, medians of --reps,
 // and prints the CPU model, ISA and oneDNN implementation per shape (no peer). --model small_cnn takes the
 // small CNN's two convolutions (1->32 at --size, 32->64 at --size/2; --size 28 for Fashion-MNIST).
+// --bf16-wgrad times the bf16 weight gradient's three ways (cpu::Bf16Wgrad: f32 staging with its
+// conversions, oneDNN's one call, the split per kiln thread) round-robin, and names the one the rule picks.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -229,6 +231,88 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
   return 0;
 }
 
+// --bf16-wgrad: the bf16 weight gradient's three ways (cpu::Bf16Wgrad) round-robin call by call, rotating
+// which goes first, medians of --reps: f32 staging as the op runs it (x and dy converted to f32, kiln's f32
+// kernel, dw rounded to bf16: the conversions timed too), oneDNN's one call over all images (threaded by
+// oneDNN), and the split (one single-threaded oneDNN call per kiln thread on its images, partials summed).
+int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
+                       int reps) {
+  using cpu::Bf16Bias;
+  using cpu::Bf16Wgrad;
+  using cpu::Conv2dPass;
+  const cpu::Bf16Path path = cpu::bf16_path();
+  if (path == cpu::Bf16Path::portable) {
+    std::fprintf(stderr, "bench_conv_cpu --bf16-wgrad: the bf16 path is portable (f32 staging); set KILN_CPU_ISA=amx "
+                         "or avx512_bf16 on a CPU that has it\n");
+    return 1;
+  }
+  std::printf("conv2d CPU bf16 weight gradient (%s), %s, oneDNN %s, %d threads, round-robin calls, median of %d (ms)\n",
+              cpu::bf16_path_name(path), cpu::cpu_model_name().c_str(), cpu::onednn_version().c_str(), threads, reps);
+  std::printf("%-16s %-14s %9s %9s %9s | %6s %6s | %s\n", "shape", "N,C,H,K", "f32 stage", "onednn", "split",
+              "on/f32", "sp/f32", "rule picks");
+  std::mt19937 g(0);
+  std::uniform_real_distribution<float> u(-1, 1);
+  double tot[3] = {0, 0, 0}, tot_rule = 0;
+  const Bf16Wgrad ways[3] = {Bf16Wgrad::f32_staging, Bf16Wgrad::onednn, Bf16Wgrad::split};
+  for (size_t si = 0; si < descs.size(); ++si) {
+    const Conv2dDesc& d = descs[si];
+    const Bf16Wgrad rule = cpu::conv2d_bf16_wgrad(d);
+    std::vector<bfloat16> xb(d.N * d.C * d.H * d.W), dyb(d.N * d.K * d.out_h() * d.out_w()), dwb(d.K * d.C * d.R * d.S);
+    for (auto& v : xb) v = bfloat16(u(g));
+    for (auto& v : dyb) v = bfloat16(u(g));
+    std::vector<float> xf(xb.size()), dyf(dyb.size()), dwf(dwb.size());
+    std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
+    size_t bbytes[3] = {0, 0, 0};
+    for (int k = 1; k < 3; ++k) {
+      cpu::set_bf16_wgrad_forced(ways[k]);
+      bbytes[k] = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none);
+    }
+    std::vector<unsigned char> wsb(std::max(bbytes[1], bbytes[2]));
+    auto call = [&](int k) {
+      const double t0 = now_ms();
+      if (k == 0) {
+        const int64_t nx = (int64_t)xb.size(), ny = (int64_t)dyb.size(), nw = (int64_t)dwb.size();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nx; ++i) xf[i] = (float)xb[i];
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < ny; ++i) dyf[i] = (float)dyb[i];
+        cpu::conv2d_backward_weight<float>(d, xf.data(), dyf.data(), dwf.data(), nullptr, ws.data());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nw; ++i) dwb[i] = bfloat16(dwf[i]);
+      } else {
+        cpu::set_bf16_wgrad_forced(ways[k]);
+        cpu::conv2d_bf16_backward_weight(d, xb.data(), dyb.data(), dwb.data(), nullptr, Bf16Bias::none, wsb.data());
+      }
+      return now_ms() - t0;
+    };
+    std::vector<double> t[3];
+    for (int k = 0; k < 3; ++k) call(k);  // warm-up
+    for (int r = 0; r < reps; ++r)
+      for (int j = 0; j < 3; ++j) {
+        const int k = (r + j) % 3;
+        t[k].push_back(call(k));
+      }
+    cpu::set_bf16_wgrad_forced(Bf16Wgrad::by_rule);
+    double m[3];
+    for (int k = 0; k < 3; ++k) {
+      std::sort(t[k].begin(), t[k].end());
+      m[k] = t[k][t[k].size() / 2];
+      tot[k] += shapes[si]->count * m[k];
+    }
+    tot_rule += shapes[si]->count * m[rule == Bf16Wgrad::f32_staging ? 0 : rule == Bf16Wgrad::onednn ? 1 : 2];
+    char dims[64];
+    std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
+                  (long long)d.K);
+    std::printf("%-16s %-14s %9.2f %9.2f %9.2f | %5.2fx %5.2fx | %s\n", shapes[si]->name, dims, m[0], m[1], m[2],
+                m[1] / m[0], m[2] / m[0], cpu::bf16_wgrad_name(rule));
+    std::fflush(stdout);
+  }
+  std::printf("weighted by count: f32 staging %.1f ms, onednn %.1f ms (%.2fx), split %.1f ms (%.2fx), the rule's "
+              "picks %.1f ms (%.2fx)\n",
+              tot[0], tot[1], tot[1] / tot[0], tot[2], tot[2] / tot[0], tot_rule, tot_rule / tot[0]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,7 +322,7 @@ int main(int argc, char** argv) {
   app.name("bench_conv_cpu");
   int threads = 2, reps = 3;
   int64_t batch = 8, size = 224;
-  bool no_peer = false, algos = false, bf16 = false;
+  bool no_peer = false, algos = false, bf16 = false, bf16_wgrad = false;
   std::string model = "resnet18";
   std::string only, pass;  // pass: empty = all three
   app.add_option("--threads", threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
@@ -249,6 +333,7 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only shapes whose name contains this");
   app.add_flag("--algos", algos, "time every convolution algorithm kiln has for each shape");
   app.add_flag("--bf16", bf16, "time the bf16 kernels (oneDNN, KILN_CPU_ISA's path) against kiln's f32 ones");
+  app.add_flag("--bf16-wgrad", bf16_wgrad, "time the bf16 weight gradient's three ways: f32 staging, oneDNN, split");
   app.add_option("--model", model, "whose conv shapes")->check(CLI::IsMember({"resnet18", "small_cnn"}))
       ->capture_default_str();
   app.add_option("--pass", pass, "one pass only")->check(CLI::IsMember({"fwd", "bwd_in", "bwd_w"}));
@@ -274,6 +359,7 @@ int main(int argc, char** argv) {
 
   if (algos) return compare_algos(descs, shapes, threads, reps);
   if (bf16) return compare_bf16(descs, shapes, threads, reps);
+  if (bf16_wgrad) return compare_bf16_wgrad(descs, shapes, threads, reps);
 
   // Peer first (its own process, run to completion), so the two never share the cores.
   std::vector<double> pf(descs.size(), -1), pb(descs.size(), -1);

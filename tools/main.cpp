@@ -347,7 +347,8 @@ int main(int argc, char** argv) {
                 << "cpu isa: " << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa()) << " (supported: "
                 << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa_supported()) << "; KILN_CPU_ISA picks a lower one)\n"
                 << "cpu bf16 conv: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
-                << " (groups 1 with C*R*S >= 16, the weight gradient through f32 above 1 thread; other shapes portable)\n"
+                << " (groups 1 with C*R*S >= 16; above 1 thread the weight gradient split between the threads where N*OH*OW "
+                   ">= 256, else through f32; other shapes portable)\n"
                 << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::Bf16Path::portable) << "\n"
                 << "onednn: " << kiln::cpu::onednn_version() << "\n";
     }

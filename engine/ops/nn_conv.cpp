@@ -146,7 +146,9 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
     const bool run = dev.is_cpu();
     const bool need_dx = n.needs_input_grad(0), need_dw = n.needs_input_grad(1) || n.needs_input_grad(2);
     const Bf16Bias dbt = n.needs_input_grad(2) ? bt : Bf16Bias::none;
-    // The weight gradient stages through f32 where oneDNN's measured slower (conv2d_bf16_pass_uses_onednn).
+    // The weight gradient stages through f32 where the rule says so (cpu::conv2d_bf16_wgrad: above one thread,
+    // short reductions N*OH*OW or one image); otherwise oneDNN's, split between the threads (the workspace
+    // holds every thread's reorders, scratchpad and f32 partial: conv2d_bf16_workspace_bytes).
     const bool dw_onednn = cpu::conv2d_bf16_pass_uses_onednn(d, Conv2dPass::backward_weight);
     // One workspace for both passes, as the f32 path: the larger of the two.
     size_t bytes = 0;

@@ -8,10 +8,17 @@
 // conv2d_bf16_uses_onednn (false) is an error.
 #include "kernels/cpu/conv2d_bf16.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -59,13 +66,69 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {
   return bf16_path() != Bf16Path::portable;
 }
 
-// At 2 threads oneDNN's bf16 weight gradient took 120-136 ms on the strided 3x3 and the 14x14 / 7x7 layers of
-// ResNet18 at 8x224 where kiln's f32 one took 24-47 ms (at two machine loads; bench_conv_cpu --bf16 --threads 2):
-// kiln splits the images between threads with no barrier, oneDNN reduces across them. So with more than one
-// thread that pass stages through f32.
+// The weight gradient with more than one thread (bench_conv_cpu --bf16-wgrad --threads 2, AMD EPYC avx512_bf16,
+// a loaded 2-vCPU machine, docs/cpu-bf16.md): oneDNN's one call over all images reduces across its threads and
+// took 1.05-8.6x kiln's f32 staging weighted over ResNet18's shapes (single shapes up to 43x: layer2.0 3x3/2 at
+// 32x64, 690 ms against 16). Splitting the images between kiln's threads, each running oneDNN single-threaded
+// into its own f32 partial, took 0.62-0.69x (8x224) and 0.61-0.85x (32x64) weighted, in four runs each; it lost
+// on layer4's 3x3 at 32x64 (N*OH*OW = 128: the partials' sum, K*C*R*S per extra thread, weighs against 128
+// products per weight; 1.2-1.9x) and won on layer4's stride-1 3x3 at 8x224 (N*OH*OW = 392; 0.73-0.89x). So:
+// split from N*OH*OW >= kMinSplitReduction on (no ResNet18 shape between 128 and 392), f32 staging below and
+// for one image; oneDNN's one call never. With one thread every pass is oneDNN's.
+constexpr int64_t kMinSplitReduction = 256;
+
+namespace {
+
+std::atomic<int> wgrad_forced{-1};  // -1: not read yet; else a Bf16Wgrad
+
+Bf16Wgrad forced_wgrad() {
+  int v = wgrad_forced.load(std::memory_order_acquire);
+  if (v >= 0) return (Bf16Wgrad)v;
+  Bf16Wgrad w = Bf16Wgrad::by_rule;
+  if (const char* e = std::getenv("KILN_BF16_WGRAD")) {
+    const std::string s = e;
+    if (s == "onednn") w = Bf16Wgrad::onednn;
+    else if (s == "split") w = Bf16Wgrad::split;
+    else if (s == "f32") w = Bf16Wgrad::f32_staging;
+    else KILN_CHECK(s.empty() || s == "auto", "KILN_BF16_WGRAD: '", s, "' is not one of auto, onednn, split, f32");
+  }
+  int expected = -1;
+  wgrad_forced.compare_exchange_strong(expected, (int)w);
+  return (Bf16Wgrad)wgrad_forced.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+const char* bf16_wgrad_name(Bf16Wgrad w) {
+  switch (w) {
+    case Bf16Wgrad::onednn: return "onednn";
+    case Bf16Wgrad::split: return "split";
+    case Bf16Wgrad::f32_staging: return "f32 staging";
+    default: return "by rule";
+  }
+}
+
+Bf16Wgrad set_bf16_wgrad_forced(Bf16Wgrad w) {
+  const Bf16Wgrad old = forced_wgrad();
+  wgrad_forced.store((int)w, std::memory_order_release);
+  return old;
+}
+
+Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d) {
+  const int threads = num_threads();
+  Bf16Wgrad w = forced_wgrad();
+  if (w == Bf16Wgrad::by_rule) {
+    if (threads == 1) return Bf16Wgrad::onednn;
+    w = d.N * d.out_h() * d.out_w() >= kMinSplitReduction ? Bf16Wgrad::split : Bf16Wgrad::f32_staging;
+  }
+  // A split needs two threads and two images: one thread is oneDNN's one call, one image the f32 staging.
+  if (w == Bf16Wgrad::split && (threads == 1 || d.N == 1)) w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
+  return w;
+}
+
 bool conv2d_bf16_pass_uses_onednn(const Conv2dDesc& d, Conv2dPass pass) {
   if (!conv2d_bf16_uses_onednn(d)) return false;
-  return !(pass == Conv2dPass::backward_weight && num_threads() > 1);
+  return !(pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::f32_staging);
 }
 
 #if defined(KILN_WITH_ONEDNN)
@@ -104,9 +167,10 @@ struct Plan {
 
 using Key = std::vector<int64_t>;
 
-Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path) {
+// part: a split weight gradient's per-thread plan (built single-threaded, f32 dw and db).
+Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path, bool part) {
   return {d.N, d.C, d.H, d.W, d.K, d.R, d.S, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
-          d.groups, (int64_t)pass, (int64_t)bias, (int64_t)num_threads(), (int64_t)path};
+          d.groups, (int64_t)pass, (int64_t)bias, (int64_t)(part ? 1 : num_threads()), (int64_t)path, (int64_t)part};
 }
 
 dnnl::primitive_attr user_scratchpad() {
@@ -126,7 +190,8 @@ size_t plan_slot(Slot& s, bool input) {
   return pd.scratchpad_desc().get_size();
 }
 
-std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+// part (backward_weight only): dw and db in f32 (a split's partials); the caller sets one thread.
+std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, bool part) {
   auto plan = std::make_shared<Plan>();
   const memory::dims xd = {d.N, d.C, d.H, d.W}, wd = {d.K, d.C, d.R, d.S}, yd = {d.N, d.K, d.out_h(), d.out_w()};
   const memory::dims strides = {d.stride_h, d.stride_w}, dil = {d.dil_h - 1, d.dil_w - 1};
@@ -161,14 +226,17 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
     plan->in1 = slot(w_user, bpd.weights_desc());
     plan->out = slot(x_user, bpd.diff_src_desc());
   } else {
-    dnnl::convolution_backward_weights::desc bd(algo, x_any, w_any, plan->bias, y_any, strides, dil, pad_l, pad_r);
+    const memory::desc dw_any = part ? memory::desc(wd, dt::f32, tag::any) : w_any;
+    const memory::desc dw_user = part ? memory::desc(wd, dt::f32, tag::oihw) : w_user;
+    if (part && bias != Bf16Bias::none) plan->bias = memory::desc({d.K}, dt::f32, tag::x);
+    dnnl::convolution_backward_weights::desc bd(algo, x_any, dw_any, plan->bias, y_any, strides, dil, pad_l, pad_r);
     dnnl::convolution_backward_weights::primitive_desc bpd(bd, attr, cpu_engine(), fpd);
     plan->prim = dnnl::convolution_backward_weights(bpd);
     plan->impl = bpd.impl_info_str();
     scratch = bpd.scratchpad_desc().get_size();
     plan->in0 = slot(x_user, bpd.src_desc());
     plan->in1 = slot(y_user, bpd.diff_dst_desc());
-    plan->out = slot(w_user, bpd.diff_weights_desc());
+    plan->out = slot(dw_user, bpd.diff_weights_desc());
   }
   scratch = std::max(scratch, plan_slot(plan->in0, true));
   scratch = std::max(scratch, plan_slot(plan->in1, true));
@@ -184,7 +252,7 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
   return plan;
 }
 
-std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, bool part = false) {
   KILN_CHECK(d.groups == 1, "conv2d bf16 (oneDNN): groups ", d.groups, " is not supported (", desc_str(d),
              "); only groups 1 takes this path");
   const Bf16Path path = bf16_path();
@@ -193,13 +261,15 @@ std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bi
   onednn_fix_path(path);  // before oneDNN's first primitive descriptor
   static std::mutex m;
   static std::map<Key, std::shared_ptr<Plan>> cache;
-  const Key key = make_key(d, pass, bias, path);
+  const Key key = make_key(d, pass, bias, path, part);
   std::lock_guard<std::mutex> lock(m);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   std::shared_ptr<Plan> plan;
   try {
-    plan = build_plan(d, pass, bias);
+    // A part runs inside one of kiln's threads: oneDNN must size it (threads, scratchpad) for one thread.
+    ThreadScope one(part ? 1 : 0);
+    plan = build_plan(d, pass, bias, part);
   } catch (const dnnl::error& e) {
     throw Error(str_cat("conv2d bf16 ", pass_name(pass), " (oneDNN ", onednn_version(), ", ", bf16_path_name(path),
                         "): no primitive for ", desc_str(d), ": ", e.what()));
@@ -254,9 +324,102 @@ void check_bias(const void* bias, Bf16Bias bt, const char* op) {
              bias ? "a pointer" : "null", " with type ", bt == Bf16Bias::none ? "none" : "f32/bf16", ")");
 }
 
+// A split weight gradient (Bf16Wgrad::split): P = min(threads, N) parts, part i takes images [n0_i, n0_i + n_i)
+// (the first N % P parts one image more). Part i's piece of the workspace, at offset_i:
+//   [its plan's reorders and scratchpad (plan total - kAlign)][f32 dw partial, KCRS][f32 db partial, K]
+// Every piece 64-byte aligned; the whole is the sum of the pieces + kAlign.
+struct Split {
+  int P = 0;
+  std::vector<int64_t> n0, n;
+  std::vector<std::shared_ptr<Plan>> plan;
+  std::vector<size_t> offset, dw_offset, db_offset;
+  size_t total = 0;
+};
+
+Split split_of(const Conv2dDesc& d, Bf16Bias bias) {
+  Split sp;
+  sp.P = (int)std::min<int64_t>(num_threads(), d.N);
+  const size_t dw_bytes = align_up((size_t)(d.K * d.C * d.R * d.S) * sizeof(float));
+  const size_t db_bytes = bias == Bf16Bias::none ? 0 : align_up((size_t)d.K * sizeof(float));
+  size_t off = 0;
+  int64_t n0 = 0;
+  for (int i = 0; i < sp.P; ++i) {
+    const int64_t n = d.N / sp.P + (i < d.N % sp.P ? 1 : 0);
+    Conv2dDesc di = d;
+    di.N = n;
+    sp.n0.push_back(n0), sp.n.push_back(n);
+    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, true));
+    sp.offset.push_back(off);
+    off += align_up(sp.plan.back()->total - kAlign);
+    sp.dw_offset.push_back(off);
+    off += dw_bytes;
+    sp.db_offset.push_back(off);
+    off += db_bytes;
+    n0 += n;
+  }
+  sp.total = off + kAlign;
+  return sp;
+}
+
+// The split weight gradient: each part's single-threaded oneDNN call on its own thread, into its f32 partials;
+// then the partials summed (in part 0's, in part order) and rounded to dw (bf16) and dbias (bt).
+void backward_weight_split(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
+                           Bf16Bias bt, void* workspace) {
+  KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (split): workspace is null");
+  const Split sp = split_of(d, bt);
+  char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
+  const int64_t x_img = d.C * d.H * d.W, y_img = d.K * d.out_h() * d.out_w();
+  std::exception_ptr err;
+#pragma omp parallel for schedule(static, 1) num_threads(sp.P)
+  for (int i = 0; i < sp.P; ++i) {
+    try {
+      execute(*sp.plan[i], Conv2dPass::backward_weight, x + sp.n0[i] * x_img, dy + sp.n0[i] * y_img,
+              base + sp.dw_offset[i], bt == Bf16Bias::none ? nullptr : base + sp.db_offset[i], base + sp.offset[i]);
+    } catch (...) {
+#pragma omp critical(kiln_conv2d_bf16_split)
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+  // Sum and round: per block of values, the extra parts added into part 0's, then stored rounded; the blocks
+  // split over the threads.
+  auto reduce = [&](const std::vector<size_t>& offs, int64_t count, auto store) {
+    float* acc = (float*)(base + offs[0]);
+    constexpr int64_t kBlock = 4096;
+    const int64_t blocks = (count + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t lo = b * kBlock, hi = std::min(count, lo + kBlock);
+      for (int i = 1; i < sp.P; ++i) {
+        const float* part = (const float*)(base + offs[i]);
+        for (int64_t j = lo; j < hi; ++j) acc[j] += part[j];
+      }
+      store(acc, lo, hi);
+    }
+  };
+  auto to_bf16 = [](bfloat16* o) {
+    return [o](const float* acc, int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {  // engine/core/half.h's float_to_bf16_bits, branch-free (vectorizes)
+        uint32_t f;
+        std::memcpy(&f, acc + j, sizeof f);
+        const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16, quiet = (f >> 16) | 0x40u;
+        const uint16_t h = (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+        std::memcpy(static_cast<void*>(o + j), &h, sizeof h);
+      }
+    };
+  };
+  reduce(sp.dw_offset, d.K * d.C * d.R * d.S, to_bf16(dw));
+  if (bt == Bf16Bias::bf16) reduce(sp.db_offset, d.K, to_bf16((bfloat16*)dbias));
+  if (bt == Bf16Bias::f32)
+    reduce(sp.db_offset, d.K, [dbias](const float* acc, int64_t lo, int64_t hi) {
+      std::memcpy((float*)dbias + lo, acc + lo, (size_t)(hi - lo) * sizeof(float));
+    });
+}
+
 }  // namespace
 
 size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return split_of(d, bias).total;
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->total;
 }
 
@@ -279,6 +442,7 @@ void conv2d_bf16_backward_input(const Conv2dDesc& d, const bfloat16* dy, const b
 void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw,
                                  void* dbias, Bf16Bias bt, void* workspace) {
   check_bias(dbias, bt, "conv2d_bf16_backward_weight");
+  if (conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace);
   execute(*get_plan(d, Conv2dPass::backward_weight, bt), Conv2dPass::backward_weight, x, dy, dw, dbias, workspace);
 }
 

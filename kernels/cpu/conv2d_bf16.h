@@ -6,6 +6,8 @@
 // tagged `temporary`, and a meta run allocates the same). The size comes from oneDNN's memory descriptors:
 // it depends on the ISA (amx vs avx512_bf16) and the thread count (cpu::set_num_threads), never a constant.
 // Primitives are cached per (desc, pass, bias, threads, path). Kernels never allocate tensors.
+// The weight gradient may split the images between kiln's threads (Bf16Wgrad::split): each thread's
+// single-threaded oneDNN call, its reorders, scratchpad and f32 partial sit in the same one workspace.
 // Only groups == 1 with a reduction C*R*S >= 16 takes this path (conv2d_bf16_uses_onednn, a measured rule);
 // everything else, and every shape on the portable path, is computed by engine/ops/nn_conv.cpp through f32 copies and kiln's f32 kernels.
 #pragma once
@@ -24,9 +26,24 @@ enum class Bf16Bias { none, f32, bf16 };
 // True when this bf16 convolution runs on oneDNN: groups == 1, C*R*S >= 16 (the measured rule in
 // conv2d_bf16.cpp, docs/cpu-bf16.md) and bf16_path() is an onednn one.
 bool conv2d_bf16_uses_onednn(const Conv2dDesc& d);
-// Per pass, for a desc that uses oneDNN: false for the weight gradient with more than one thread (oneDNN 2.6's
-// bf16 backward-weights measured 2.6-5.5x slower than kiln's f32 kernel at 2 threads on most ResNet18 shapes,
-// docs/cpu-bf16.md); the op then computes that pass through f32 copies and kiln's f32 kernel.
+// How a bf16 weight gradient that uses oneDNN runs:
+//   onednn      one oneDNN call over all images, threaded by oneDNN (its reduction across threads);
+//   split       kiln's threads each run a single-threaded oneDNN call on their share of the images into
+//               their own f32 partial (all in the one workspace), then one vectorized sum rounded to dw;
+//   f32_staging x and dy copied to f32, kiln's f32 kernel (engine/ops/nn_conv.cpp), dw rounded.
+// With one thread (or one image) split is onednn. by_rule is only a value for set_bf16_wgrad_forced.
+enum class Bf16Wgrad { by_rule, onednn, split, f32_staging };
+// The weight gradient's algorithm for this desc and thread count (the measured rule in conv2d_bf16.cpp,
+// docs/cpu-bf16.md), unless forced (set_bf16_wgrad_forced, or KILN_BF16_WGRAD=onednn|split|f32 read once).
+// Only for descs where conv2d_bf16_uses_onednn.
+Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d);
+// "onednn", "split", "f32 staging", "by rule".
+const char* bf16_wgrad_name(Bf16Wgrad w);
+// Forces the weight gradient's algorithm (by_rule: back to the rule); returns the previous setting. For tests
+// and benchmarks; not thread-safe against running convolutions.
+Bf16Wgrad set_bf16_wgrad_forced(Bf16Wgrad w);
+// Per pass, for a desc that uses oneDNN: false for the weight gradient when conv2d_bf16_wgrad is f32_staging;
+// the op then computes that pass through f32 copies and kiln's f32 kernel.
 bool conv2d_bf16_pass_uses_onednn(const Conv2dDesc& d, Conv2dPass pass);
 
 // Workspace bytes of one pass (its reorders and oneDNN's scratchpad, 64-byte aligned pieces, plus 64 so

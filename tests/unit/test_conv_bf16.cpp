@@ -64,6 +64,13 @@ bool level_for(Bf16Path p, const char* test, CpuIsa* level) {
   return true;
 }
 
+// Forces the bf16 weight gradient's algorithm for a scope (cpu::Bf16Wgrad::by_rule: the rule).
+struct WgradGuard {
+  explicit WgradGuard(cpu::Bf16Wgrad w) : old(cpu::set_bf16_wgrad_forced(w)) {}
+  ~WgradGuard() { cpu::set_bf16_wgrad_forced(old); }
+  cpu::Bf16Wgrad old;
+};
+
 struct Shape2 {
   Conv2dDesc d;
   int bias;  // 0 none, 1 f32, 2 bf16
@@ -227,17 +234,37 @@ void path_case(Bf16Path p, const char* name) {
   if (!level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
-  // 1 thread: every pass on oneDNN; 2 threads: the weight gradient through f32 (conv2d_bf16_pass_uses_onednn).
+  // 1 thread: every pass on oneDNN. 2 threads, the weight gradient by the rule (conv2d_bf16_wgrad): split
+  // between the threads from N*OH*OW >= 256 on and for N > 1, else through f32. The numerics run at 2 threads
+  // by the rule (these small shapes: f32 staging) and with each oneDNN way forced: split (N = 1 then stages
+  // through f32; N = 3 splits 2 + 1 images) and oneDNN's one call.
+  using cpu::Bf16Wgrad;
   for (int threads : {1, 2}) {
     cpu::ThreadScope ts(threads);
     MESSAGE(std::string(name) << ": " << cpu::cpu_model_name() << ", isa " << std::string(cpu::cpu_isa_name(level))
                               << ", bf16 path " << std::string(cpu::bf16_path_name(cpu::bf16_path())) << ", oneDNN "
                               << cpu::onednn_version() << ", " << threads << " thread(s)");
-    const Conv2dDesc big = desc(2, 32, 8, 8, 24, 3, 3, 1, 1, 1, 1);
-    CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::backward_weight) ==
-          (p != Bf16Path::portable && threads == 1));
-    CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::forward) == (p != Bf16Path::portable));
+    const bool onednn = p != Bf16Path::portable;
+    const Conv2dDesc small = desc(2, 32, 8, 8, 24, 3, 3, 1, 1, 1, 1);     // N*OH*OW = 128
+    const Conv2dDesc big = desc(2, 32, 12, 12, 24, 3, 3, 1, 1, 1, 1);     // 288
+    const Conv2dDesc one_image = desc(1, 32, 20, 20, 24, 3, 3, 1, 1, 1, 1);  // 400, N = 1
+    CHECK(cpu::conv2d_bf16_pass_uses_onednn(small, cpu::Conv2dPass::backward_weight) == (onednn && threads == 1));
+    CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::backward_weight) == onednn);
+    CHECK(cpu::conv2d_bf16_pass_uses_onednn(one_image, cpu::Conv2dPass::backward_weight) == (onednn && threads == 1));
+    CHECK(cpu::conv2d_bf16_pass_uses_onednn(small, cpu::Conv2dPass::forward) == onednn);
+    if (onednn) {
+      CHECK(cpu::conv2d_bf16_wgrad(big) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
+      CHECK(cpu::conv2d_bf16_wgrad(small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
+    }
     check_numerics(p);
+    if (threads == 1 || !onednn) continue;
+    for (Bf16Wgrad forced : {Bf16Wgrad::split, Bf16Wgrad::onednn}) {
+      WgradGuard wg(forced);
+      MESSAGE(std::string(name) << ", 2 threads, weight gradient forced " << std::string(cpu::bf16_wgrad_name(forced)));
+      CHECK(cpu::conv2d_bf16_wgrad(small) == forced);
+      CHECK(cpu::conv2d_bf16_wgrad(one_image) == (forced == Bf16Wgrad::split ? Bf16Wgrad::f32_staging : forced));
+      check_numerics(p);
+    }
   }
 }
 
@@ -296,6 +323,12 @@ void memory_case(Bf16Path p, const char* name) {
     INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h << " threads " << threads);
     const bool onednn = p != Bf16Path::portable;
     CHECK(cpu::conv2d_bf16_uses_onednn(d) == onednn);
+    // At 2 threads the 64->64 and stem shapes split their weight gradient between the threads (the rule), the
+    // 32->48 stride-2 one (N*OH*OW = 75) stages it through f32: both ways' allocations are compared.
+    if (onednn)
+      CHECK(cpu::conv2d_bf16_wgrad(d) == (threads == 1      ? cpu::Bf16Wgrad::onednn
+                                          : d.C == 32 ? cpu::Bf16Wgrad::f32_staging
+                                                      : cpu::Bf16Wgrad::split));
     const size_t fwd = onednn ? cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::f32) : 0;
     if (onednn) MESSAGE(std::string(name) << ": conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S << " workspace forward " << fwd
                  << " B, backward_input "

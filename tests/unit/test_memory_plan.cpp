@@ -29,6 +29,7 @@ namespace {
 
 struct Row {
   std::string name, args;
+  int threads = 1;  // --threads (2: the bf16 weight gradient split between the threads, conv2d_bf16.h)
 };
 
 const std::string& images() {  // 3 classes, 10 train + 5 val images each, 24 px, RGB
@@ -64,7 +65,8 @@ void check_row(const Row& row) {
   CAPTURE(row.args);
   const std::string out = cli_temp_dir("plan_row");
   fs::remove_all(out);
-  const CliRun r = run_kiln("train " + row.args + " --threads 1 --device cpu --out " + out);
+  const CliRun r = run_kiln("train " + row.args + " --threads " + std::to_string(row.threads) + " --device cpu --out " +
+                            out);
   REQUIRE_MESSAGE(r.status == 0, r.output);
   const nlohmann::json run = last_ledger_line(out + "/runs.jsonl");
   REQUIRE(run.contains("plan"));
@@ -106,6 +108,10 @@ TEST_CASE("memory plan: every row of the matrix, measured whole-run peaks == the
       {"resnet18_small, --amp x --accum 2", r18 + " --amp --accum 2"},
       {"resnet18_small, --amp bf16", r18 + " --amp bf16"},
       {"resnet18_small, --amp bf16 x --recompute 2", r18 + " --amp bf16 --recompute 2"},
+      // 2 threads: the bf16 weight gradients of the 16x16 layers split between the threads (every thread's
+      // partials in the workspace), the smaller ones stage through f32 (the rule, conv2d_bf16_wgrad).
+      {"resnet18_small, --amp bf16, 2 threads", r18 + " --amp bf16", 2},
+      {"small_cnn, --amp bf16, 2 threads", cnn + " --amp bf16", 2},
       {"resnet18_small, --batch-memory",
        "--model resnet18_small --data " + images() + " --batch-memory 120M --epochs 2"},
       {"resnet18_small, --batch-memory x --amp bf16",
