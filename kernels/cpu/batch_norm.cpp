@@ -43,16 +43,15 @@ using bn_channel::grad_sums;
 #undef KILN_ISA_NAME
 #endif
 
-}  // namespace
-
-template <typename T>
-void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
-                              double eps, T* y, T* save_mean, T* save_invstd, T* running_mean,
-                              T* running_var, double momentum) {
-  check_sizes(N, C, HW, "batch_norm_forward_train");
+// The training forward in the machine's best instruction set; X the data's type, T the parameters'.
+template <typename X, typename T>
+void forward_train_any(int64_t N, int64_t C, int64_t HW, const X* x, const T* gamma, const T* beta, double eps, X* y,
+                       T* save_mean, T* save_invstd, T* running_mean, T* running_var, double momentum,
+                       const char* op) {
+  check_sizes(N, C, HW, op);
   const int64_t M = N * HW;
-  KILN_CHECK(M > 1, "batch_norm_forward_train: expected more than 1 value per channel when training, got input (",
-             N, ", ", C, ", ", HW, ")");
+  KILN_CHECK(M > 1, op, ": expected more than 1 value per channel when training, got input (", N, ", ", C, ", ", HW,
+             ")");
 #if KILN_CPU_ISA_CLONES
   switch (cpu_isa_vector(cpu_isa())) {
     case CpuIsa::avx512:
@@ -65,6 +64,40 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
   }
 #endif
   forward_train_baseline(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum);
+}
+
+template <typename X, typename T>
+void backward_train_any(int64_t N, int64_t C, int64_t HW, const X* dy, const X* x, const T* gamma,
+                        const T* save_mean, const T* save_invstd, X* dx, T* dgamma, T* dbeta, const char* op) {
+  check_sizes(N, C, HW, op);
+#if KILN_CPU_ISA_CLONES
+  switch (cpu_isa_vector(cpu_isa())) {
+    case CpuIsa::avx512:
+      return backward_train_avx512(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    case CpuIsa::avx2:
+      return backward_train_avx2(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    default: break;
+  }
+#endif
+  backward_train_baseline(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+}  // namespace
+
+template <typename T>
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const T* gamma, const T* beta,
+                              double eps, T* y, T* save_mean, T* save_invstd, T* running_mean,
+                              T* running_var, double momentum) {
+  forward_train_any(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum,
+                    "batch_norm_forward_train");
+}
+
+template <typename X>
+void batch_norm_forward_train_16(int64_t N, int64_t C, int64_t HW, const X* x, const float* gamma, const float* beta,
+                                 double eps, X* y, float* save_mean, float* save_invstd, float* running_mean,
+                                 float* running_var, double momentum) {
+  forward_train_any(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum,
+                    "batch_norm_forward_train_16");
 }
 
 template <typename T>
@@ -87,17 +120,15 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
 template <typename T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x, const T* gamma,
                                const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
-  check_sizes(N, C, HW, "batch_norm_backward_train");
-#if KILN_CPU_ISA_CLONES
-  switch (cpu_isa_vector(cpu_isa())) {
-    case CpuIsa::avx512:
-      return backward_train_avx512(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
-    case CpuIsa::avx2:
-      return backward_train_avx2(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
-    default: break;
-  }
-#endif
-  backward_train_baseline(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  backward_train_any(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta, "batch_norm_backward_train");
+}
+
+template <typename X>
+void batch_norm_backward_train_16(int64_t N, int64_t C, int64_t HW, const X* dy, const X* x, const float* gamma,
+                                  const float* save_mean, const float* save_invstd, X* dx, float* dgamma,
+                                  float* dbeta) {
+  backward_train_any(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+                     "batch_norm_backward_train_16");
 }
 
 template <typename T>
@@ -138,5 +169,13 @@ void batch_norm_backward_eval(int64_t N, int64_t C, int64_t HW, const T* dy, con
 KILN_INSTANTIATE_BN(float)
 KILN_INSTANTIATE_BN(double)
 #undef KILN_INSTANTIATE_BN
+#define KILN_INSTANTIATE_BN_16(X)                                                                            \
+  template void batch_norm_forward_train_16<X>(int64_t, int64_t, int64_t, const X*, const float*, const float*, \
+                                               double, X*, float*, float*, float*, float*, double);          \
+  template void batch_norm_backward_train_16<X>(int64_t, int64_t, int64_t, const X*, const X*, const float*,  \
+                                                const float*, const float*, X*, float*, float*);
+KILN_INSTANTIATE_BN_16(half)
+KILN_INSTANTIATE_BN_16(bfloat16)
+#undef KILN_INSTANTIATE_BN_16
 
 }  // namespace kiln::cpu

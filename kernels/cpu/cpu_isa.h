@@ -11,7 +11,9 @@
 // state (on Linux, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); when that request fails the level
 // is the next lower one (avx512_bf16 where the CPU has it).
 // Used where it measured faster: batch norm's training loops (batch_norm_train.inc: 12-13% fewer
-// samples with AVX-512 on the small CNN, AVX2 level with SSE2). The 2x2 max pool rows and the Winograd
+// samples with AVX-512 on the small CNN, AVX2 level with SSE2) and the contiguous bf16 rows of the
+// elementwise kernels and casts (elementwise.cpp: SSE2 lacks the narrowing and blends bf16 rounding needs;
+// docs/cpu-bf16.md). The 2x2 max pool rows and the Winograd
 // transforms measured slower with wider vectors (their rows of 7-14 values are shorter than one vector)
 // and stay SSE2 (docs/cpu-profile.md). Must not know tensors: kernels ask cpu_isa() and call their variant.
 #pragma once

@@ -1,5 +1,7 @@
 // CPU elementwise loops. Each op is instantiated with its opcode as a template argument so the
-// switch in unary_math/binary_math folds away and contiguous loops vectorize.
+// switch in unary_math/binary_math folds away and contiguous loops vectorize. The contiguous bf16 rows
+// (unary, binary, the f32 <-> bf16 casts) also run in the machine's best instruction set (cpu_isa.h),
+// the same bits at each level; everything else is SSE2. Must not allocate: out is given.
 #include "kernels/cpu/elementwise.h"
 
 #include <omp.h>
@@ -12,6 +14,7 @@
 #include "engine/core/half.h"
 #include "engine/core/philox.h"
 #include "kernels/common/float_to_int.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace kiln::cpu {
 namespace {
@@ -25,6 +28,89 @@ namespace {
 #else
 #define KILN_FLATTEN
 #endif
+
+// The contiguous rows of the bf16 unary / binary ops and of the f32 <-> bf16 casts, compiled once per
+// instruction set (cpu_isa.h) and dispatched at run time: with SSE2 alone the bf16 rounding (compare,
+// select, narrow to 16 bits) vectorized poorly and the bf16 relu ran at ~2.5x the f32 one
+// (docs/cpu-bf16.md's profile); AVX2 / AVX-512 have the blends and narrowing moves. The loops are the
+// scalar ones (half.h's conversions, elementwise_math.h's math), lane-wise the same IEEE operations with no
+// contraction (-ffp-contract=off), so every level gives the same bits (tests/unit/test_elementwise_bf16.cpp).
+// Binary rows: mode 0 both operands contiguous, 1 y a broadcast scalar, 2 x a broadcast scalar.
+#define KILN_BF16_ROWS(SUFFIX, TARGET)                                                                           \
+  template <UnaryOp OP>                                                                                        \
+  TARGET KILN_FLATTEN void unary_bf16_row_##SUFFIX(bfloat16* o, const bfloat16* x, int64_t n, float a, float b) { \
+    for (int64_t i = 0; i < n; ++i) o[i] = bfloat16(unary_math<float>(OP, (float)x[i], a, b));               \
+  }                                                                                                            \
+  template <BinaryOp OP>                                                                                       \
+  TARGET KILN_FLATTEN void binary_bf16_row_##SUFFIX(bfloat16* o, const bfloat16* x, const bfloat16* y, int64_t n, \
+                                                    float a, int mode) {                                       \
+    if (mode == 0) {                                                                                           \
+      for (int64_t i = 0; i < n; ++i) o[i] = bfloat16(binary_math<float>(OP, (float)x[i], (float)y[i], a));    \
+    } else if (mode == 1) {                                                                                    \
+      const float yv = (float)y[0];                                                                            \
+      for (int64_t i = 0; i < n; ++i) o[i] = bfloat16(binary_math<float>(OP, (float)x[i], yv, a));             \
+    } else {                                                                                                   \
+      const float xv = (float)x[0];                                                                            \
+      for (int64_t i = 0; i < n; ++i) o[i] = bfloat16(binary_math<float>(OP, xv, (float)y[i], a));             \
+    }                                                                                                          \
+  }                                                                                                            \
+  TARGET void bf16_to_f32_row_##SUFFIX(float* o, const bfloat16* x, int64_t n) { bf16_run_to_f32(o, x, n); }   \
+  TARGET void f32_to_bf16_row_##SUFFIX(bfloat16* o, const float* x, int64_t n) { f32_run_to_bf16(o, x, n); }
+
+// Contiguous f32 <-> bf16 runs written over the bit patterns with no branch, so GCC vectorizes them
+// (the scalar conversions ran one value at a time: the autocast step's weight casts). The same
+// formulas as engine/core/half.h's bf16_bits_to_float / float_to_bf16_bits (NaN quieted, round to
+// nearest even), so the same bits. Inlined into each instruction set's row (KILN_BF16_ROWS).
+inline __attribute__((always_inline)) void bf16_run_to_f32(float* o, const bfloat16* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t hbits;
+    std::memcpy(&hbits, x + i, sizeof hbits);
+    const uint32_t u = (uint32_t)hbits << 16;
+    std::memcpy(o + i, &u, sizeof u);
+  }
+}
+
+inline __attribute__((always_inline)) void f32_run_to_bf16(bfloat16* o, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t fbits;
+    std::memcpy(&fbits, x + i, sizeof fbits);
+    const uint32_t rounded = (fbits + 0x7fffu + ((fbits >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (fbits >> 16) | 0x40u;
+    const uint16_t hbits = (uint16_t)((fbits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    std::memcpy(static_cast<void*>(o + i), &hbits, sizeof hbits);
+  }
+}
+
+KILN_BF16_ROWS(baseline, )
+#if KILN_CPU_ISA_CLONES
+KILN_BF16_ROWS(avx2, KILN_TARGET_AVX2)
+KILN_BF16_ROWS(avx512, KILN_TARGET_AVX512)
+// f: the row's name, TA: its template arguments (<OP> or nothing)
+#define KILN_BF16_ROW_CALL(isa, f, TA, ...)                                       \
+  do {                                                                            \
+    if ((isa) == CpuIsa::avx512) return f##_avx512 TA(__VA_ARGS__);               \
+    if ((isa) == CpuIsa::avx2) return f##_avx2 TA(__VA_ARGS__);                   \
+    return f##_baseline TA(__VA_ARGS__);                                          \
+  } while (0)
+#else
+#define KILN_BF16_ROW_CALL(isa, f, TA, ...) return f##_baseline TA(__VA_ARGS__)
+#endif
+#undef KILN_BF16_ROWS
+
+// The level the bf16 rows take now (read once per op, outside the threads).
+inline CpuIsa bf16_row_isa() { return cpu_isa_vector(cpu_isa()); }
+
+template <UnaryOp OP>
+void unary_bf16_row(CpuIsa isa, bfloat16* o, const bfloat16* x, int64_t n, float a, float b) {
+  KILN_BF16_ROW_CALL(isa, unary_bf16_row, <OP>, o, x, n, a, b);
+}
+template <BinaryOp OP>
+void binary_bf16_row(CpuIsa isa, bfloat16* o, const bfloat16* x, const bfloat16* y, int64_t n, float a, int mode) {
+  KILN_BF16_ROW_CALL(isa, binary_bf16_row, <OP>, o, x, y, n, a, mode);
+}
+void bf16_to_f32_row(CpuIsa isa, float* o, const bfloat16* x, int64_t n) { KILN_BF16_ROW_CALL(isa, bf16_to_f32_row, , o, x, n); }
+void f32_to_bf16_row(CpuIsa isa, bfloat16* o, const float* x, int64_t n) { KILN_BF16_ROW_CALL(isa, f32_to_bf16_row, , o, x, n); }
+#undef KILN_BF16_ROW_CALL
 
 template <typename T> struct Compute { using type = float; };
 template <> struct Compute<double> { using type = double; };
@@ -96,10 +182,12 @@ void unary_t(const LoopShape& s, StridedOperand out, StridedOperand in, double a
   using C = typename Compute<T>::type;
   StridedOperand ops[2] = {out, in};
   C ca = (C)a, cb = (C)b;
+  const CpuIsa isa = std::is_same<T, bfloat16>::value ? bf16_row_isa() : CpuIsa::baseline;
   strided_loop<2>(s, ops, [&](char** p, int64_t n, const int64_t* bs) KILN_FLATTEN {
     if (bs[0] == (int64_t)sizeof(T) && bs[1] == (int64_t)sizeof(T)) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* x = reinterpret_cast<const T*>(p[1]);
+      if constexpr (std::is_same<T, bfloat16>::value) return unary_bf16_row<OP>(isa, o, x, n, ca, cb);
       for (int64_t i = 0; i < n; ++i) o[i] = T(unary_math<C>(OP, (C)x[i], ca, cb));
     } else {
       for (int64_t i = 0; i < n; ++i)
@@ -113,11 +201,15 @@ void binary_t(const LoopShape& s, StridedOperand out, StridedOperand x, StridedO
   using C = typename Compute<T>::type;
   StridedOperand ops[3] = {out, x, y};
   C ca = (C)a;
+  const CpuIsa isa = std::is_same<T, bfloat16>::value ? bf16_row_isa() : CpuIsa::baseline;
   strided_loop<3>(s, ops, [&](char** p, int64_t n, const int64_t* bs) KILN_FLATTEN {
     const int64_t e = sizeof(T);
     T* o = reinterpret_cast<T*>(p[0]);
     const T* xp = reinterpret_cast<const T*>(p[1]);
     const T* yp = reinterpret_cast<const T*>(p[2]);
+    if constexpr (std::is_same<T, bfloat16>::value)
+      if (bs[0] == e && (bs[1] == e || bs[1] == 0) && (bs[2] == e || bs[2] == 0) && (bs[1] | bs[2]) != 0)
+        return binary_bf16_row<OP>(isa, o, xp, yp, n, ca, bs[1] == 0 ? 2 : bs[2] == 0 ? 1 : 0);
     if (bs[0] == e && bs[1] == e && bs[2] == e) {
       for (int64_t i = 0; i < n; ++i) o[i] = T(binary_math<C>(OP, (C)xp[i], (C)yp[i], ca));
     } else if (bs[0] == e && bs[1] == e && bs[2] == 0) {
@@ -163,33 +255,11 @@ void binary_dispatch(BinaryOp op, const LoopShape& s, StridedOperand out, Stride
   }
 }
 
-// Contiguous f32 <-> bf16 runs written over the bit patterns with no branch, so GCC vectorizes them
-// (the scalar conversions ran one value at a time: the autocast step's weight casts). The same
-// formulas as engine/core/half.h's bf16_bits_to_float / float_to_bf16_bits (NaN quieted, round to
-// nearest even), so the same bits.
-inline void bf16_run_to_f32(float* o, const bfloat16* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t hbits;
-    std::memcpy(&hbits, x + i, sizeof hbits);
-    const uint32_t u = (uint32_t)hbits << 16;
-    std::memcpy(o + i, &u, sizeof u);
-  }
-}
-
-inline void f32_run_to_bf16(bfloat16* o, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t fbits;
-    std::memcpy(&fbits, x + i, sizeof fbits);
-    const uint32_t rounded = (fbits + 0x7fffu + ((fbits >> 16) & 1u)) >> 16;
-    const uint32_t quiet = (fbits >> 16) | 0x40u;
-    const uint16_t hbits = (uint16_t)((fbits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-    std::memcpy(static_cast<void*>(o + i), &hbits, sizeof hbits);
-  }
-}
-
 template <typename D, typename S>
 void copy_t(const LoopShape& s, StridedOperand dst, StridedOperand src) {
   StridedOperand ops[2] = {dst, src};
+  const CpuIsa isa = std::is_same<D, bfloat16>::value || std::is_same<S, bfloat16>::value ? bf16_row_isa()
+                                                                                          : CpuIsa::baseline;
   strided_loop<2>(s, ops, [&](char** p, int64_t n, const int64_t* bs) {
     if constexpr (std::is_same<D, S>::value) {
       if (bs[0] == (int64_t)sizeof(D) && bs[1] == (int64_t)sizeof(S))
@@ -199,13 +269,13 @@ void copy_t(const LoopShape& s, StridedOperand dst, StridedOperand src) {
     } else if constexpr (std::is_same<D, float>::value && (std::is_same<S, half>::value || std::is_same<S, bfloat16>::value)) {
       if constexpr (std::is_same<S, bfloat16>::value)
         if (bs[0] == (int64_t)sizeof(D) && bs[1] == (int64_t)sizeof(S))
-          return bf16_run_to_f32(reinterpret_cast<float*>(p[0]), reinterpret_cast<const bfloat16*>(p[1]), n);
+          return bf16_to_f32_row(isa, reinterpret_cast<float*>(p[0]), reinterpret_cast<const bfloat16*>(p[1]), n);
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<float*>(p[0] + i * bs[0]) = (float)*reinterpret_cast<const S*>(p[1] + i * bs[1]);
     } else if constexpr (std::is_same<S, float>::value && (std::is_same<D, half>::value || std::is_same<D, bfloat16>::value)) {
       if constexpr (std::is_same<D, bfloat16>::value)
         if (bs[0] == (int64_t)sizeof(D) && bs[1] == (int64_t)sizeof(S))
-          return f32_run_to_bf16(reinterpret_cast<bfloat16*>(p[0]), reinterpret_cast<const float*>(p[1]), n);
+          return f32_to_bf16_row(isa, reinterpret_cast<bfloat16*>(p[0]), reinterpret_cast<const float*>(p[1]), n);
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<D*>(p[0] + i * bs[0]) = D(*reinterpret_cast<const float*>(p[1] + i * bs[1]));
     } else {

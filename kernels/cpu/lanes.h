@@ -13,6 +13,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "engine/core/half.h"
+
 namespace kiln::cpu::lanes {
 
 constexpr int kLanes = 8;
@@ -32,7 +34,17 @@ inline void load(const T* p, Lanes& v) {
     v = __builtin_convertvector(f, Lanes);
   } else if constexpr (std::is_same_v<T, double>) {
     std::memcpy(&v, p, sizeof v);
-  } else {  // f16, bf16: one conversion per value
+  } else if constexpr (std::is_same_v<T, bfloat16>) {  // bf16 -> f32 is the bits shifted up: exact
+    typedef uint16_t U16x8 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+    typedef uint32_t U32x8 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+    typedef float F8 __attribute__((vector_size(kLanes * sizeof(float))));
+    U16x8 b;
+    std::memcpy(&b, p, sizeof b);
+    const U32x8 w = __builtin_convertvector(b, U32x8) << 16;
+    F8 f;
+    std::memcpy(&f, &w, sizeof f);
+    v = __builtin_convertvector(f, Lanes);
+  } else {  // f16: one conversion per value
     for (int j = 0; j < kLanes; ++j) v[j] = (double)p[j];
   }
 }

@@ -20,6 +20,7 @@
 #include "engine/ops/ops.h"
 #include "engine/optim/sgd.h"
 #include "engine/train/memory_predict.h"
+#include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/conv2d_bf16.h"
 #include "tools/mem_command.h"
 
@@ -157,9 +158,14 @@ TEST_CASE("kiln mem --device cuda:0 --amp bf16: bf16 weight copies as many bytes
   CHECK(bf["parameters"] == f16["parameters"]);
   CHECK(bf["peak_allocated"].get<int64_t>() <= f16["peak_allocated"].get<int64_t>());
   CHECK(bf["cuda"]["peak_reserved"]["kind"] == "exact");
-  // No f32 staging on cuda: below the CPU plan whose bf16 weight gradients stage through f32 (the portable
-  // path's, and oneDNN's above one thread for short reductions). The CPU's own rule (oneDNN's weight gradient,
-  // split between threads for this model's conv2) stages none there: not above the cuda plan's peak.
+  // No f32 staging of convolutions on cuda: below the CPU plan whose bf16 weight gradients stage through f32
+  // (the portable path's, and oneDNN's above one thread for short reductions). The CPU's own rule (oneDNN's
+  // weight gradient, split between threads for this model's conv2) stages no convolution, and its 16-bit batch
+  // norms read and write bf16 directly, while the cuda plan stages each batch norm through f32 (x32, y32 in the
+  // forward; x32, dy32, dx32 in the backward: tests/unit/test_cuda_plan_diff.cpp): there the cuda plan's peak is
+  // the higher one (small_cnn batch 16 at 16x16: 3397120 vs 2605056 bytes). On the portable path the CPU stages
+  // every convolution pass (x, w, dy, dx in f32 and the im2col workspace), more than those copies (4554752 vs
+  // 3397120 with KILN_CPU_ISA=avx512), so the cuda plan stays below it.
   nlohmann::json cbf_staged;
   {
     const kiln::cpu::Bf16Wgrad old = kiln::cpu::set_bf16_wgrad_forced(kiln::cpu::Bf16Wgrad::f32_staging);
@@ -167,7 +173,10 @@ TEST_CASE("kiln mem --device cuda:0 --amp bf16: bf16 weight copies as many bytes
     kiln::cpu::set_bf16_wgrad_forced(old);
   }
   CHECK(bf["peak_allocated"].get<int64_t>() < cbf_staged["peak_allocated"].get<int64_t>());
-  CHECK(bf["peak_allocated"].get<int64_t>() <= cbf["peak_allocated"].get<int64_t>());
+  if (kiln::cpu::bf16_path_wanted() == kiln::cpu::Bf16Path::portable)
+    CHECK(bf["peak_allocated"].get<int64_t>() < cbf["peak_allocated"].get<int64_t>());
+  else
+    CHECK(bf["peak_allocated"].get<int64_t>() > cbf["peak_allocated"].get<int64_t>());
 }
 
 TEST_CASE("kiln mem --device cuda:0 with KILN_CUDA_VMM=0: the cudaMalloc segment policy") {
