@@ -31,12 +31,12 @@ struct MatmulBf16Desc {
 // "(batch 1) A (16, 3136) x B^T (128, 3136) -> C (16, 128)": for errors and test output.
 std::string matmul_bf16_desc_str(const MatmulBf16Desc& d);
 
-// True when this product runs on oneDNN: bf16_path() is an onednn one, M, N, K >= 1, not both operands
-// broadcast over a batch, and the measured rule (matmul_bf16.cpp) holds.
+// True when this product runs on oneDNN: bf16_path() is an onednn one, M*N*K >= 65536 (the measured rule in
+// matmul_bf16.cpp, docs/cpu-bf16.md) and not both operands broadcast over a batch.
 bool matmul_bf16_uses_onednn(const MatmulBf16Desc& d);
 
-// Workspace bytes (oneDNN's scratchpad, plus 64 so any base address works). Only where
-// matmul_bf16_uses_onednn.
+// Workspace bytes (oneDNN's scratchpad, plus 64 so any base address works). For any product with M, N, K >= 1
+// on a oneDNN path (the rule is the op's choice: tests run small products through the kernel directly).
 size_t matmul_bf16_workspace_bytes(const MatmulBf16Desc& d);
 
 // A, B as described -> C (batch, M, N), overwritten.

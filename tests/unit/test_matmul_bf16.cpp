@@ -123,7 +123,9 @@ void linear_case(Bf16Path p, int64_t M, int64_t K, int64_t N, std::mt19937& g) {
   ref_mm(M, N, K, x, K, 1, w, 1, K, y, y_abs);     // y = x w^T
   ref_mm(M, K, N, dy, N, 1, w, K, 1, dx, dx_abs);  // dx = dy w
   ref_mm(N, K, M, dy, 1, N, x, K, 1, dw, dw_abs);  // dw = dy^T x
-  const bool onednn = p != Bf16Path::portable;
+  // oneDNN from M*N*K >= 65536 on (the measured rule, kernels/cpu/matmul_bf16.cpp); the same product size in
+  // all three passes. Smaller products stay on the f32 staging (kernel_case runs them on oneDNN directly).
+  const bool onednn = p != Bf16Path::portable && M * N * K >= 65536;
   cpu::MatmulBf16Desc fwd;  // what linear's forward asks for: x plain, w^T through a transpose flag
   fwd.M = M, fwd.N = N, fwd.K = K, fwd.trans_b = true, fwd.lda = K, fwd.ldb = K;
   CHECK(cpu::matmul_bf16_uses_onednn(fwd) == onednn);
@@ -153,10 +155,41 @@ void linear_case(Bf16Path p, int64_t M, int64_t K, int64_t N, std::mt19937& g) {
   CHECK(check_close(wt.grad().to_vector<double>(), dw, dw_abs, M, "dw") == 0);
 }
 
+// The kernel directly (below the op's size rule, so oneDNN itself is checked on tiny shapes): A (M, K) times
+// B = W^T with W (N, K) (linear's forward), and A^T B with A stored (K, M) (the weight gradient's pattern).
+void kernel_case(int64_t M, int64_t K, int64_t N, std::mt19937& g) {
+  INFO("kernel M " << M << " K " << K << " N " << N);
+  const std::vector<double> a = bf16_values(M * K, g), w = bf16_values(N * K, g);
+  auto to_bf16 = [](const std::vector<double>& v) {
+    std::vector<bfloat16> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = bfloat16((float)v[i]);
+    return h;
+  };
+  const std::vector<bfloat16> ah = to_bf16(a), wh = to_bf16(w);
+  auto run = [&](const cpu::MatmulBf16Desc& d) {
+    std::vector<char> ws(cpu::matmul_bf16_workspace_bytes(d));
+    std::vector<bfloat16> c((size_t)(d.M * d.N));
+    cpu::matmul_bf16(d, ah.data(), wh.data(), c.data(), ws.data());
+    return std::vector<double>(c.begin(), c.end());
+  };
+  std::vector<double> y, y_abs;
+  cpu::MatmulBf16Desc fwd;
+  fwd.M = M, fwd.N = N, fwd.K = K, fwd.trans_b = true, fwd.lda = K, fwd.ldb = K;
+  ref_mm(M, N, K, a, K, 1, w, 1, K, y, y_abs);
+  CHECK(check_close(run(fwd), y, y_abs, K, "kernel A W^T") == 0);
+  // A^T W^T: A read as stored (K', M') = (M, K) -> op (K, M); W as (N, K) -> B^T; C (K, N) with reduction M.
+  cpu::MatmulBf16Desc tt;
+  tt.M = K, tt.N = N, tt.K = M, tt.trans_a = true, tt.trans_b = true, tt.lda = K, tt.ldb = M;
+  if (M == K) {  // W^T is (K, N) only when W's columns (K) equal the reduction (M)
+    ref_mm(K, N, M, a, 1, K, w, 1, K, y, y_abs);
+    CHECK(check_close(run(tt), y, y_abs, M, "kernel A^T W^T") == 0);
+  }
+}
+
 // Batched a (B, M, K) @ b (K, N) (b broadcast over the batch: a stride of 0), with a given as a transposed
 // view (stored (B, K, M)), and its backward: da = dy b^T per batch, db = sum over the batch of a^T dy.
 void batched_case(Bf16Path p, std::mt19937& g) {
-  const int64_t B = 3, M = 5, K = 37, N = 6;
+  const int64_t B = 3, M = 21, K = 101, N = 33;  // M*N*K 69993 per matrix: above the rule
   const std::vector<double> at = bf16_values(B * K * M, g), b = bf16_values(K * N, g), dy = bf16_values(B * M * N, g);
   std::vector<double> y, da, dbv(K * N, 0), db_abs(K * N, 0);
   std::vector<double> y_abs, da_abs;
@@ -204,7 +237,7 @@ Cls cls(double v) { return std::isnan(v) ? Cls::nan : std::isinf(v) ? (v > 0 ? C
 // NaN and +-inf in x reach exactly the outputs and weight-gradient entries whose sums take them (f64 says which).
 void nonfinite_case() {
   std::mt19937 g(36);
-  const int64_t M = 4, K = 19, N = 7;
+  const int64_t M = 4, K = 193, N = 97;  // M*N*K 74884: above the rule
   std::vector<double> x = bf16_values(M * K, g), w = bf16_values(N * K, g), dy = bf16_values(M * N, g);
   x[3] = NAN, x[K + 5] = INFINITY, x[2 * K + 5] = -INFINITY, x[3 * K + 8] = INFINITY;
   std::vector<double> y, y_abs, dw, dw_abs;
@@ -217,7 +250,7 @@ void nonfinite_case() {
   int64_t nonfinite = 0, mismatched = 0;
   for (size_t i = 0; i < y.size(); ++i) nonfinite += cls(y[i]) != Cls::finite, mismatched += cls(yo[i]) != cls(y[i]);
   for (size_t i = 0; i < dw.size(); ++i) nonfinite += cls(dw[i]) != Cls::finite, mismatched += cls(dwo[i]) != cls(dw[i]);
-  CHECK(nonfinite >= 3 * N);  // the test sees something: rows 0, 1, 3 of y are all non-finite
+  CHECK(nonfinite >= 3 * N);  // the test sees something: every row of x has a non-finite value
   CHECK(mismatched == 0);
 }
 
@@ -233,9 +266,15 @@ void path_case(Bf16Path p, const char* name) {
                               << ", oneDNN " << cpu::onednn_version() << ", " << threads << " thread(s)");
     std::mt19937 g(35);
     // (M, K, N): K not a multiple of 16 / 32, M = 1, N = 1, K = 1, the small CNN's fc1 and fc2 at batch 16.
-    for (auto s : {std::vector<int64_t>{5, 37, 7}, {1, 50, 9}, {6, 33, 1}, {3, 1, 4}, {16, 3136, 128}, {16, 128, 10},
-                   {33, 65, 17}})
+    // (M, K, N) through linear: K not a multiple of 16 / 32, M = 1, N = 1, K = 1 above the size rule; the
+    // small CNN's fc1 (batch 16) and fc2 (batch 16: below the rule, f32 staging) and another small product.
+    for (auto s : {std::vector<int64_t>{1, 3137, 129}, {70, 1001, 1}, {300, 1, 300}, {33, 65, 47}, {16, 3136, 128},
+                   {16, 128, 10}, {5, 37, 7}})
       linear_case(p, s[0], s[1], s[2], g);
+    // oneDNN's kernel directly on products below the rule: K not a multiple of 16 / 32, M = 1, N = 1, K = 1.
+    if (p != Bf16Path::portable)
+      for (auto s : {std::vector<int64_t>{5, 37, 7}, {1, 50, 9}, {6, 33, 1}, {3, 1, 4}, {17, 17, 3}})
+        kernel_case(s[0], s[1], s[2], g);
     batched_case(p, g);
     nonfinite_case();
   }
@@ -287,11 +326,11 @@ void memory_case(Bf16Path p, const char* name) {
   if (!level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
-  const bool onednn = p != Bf16Path::portable;
   for (int threads : {1, 2})
     for (auto s : {std::vector<int64_t>{16, 3136, 128}, {128, 3136, 128}, {7, 33, 5}}) {
       cpu::ThreadScope ts(threads);
       INFO("M " << s[0] << " K " << s[1] << " N " << s[2] << " threads " << threads);
+      const bool onednn = p != Bf16Path::portable && s[0] * s[1] * s[2] >= 65536;  // 7x33x5: f32 staging
       cpu::MatmulBf16Desc fwd;
       fwd.M = s[0], fwd.N = s[2], fwd.K = s[1], fwd.trans_b = true, fwd.lda = s[1], fwd.ldb = s[1];
       CHECK(cpu::matmul_bf16_uses_onednn(fwd) == onednn);
