@@ -350,7 +350,10 @@ int main(int argc, char** argv) {
                 << " (groups 1 with C*R*S >= 16; above 1 thread the weight gradient split between the threads where N*OH*OW "
                    ">= 256, else through f32; other shapes portable)\n"
                 << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
-                << " (every shape)\n"
+                << (kiln::cpu::bf16_path_wanted() == kiln::cpu::Bf16Path::portable
+                        ? ""
+                        : " (products with M*N*K >= 65536; smaller ones portable)")
+                << "\n"
                 << "onednn: " << kiln::cpu::onednn_version() << "\n";
     }
   } catch (const kiln::UsageError& e) {
