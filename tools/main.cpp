@@ -352,7 +352,7 @@ int main(int argc, char** argv) {
                 << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
                 << (kiln::cpu::bf16_path_wanted() == kiln::cpu::Bf16Path::portable
                         ? ""
-                        : " (products with M*N*K >= 65536; smaller ones portable)")
+                        : " (products with M*N*K >= 65536 at 1 thread, >= 2^20 above; smaller ones portable)")
                 << "\n"
                 << "onednn: " << kiln::cpu::onednn_version() << "\n";
     }

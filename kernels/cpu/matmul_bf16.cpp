@@ -32,18 +32,18 @@ std::string matmul_bf16_desc_str(const MatmulBf16Desc& d) {
 }
 
 // The measured rule (docs/cpu-bf16.md; the small CNN's fc1 / fc2 products at batch 16 and 128, each pass, kernels
-// alone, AVX512-BF16 on an AMD EPYC, 1 thread): oneDNN's bf16 matmul took 0.23-0.36x the f32 staging's time
-// (two widening copies, OpenBLAS's sgemm, a rounding copy) and 0.39-0.48x OpenBLAS's f32 on fc1 (M*N*K 0.26 M
-// at batch 16, 51 M at 128) and 0.34-0.64x the staging on fc2 at batch 128 (M*N*K 163840), but 1.04-1.43x the
-// staging on fc2 at batch 16 (M*N*K 20480: 2-3 us either way, oneDNN's per-call cost). So oneDNN from
-// M*N*K >= 65536 multiply-adds per matrix on; the threshold between 20480 and 163840 is not measured finer.
-// Both operands broadcast over a batch (stride 0 each, batch > 1) has no oneDNN description (C's batch must
-// be one of theirs) and stays portable.
-constexpr int64_t kMinMacs = 65536;
+// alone, AVX512-BF16 on an AMD EPYC). 1 thread: oneDNN's bf16 matmul took 0.17-0.36x the f32 staging's time
+// (two widening copies, OpenBLAS's sgemm, a rounding copy) and 0.40-0.49x OpenBLAS's f32 on fc1 (M*N*K 6.4 M at
+// batch 16, 51 M at 128) and 0.33-0.60x the staging on fc2 at batch 128 (M*N*K 163840), but 1.07-1.40x the
+// staging on fc2 at batch 16 (M*N*K 20480: 1-2 us either way, oneDNN's per-call cost): oneDNN from 65536 on.
+// 2 threads: fc1 still 0.13-0.43x the staging, but every fc2 product 3.4-18x (34-52 us against 2-14 us: oneDNN
+// opens an OpenMP parallel region per call): oneDNN from 2^20 on. Neither threshold is measured finer (between
+// 20480 and 163840, and between 163840 and 6.4 M).
+int64_t matmul_bf16_min_macs() { return num_threads() > 1 ? (int64_t)1 << 20 : 65536; }
 
 bool matmul_bf16_uses_onednn(const MatmulBf16Desc& d) {
   if (d.M < 1 || d.N < 1 || d.K < 1 || d.batch < 1) return false;
-  if (d.M * d.N * d.K < kMinMacs) return false;
+  if (d.M * d.N * d.K < matmul_bf16_min_macs()) return false;
   if (d.batch > 1 && d.stride_a == 0 && d.stride_b == 0) return false;
   return bf16_path() != Bf16Path::portable;
 }

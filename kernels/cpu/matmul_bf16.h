@@ -31,8 +31,11 @@ struct MatmulBf16Desc {
 // "(batch 1) A (16, 3136) x B^T (128, 3136) -> C (16, 128)": for errors and test output.
 std::string matmul_bf16_desc_str(const MatmulBf16Desc& d);
 
-// True when this product runs on oneDNN: bf16_path() is an onednn one, M*N*K >= 65536 (the measured rule in
-// matmul_bf16.cpp, docs/cpu-bf16.md) and not both operands broadcast over a batch.
+// The measured rule's smallest product (M*N*K per matrix) that takes oneDNN: 65536 at 1 thread, 2^20 above
+// (cpu::num_threads(); matmul_bf16.cpp, docs/cpu-bf16.md).
+int64_t matmul_bf16_min_macs();
+// True when this product runs on oneDNN: bf16_path() is an onednn one, M*N*K >= matmul_bf16_min_macs() and not
+// both operands broadcast over a batch.
 bool matmul_bf16_uses_onednn(const MatmulBf16Desc& d);
 
 // Workspace bytes (oneDNN's scratchpad, plus 64 so any base address works). For any product with M, N, K >= 1

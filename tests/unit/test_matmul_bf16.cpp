@@ -123,9 +123,11 @@ void linear_case(Bf16Path p, int64_t M, int64_t K, int64_t N, std::mt19937& g) {
   ref_mm(M, N, K, x, K, 1, w, 1, K, y, y_abs);     // y = x w^T
   ref_mm(M, K, N, dy, N, 1, w, K, 1, dx, dx_abs);  // dx = dy w
   ref_mm(N, K, M, dy, 1, N, x, K, 1, dw, dw_abs);  // dw = dy^T x
-  // oneDNN from M*N*K >= 65536 on (the measured rule, kernels/cpu/matmul_bf16.cpp); the same product size in
-  // all three passes. Smaller products stay on the f32 staging (kernel_case runs them on oneDNN directly).
-  const bool onednn = p != Bf16Path::portable && M * N * K >= 65536;
+  // oneDNN from M*N*K >= 65536 on at 1 thread, 2^20 above (the measured rule, kernels/cpu/matmul_bf16.cpp);
+  // the same product size in all three passes. Smaller products stay on the f32 staging (kernel_case runs
+  // them on oneDNN directly).
+  CHECK(cpu::matmul_bf16_min_macs() == (cpu::num_threads() > 1 ? (1 << 20) : 65536));
+  const bool onednn = p != Bf16Path::portable && M * N * K >= cpu::matmul_bf16_min_macs();
   cpu::MatmulBf16Desc fwd;  // what linear's forward asks for: x plain, w^T through a transpose flag
   fwd.M = M, fwd.N = N, fwd.K = K, fwd.trans_b = true, fwd.lda = K, fwd.ldb = K;
   CHECK(cpu::matmul_bf16_uses_onednn(fwd) == onednn);
@@ -189,7 +191,7 @@ void kernel_case(int64_t M, int64_t K, int64_t N, std::mt19937& g) {
 // Batched a (B, M, K) @ b (K, N) (b broadcast over the batch: a stride of 0), with a given as a transposed
 // view (stored (B, K, M)), and its backward: da = dy b^T per batch, db = sum over the batch of a^T dy.
 void batched_case(Bf16Path p, std::mt19937& g) {
-  const int64_t B = 3, M = 21, K = 101, N = 33;  // M*N*K 69993 per matrix: above the rule
+  const int64_t B = 3, M = 21, K = 101, N = 33;  // M*N*K 69993 per matrix: above the 1-thread rule
   const std::vector<double> at = bf16_values(B * K * M, g), b = bf16_values(K * N, g), dy = bf16_values(B * M * N, g);
   std::vector<double> y, da, dbv(K * N, 0), db_abs(K * N, 0);
   std::vector<double> y_abs, da_abs;
@@ -214,7 +216,7 @@ void batched_case(Bf16Path p, std::mt19937& g) {
   yt.backward(bf16_tensor(dy, {B, M, N}, false));
   const int64_t spans = onednn_spans();
   op_trace_enable(false);
-  CHECK(spans == (p != Bf16Path::portable ? 3 : 0));
+  CHECK(spans == (p != Bf16Path::portable && M * N * K >= cpu::matmul_bf16_min_macs() ? 3 : 0));
   CHECK(check_close(yt.to_vector<double>(), y, y_abs, K, "batched y") == 0);
   CHECK(check_close(a_store.grad().to_vector<double>(), da, da_abs, N, "batched da") == 0);
   // db: per batch a bf16 product c_i (L = M, rounded: |c_i - ref_i| <= 2^-8 |ref_i| + ...), then the batch sum
@@ -237,7 +239,7 @@ Cls cls(double v) { return std::isnan(v) ? Cls::nan : std::isinf(v) ? (v > 0 ? C
 // NaN and +-inf in x reach exactly the outputs and weight-gradient entries whose sums take them (f64 says which).
 void nonfinite_case() {
   std::mt19937 g(36);
-  const int64_t M = 4, K = 193, N = 97;  // M*N*K 74884: above the rule
+  const int64_t M = 4, K = 193, N = 97;  // M*N*K 74884: above the 1-thread rule
   std::vector<double> x = bf16_values(M * K, g), w = bf16_values(N * K, g), dy = bf16_values(M * N, g);
   x[3] = NAN, x[K + 5] = INFINITY, x[2 * K + 5] = -INFINITY, x[3 * K + 8] = INFINITY;
   std::vector<double> y, y_abs, dw, dw_abs;
@@ -330,7 +332,7 @@ void memory_case(Bf16Path p, const char* name) {
     for (auto s : {std::vector<int64_t>{16, 3136, 128}, {128, 3136, 128}, {7, 33, 5}}) {
       cpu::ThreadScope ts(threads);
       INFO("M " << s[0] << " K " << s[1] << " N " << s[2] << " threads " << threads);
-      const bool onednn = p != Bf16Path::portable && s[0] * s[1] * s[2] >= 65536;  // 7x33x5: f32 staging
+      const bool onednn = p != Bf16Path::portable && s[0] * s[1] * s[2] >= cpu::matmul_bf16_min_macs();  // 7x33x5: staging
       cpu::MatmulBf16Desc fwd;
       fwd.M = s[0], fwd.N = s[2], fwd.K = s[1], fwd.trans_b = true, fwd.lda = s[1], fwd.ldb = s[1];
       CHECK(cpu::matmul_bf16_uses_onednn(fwd) == onednn);
