@@ -1,4 +1,4 @@
-// bench_step_profile: where one ResNet18 CPU training step spends its time, by kernel and pass, f32
+// bench_step_profile: where one ResNet18 (or small CNN) CPU training step spends its time, by kernel and pass, f32
 // beside bf16 autocast (issue 35). The step is bench_train_step's: SGD momentum 0.9, cross entropy,
 // for --amp bf16 AutocastGuard(true, bf16) around forward + loss and no loss scaler. The op spans
 // (engine/ops/op_trace.h: every KILN_DISPATCH kernel and the bf16 conv passes) are summed per
@@ -7,7 +7,9 @@
 // (ABAB...) so the machine's load hits both alike; the table is the sum over the timed steps / steps.
 // Measurement only: no kiln behaviour lives here.
 //
-//   bench_step_profile [--threads T] [--batch B] [--image-size S] [--steps N] [--warmup N] [--detail KERNEL]
+//   bench_step_profile [--model resnet18|small_cnn] [--threads T] [--batch B] [--image-size S] [--steps N]
+//                      [--warmup N] [--detail KERNEL]
+// small_cnn: 10 classes, 1 input channel (Fashion-MNIST's shape; --image-size 28).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -48,19 +50,21 @@ struct Rig {
   std::map<std::pair<std::string, std::string>, double> detail_ms;
 };
 
-Rig make_rig(int64_t batch, int64_t size, bool bf16) {
+Rig make_rig(const std::string& name, int64_t batch, int64_t size, bool bf16) {
   manual_seed(0);
   Rig r;
   r.bf16 = bf16;
-  r.model = models::make_model("resnet18", 1000, 3, size);
+  const bool small = name == "small_cnn";
+  const int64_t classes = small ? 10 : 1000, channels = small ? 1 : 3;
+  r.model = models::make_model(name, classes, channels, size);
   r.model->train();
   optim::SGDOptions o;
   o.lr = 0.01;
   o.momentum = 0.9;
   r.opt = std::make_unique<optim::SGD>(r.model->named_parameters(), o);
-  r.x = randn({batch, 3, size, size});
+  r.x = randn({batch, channels, size, size});
   std::vector<int64_t> yv((size_t)batch);
-  for (int64_t i = 0; i < batch; ++i) yv[(size_t)i] = (i * 37) % 1000;
+  for (int64_t i = 0; i < batch; ++i) yv[(size_t)i] = (i * 37) % classes;
   r.y = tensor_from(yv, {batch});
   return r;
 }
@@ -105,11 +109,14 @@ void step(Rig& r, bool record) {
 
 int main(int argc, char** argv) {
   cpu::ensure_omp_wait_policy(argv);
-  CLI::App app{"bench_step_profile: ResNet18 CPU train step by pass and kernel, f32 beside bf16 autocast",
+  CLI::App app{"bench_step_profile: ResNet18 / small CNN CPU train step by pass and kernel, f32 beside bf16 autocast",
                "bench_step_profile"};
   int threads = 1, steps = 3, warmup = 1;
   int64_t batch = 8, size = 224;
-  std::string detail;
+  std::string detail, model = "resnet18";
+  app.add_option("--model", model, "resnet18 or small_cnn")
+      ->check(CLI::IsMember({"resnet18", "small_cnn"}))
+      ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", batch, "batch")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--image-size", size, "image size")->check(CLI::PositiveNumber)->capture_default_str();
@@ -118,7 +125,7 @@ int main(int argc, char** argv) {
   app.add_option("--detail", detail, "also print this kernel's time per module path (e.g. copy)");
   return kiln_bench::run(app, argc, argv, [&]() -> int {
     cpu::set_num_threads(threads);
-    Rig f = make_rig(batch, size, false), b = make_rig(batch, size, true);
+    Rig f = make_rig(model, batch, size, false), b = make_rig(model, batch, size, true);
     f.detail = b.detail = detail;
     op_trace_enable(true);
     for (int i = 0; i < warmup + steps; ++i) {
@@ -138,8 +145,8 @@ int main(int argc, char** argv) {
     for (auto& kv : b.pass_ms) tb += kv.second;
     tf /= steps;
     tb /= steps;
-    std::printf("resnet18 %lldx%lld, %d thread(s), %d timed steps (+%d warmup), alternating f32/bf16\n",
-                (long long)batch, (long long)size, threads, steps, warmup);
+    std::printf("%s %lldx%lld, %d thread(s), %d timed steps (+%d warmup), alternating f32/bf16\n",
+                model.c_str(), (long long)batch, (long long)size, threads, steps, warmup);
     std::printf("step median: f32 %.1f ms, bf16 %.1f ms (bf16/f32 %.2fx); mean f32 %.1f, bf16 %.1f\n", sf, sb,
                 sb / sf, tf, tb);
     std::map<std::pair<std::string, std::string>, std::pair<double, double>> rows;

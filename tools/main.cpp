@@ -349,7 +349,11 @@ int main(int argc, char** argv) {
                 << "cpu bf16 conv: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
                 << " (groups 1 with C*R*S >= 16; above 1 thread the weight gradient split between the threads where N*OH*OW "
                    ">= 256, else through f32; other shapes portable)\n"
-                << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::Bf16Path::portable) << "\n"
+                << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
+                << (kiln::cpu::bf16_path_wanted() == kiln::cpu::Bf16Path::portable
+                        ? ""
+                        : " (products with M*N*K >= 65536 at 1 thread, >= 2^20 above; smaller ones portable)")
+                << "\n"
                 << "onednn: " << kiln::cpu::onednn_version() << "\n";
     }
   } catch (const kiln::UsageError& e) {

@@ -1,8 +1,16 @@
 // matmul (1-D, 2-D, batched with broadcasting) and linear. A transposed operand is passed to
 // GEMM with a transpose flag instead of being copied.
+// bf16 on the CPU (and on meta imitating it) takes oneDNN's matrix-unit matmul when
+// cpu::matmul_bf16_uses_onednn (kernels/cpu/matmul_bf16.h: AMX or AVX512-BF16): A, B, C stay bf16 (no f32
+// staging), and oneDNN's scratchpad is a kiln workspace (tagged temporary), the same size on meta. Every
+// product of the op goes through matmul_forward, so linear's forward, input and weight gradients all do.
+#include "engine/core/meta_target.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/dispatch.h"
+#include "engine/ops/nn_common.h"
+#include "engine/ops/op_trace.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_bf16.h"
 
 namespace kiln {
 namespace {
@@ -56,6 +64,20 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
     return out;
   }
   GemmOperand ga = gemm_operand(a3), gb = gemm_operand(b3);
+  const Device dev = a.device();
+  if (a.dtype() == DType::bf16 && (dev.is_cpu() || (dev.is_meta() && !meta_target().is_cuda()))) {
+    cpu::MatmulBf16Desc d;
+    d.batch = batch, d.M = n, d.N = m, d.K = k, d.trans_a = ga.trans, d.trans_b = gb.trans;
+    d.lda = ga.ld, d.ldb = gb.ld, d.stride_a = ga.batch_stride, d.stride_b = gb.batch_stride;
+    if (cpu::matmul_bf16_uses_onednn(d)) {
+      Tensor ws = workspace(cpu::matmul_bf16_workspace_bytes(d), dev);
+      if (dev.is_cpu()) {
+        OpSpanScope span("matmul_bf16");
+        cpu::matmul_bf16(d, ptr<bfloat16>(ga.t), ptr<bfloat16>(gb.t), ptr<bfloat16>(out), ws.data_ptr());
+      }
+      return out;
+    }
+  }
   KILN_DISPATCH(a.device(), gemm_strided, a.dtype(), ga.trans, gb.trans, n, m, k, 1.0, ga.t.data_ptr(), ga.ld,
                 ga.batch_stride, gb.t.data_ptr(), gb.ld, gb.batch_stride, 0.0, out.data_ptr(), m, n * m, batch);
   return out;

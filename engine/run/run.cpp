@@ -545,7 +545,7 @@ void Run::State::finish() {
   j["cpu_model"] = cpu::cpu_model_name();
   // The bf16 paths the CPU kernels take (kernels/cpu/bf16_path.h), whatever the run's precision.
   j["cpu_bf16"] = {{"conv", cpu::bf16_path_name(cpu::bf16_path_wanted())},
-                   {"matmul", cpu::bf16_path_name(cpu::Bf16Path::portable)},
+                   {"matmul", cpu::bf16_path_name(cpu::bf16_path_wanted())},
                    {"onednn", cpu::onednn_version()}};
   j["ranks"] = group.size();
   j["data"] = data.ledger;

@@ -1,4 +1,5 @@
-// Which path the CPU's bf16 convolutions take, and oneDNN's ISA setting behind it.
+// Which path the CPU's bf16 convolutions (conv2d_bf16.h) and matmuls / linears (matmul_bf16.h) take, and
+// oneDNN's ISA setting behind it (one setting for both).
 // cpu_isa() (KILN_CPU_ISA, set_cpu_isa) picks the path: amx -> "onednn amx" (AMX-BF16 tiles),
 // avx512_bf16 -> "onednn avx512_bf16" (AVX512-BF16 dot products), anything lower or a build without oneDNN
 // (KILN_ONEDNN=OFF, the sanitizer build) -> "portable (f32 staging, slow)": engine/ops/nn_conv.cpp copies

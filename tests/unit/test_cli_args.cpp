@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "support/cli/run_kiln.h"
+#include "kernels/cpu/bf16_path.h"
 
 using kiln_test::contains;
 using kiln_test::run_kiln;
@@ -82,11 +83,16 @@ TEST_CASE("cli args: kiln devices says why there is no GPU") {
   // The CPU's model, ISA and bf16 paths (kernels/cpu/bf16_path.h); the lowest level forces the portable path.
   CHECK(contains(r.output, "cpu model: "));
   CHECK(contains(r.output, "cpu bf16 conv: "));
-  CHECK(contains(r.output, "cpu bf16 matmul/linear: portable (f32 staging, slow)"));
+  // matmul/linear take the same path as the convolutions (kernels/cpu/matmul_bf16.h), from a product size on.
+  const bool onednn_matmul = kiln::cpu::bf16_path_wanted() != kiln::cpu::Bf16Path::portable;
+  CHECK(contains(r.output, std::string("cpu bf16 matmul/linear: ") +
+                               kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted()) +
+                               (onednn_matmul ? " (products with M*N*K >= 65536" : "\n")));
   CHECK(contains(r.output, "onednn: "));
   auto low = run_kiln("devices", "KILN_CPU_ISA=baseline");
   CHECK(contains(low.output, "cpu isa: baseline"));
   CHECK(contains(low.output, "cpu bf16 conv: portable (f32 staging, slow)"));
+  CHECK(contains(low.output, "cpu bf16 matmul/linear: portable (f32 staging, slow)\n"));
 #ifndef KILN_WITH_CUDA
   CHECK(contains(r.output, "no GPU: this kiln build has no CUDA backend"));
 #else
