@@ -20,17 +20,14 @@
 #include "engine/ops/ops.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
+#include "support/cpu_paths.h"
 
 using namespace kiln;
+using kiln::test::IsaGuard;
+using kiln::test::RequestRecorder;
 using cpu::CpuIsa;
 
 namespace {
-
-struct IsaGuard {
-  explicit IsaGuard(CpuIsa isa) : old(cpu::set_cpu_isa(isa)) {}
-  ~IsaGuard() { cpu::set_cpu_isa(old); }
-  CpuIsa old;
-};
 
 std::vector<CpuIsa> levels() {
   std::vector<CpuIsa> v = {CpuIsa::baseline};
@@ -100,36 +97,6 @@ Out run_bn(DType dt, bool staged, bool channels_last, const std::vector<float>& 
   return o;
 }
 
-// Records the allocation requests (+bytes, -bytes) on one device and their running peak.
-class Recorder : public Allocator {
- public:
-  explicit Recorder(Device d) : dev_(d), inner_(allocator_for(d)) { set_allocator(d, this); }
-  ~Recorder() override { set_allocator(dev_, nullptr); }
-  Device device() const override { return dev_; }
-  void* allocate(size_t n, StreamId s) override {
-    void* p = inner_->allocate(n, s);
-    sizes_[p] = (int64_t)n;
-    events.push_back((int64_t)n);
-    live += (int64_t)n, peak = std::max(peak, live);
-    return p;
-  }
-  void deallocate(void* p) override {
-    events.push_back(-sizes_[p]);
-    live -= sizes_[p];
-    sizes_.erase(p);
-    inner_->deallocate(p);
-  }
-  void retag(void* p, MemoryTag t) override { inner_->retag(p, t); }
-  void record_stream(void* p, StreamId s) override { inner_->record_stream(p, s); }
-  std::vector<int64_t> events;
-  int64_t live = 0, peak = 0;
-
- private:
-  Device dev_;
-  Allocator* inner_;
-  std::unordered_map<void*, int64_t> sizes_;
-};
-
 void bn_step(Device dev, DType dt, MemoryFormat fmt) {
   Tensor x = contiguous(empty({3, 6, 5, 7}, dt, dev), fmt);
   Tensor w = empty({6}, DType::f32, dev), b = empty({6}, DType::f32, dev);
@@ -196,13 +163,13 @@ TEST_CASE("batch_norm 16-bit CPU training: a meta run makes the CPU run's alloca
       std::vector<int64_t> cpu_events, meta_events;
       int64_t cpu_peak = 0, meta_peak = 0;
       {
-        Recorder rec(Device::cpu());
+        RequestRecorder rec(Device::cpu());
         bn_step(Device::cpu(), dt, fmt);
         cpu_events = rec.events, cpu_peak = rec.peak;
         CHECK(rec.live == 0);
       }
       {
-        Recorder rec(Device::meta());
+        RequestRecorder rec(Device::meta());
         bn_step(Device::meta(), dt, fmt);
         meta_events = rec.events, meta_peak = rec.peak;
         CHECK(rec.live == 0);

@@ -24,45 +24,16 @@
 #include "kernels/cpu/conv2d_bf16.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
+#include "support/cpu_paths.h"
 
 using namespace kiln;
+using kiln::test::IsaGuard;
+using kiln::test::bf16_level_for;
+using kiln::test::RequestRecorder;
 using cpu::Bf16Path;
 using cpu::CpuIsa;
 
 namespace {
-
-struct IsaGuard {
-  explicit IsaGuard(CpuIsa isa) : old(cpu::set_cpu_isa(isa)) {}
-  ~IsaGuard() { cpu::set_cpu_isa(old); }
-  CpuIsa old;
-};
-
-// The level that asks for `p`, or false (with a printed SKIP line) when this CPU, build or process cannot
-// run it.
-bool level_for(Bf16Path p, const char* test, CpuIsa* level) {
-  if (p == Bf16Path::portable) {
-    *level = cpu::cpu_isa_vector(cpu::cpu_isa_supported());  // avx512 at most: below the bf16 levels
-    return true;
-  }
-  const CpuIsa need = p == Bf16Path::onednn_amx ? CpuIsa::amx : CpuIsa::avx512_bf16;
-  const std::string name = cpu::bf16_path_name(p);
-  if (!cpu::onednn_built()) {
-    MESSAGE("SKIP " << std::string(test) << ": this build has no oneDNN, so no " << name);
-    return false;
-  }
-  if ((int)cpu::cpu_isa_supported() < (int)need) {
-    MESSAGE("SKIP " << std::string(test) << ": " << cpu::cpu_model_name() << " supports " << std::string(cpu::cpu_isa_name(cpu::cpu_isa_supported()))
-                    << " at most, " << name << " needs " << std::string(cpu::cpu_isa_name(need)));
-    return false;
-  }
-  if (cpu::onednn_fixed_path() != Bf16Path::portable && cpu::onednn_fixed_path() != p) {
-    MESSAGE("SKIP " << std::string(test) << ": oneDNN's ISA is already " << std::string(cpu::bf16_path_name(cpu::onednn_fixed_path()))
-                    << " in this process (ctest runs each case in its own process)");
-    return false;
-  }
-  *level = need;
-  return true;
-}
 
 // Forces the bf16 weight gradient's algorithm for a scope (cpu::Bf16Wgrad::by_rule: the rule).
 struct WgradGuard {
@@ -231,7 +202,7 @@ void check_numerics(Bf16Path p) {
 
 void path_case(Bf16Path p, const char* name) {
   CpuIsa level;
-  if (!level_for(p, name, &level)) return;
+  if (!bf16_level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
   // 1 thread: every pass on oneDNN. 2 threads, the weight gradient by the rule (conv2d_bf16_wgrad): split
@@ -268,36 +239,6 @@ void path_case(Bf16Path p, const char* name) {
   }
 }
 
-// Records the allocation requests (+bytes, -bytes) on one device and their running peak.
-class Recorder : public Allocator {
- public:
-  explicit Recorder(Device d) : dev_(d), inner_(allocator_for(d)) { set_allocator(d, this); }
-  ~Recorder() override { set_allocator(dev_, nullptr); }
-  Device device() const override { return dev_; }
-  void* allocate(size_t n, StreamId s) override {
-    void* p = inner_->allocate(n, s);
-    sizes_[p] = (int64_t)n;
-    events.push_back((int64_t)n);
-    live += (int64_t)n, peak = std::max(peak, live);
-    return p;
-  }
-  void deallocate(void* p) override {
-    events.push_back(-sizes_[p]);
-    live -= sizes_[p];
-    sizes_.erase(p);
-    inner_->deallocate(p);
-  }
-  void retag(void* p, MemoryTag t) override { inner_->retag(p, t); }
-  void record_stream(void* p, StreamId s) override { inner_->record_stream(p, s); }
-  std::vector<int64_t> events;
-  int64_t live = 0, peak = 0;
-
- private:
-  Device dev_;
-  Allocator* inner_;
-  std::unordered_map<void*, int64_t> sizes_;
-};
-
 // A bf16 conv forward + backward (f32 bias, a ReLU between, like a layer under autocast) on `dev`.
 void conv_step(Device dev, const Conv2dDesc& d) {
   Tensor x = empty({d.N, d.C, d.H, d.W}, DType::bf16, dev);
@@ -313,7 +254,7 @@ void conv_step(Device dev, const Conv2dDesc& d) {
 
 void memory_case(Bf16Path p, const char* name) {
   CpuIsa level;
-  if (!level_for(p, name, &level)) return;
+  if (!bf16_level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
   for (int threads : {1, 2})
@@ -338,13 +279,13 @@ void memory_case(Bf16Path p, const char* name) {
     std::vector<int64_t> cpu_events, meta_events;
     int64_t cpu_peak = 0, meta_peak = 0;
     {
-      Recorder rec(Device::cpu());
+      RequestRecorder rec(Device::cpu());
       conv_step(Device::cpu(), d);
       cpu_events = rec.events, cpu_peak = rec.peak;
       CHECK(rec.live == 0);
     }
     {
-      Recorder rec(Device::meta());
+      RequestRecorder rec(Device::meta());
       conv_step(Device::meta(), d);
       meta_events = rec.events, meta_peak = rec.peak;
       CHECK(rec.live == 0);

@@ -14,8 +14,10 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "support/cpu_paths.h"
 
 using namespace kiln;
+using kiln::test::IsaGuard;
 using cpu::CpuIsa;
 
 namespace {
@@ -30,12 +32,6 @@ std::vector<CpuIsa> levels() {
   if ((int)cpu::cpu_isa_supported() >= (int)CpuIsa::amx) v.push_back(CpuIsa::amx);
   return v;
 }
-
-struct IsaGuard {
-  explicit IsaGuard(CpuIsa isa) : old(cpu::set_cpu_isa(isa)) {}
-  ~IsaGuard() { cpu::set_cpu_isa(old); }
-  CpuIsa old;
-};
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

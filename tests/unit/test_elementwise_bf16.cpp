@@ -16,8 +16,10 @@
 #include "engine/core/half.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/elementwise.h"
+#include "support/cpu_paths.h"
 
 using namespace kiln;
+using kiln::test::IsaGuard;
 using cpu::CpuIsa;
 
 namespace {
@@ -28,12 +30,6 @@ std::vector<CpuIsa> levels() {  // those this CPU supports (the bf16 levels run 
     if ((int)cpu::cpu_isa_supported() >= (int)l) v.push_back(l);
   return v;
 }
-
-struct IsaGuard {
-  explicit IsaGuard(CpuIsa isa) : old(cpu::set_cpu_isa(isa)) {}
-  ~IsaGuard() { cpu::set_cpu_isa(old); }
-  CpuIsa old;
-};
 
 const int64_t kLengths[] = {1, 7, 15, 16, 17, 31, 33, 69, 1000, 70001};
 

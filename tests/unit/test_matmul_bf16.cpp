@@ -23,45 +23,16 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_bf16.h"
 #include "kernels/cpu/threads.h"
+#include "support/cpu_paths.h"
 
 using namespace kiln;
+using kiln::test::IsaGuard;
+using kiln::test::bf16_level_for;
+using kiln::test::RequestRecorder;
 using cpu::Bf16Path;
 using cpu::CpuIsa;
 
 namespace {
-
-struct IsaGuard {
-  explicit IsaGuard(CpuIsa isa) : old(cpu::set_cpu_isa(isa)) {}
-  ~IsaGuard() { cpu::set_cpu_isa(old); }
-  CpuIsa old;
-};
-
-// The level that asks for `p`, or false (with a printed SKIP line) when this CPU, build or process cannot run it.
-bool level_for(Bf16Path p, const char* test, CpuIsa* level) {
-  if (p == Bf16Path::portable) {
-    *level = cpu::cpu_isa_vector(cpu::cpu_isa_supported());  // avx512 at most: below the bf16 levels
-    return true;
-  }
-  const CpuIsa need = p == Bf16Path::onednn_amx ? CpuIsa::amx : CpuIsa::avx512_bf16;
-  const std::string name = cpu::bf16_path_name(p);
-  if (!cpu::onednn_built()) {
-    MESSAGE("SKIP " << std::string(test) << ": this build has no oneDNN, so no " << name);
-    return false;
-  }
-  if ((int)cpu::cpu_isa_supported() < (int)need) {
-    MESSAGE("SKIP " << std::string(test) << ": " << cpu::cpu_model_name() << " supports "
-                    << std::string(cpu::cpu_isa_name(cpu::cpu_isa_supported())) << " at most, " << name << " needs "
-                    << std::string(cpu::cpu_isa_name(need)));
-    return false;
-  }
-  if (cpu::onednn_fixed_path() != Bf16Path::portable && cpu::onednn_fixed_path() != p) {
-    MESSAGE("SKIP " << std::string(test) << ": oneDNN's ISA is already "
-                    << std::string(cpu::bf16_path_name(cpu::onednn_fixed_path())) << " in this process");
-    return false;
-  }
-  *level = need;
-  return true;
-}
 
 // Random values exactly representable in bf16 (so only accumulation and output rounding differ).
 std::vector<double> bf16_values(size_t n, std::mt19937& g) {
@@ -258,7 +229,7 @@ void nonfinite_case() {
 
 void path_case(Bf16Path p, const char* name) {
   CpuIsa level;
-  if (!level_for(p, name, &level)) return;
+  if (!bf16_level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
   for (int threads : {1, 2}) {
@@ -282,36 +253,6 @@ void path_case(Bf16Path p, const char* name) {
   }
 }
 
-// Records the allocation requests (+bytes, -bytes) on one device and their running peak.
-class Recorder : public Allocator {
- public:
-  explicit Recorder(Device d) : dev_(d), inner_(allocator_for(d)) { set_allocator(d, this); }
-  ~Recorder() override { set_allocator(dev_, nullptr); }
-  Device device() const override { return dev_; }
-  void* allocate(size_t n, StreamId s) override {
-    void* p = inner_->allocate(n, s);
-    sizes_[p] = (int64_t)n;
-    events.push_back((int64_t)n);
-    live += (int64_t)n, peak = std::max(peak, live);
-    return p;
-  }
-  void deallocate(void* p) override {
-    events.push_back(-sizes_[p]);
-    live -= sizes_[p];
-    sizes_.erase(p);
-    inner_->deallocate(p);
-  }
-  void retag(void* p, MemoryTag t) override { inner_->retag(p, t); }
-  void record_stream(void* p, StreamId s) override { inner_->record_stream(p, s); }
-  std::vector<int64_t> events;
-  int64_t live = 0, peak = 0;
-
- private:
-  Device dev_;
-  Allocator* inner_;
-  std::unordered_map<void*, int64_t> sizes_;
-};
-
 // A bf16 linear forward + backward (bias, a ReLU after it, as fc1 under autocast) on `dev`.
 void linear_step(Device dev, int64_t M, int64_t K, int64_t N) {
   Tensor x = empty({M, K}, DType::bf16, dev), w = empty({N, K}, DType::bf16, dev), b = empty({N}, DType::bf16, dev);
@@ -325,7 +266,7 @@ void linear_step(Device dev, int64_t M, int64_t K, int64_t N) {
 
 void memory_case(Bf16Path p, const char* name) {
   CpuIsa level;
-  if (!level_for(p, name, &level)) return;
+  if (!bf16_level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
   for (int threads : {1, 2})
@@ -342,13 +283,13 @@ void memory_case(Bf16Path p, const char* name) {
       std::vector<int64_t> cpu_events, meta_events;
       int64_t cpu_peak = 0, meta_peak = 0;
       {
-        Recorder rec(Device::cpu());
+        RequestRecorder rec(Device::cpu());
         linear_step(Device::cpu(), s[0], s[1], s[2]);
         cpu_events = rec.events, cpu_peak = rec.peak;
         CHECK(rec.live == 0);
       }
       {
-        Recorder rec(Device::meta());
+        RequestRecorder rec(Device::meta());
         linear_step(Device::meta(), s[0], s[1], s[2]);
         meta_events = rec.events, meta_peak = rec.peak;
         CHECK(rec.live == 0);
