@@ -4,7 +4,7 @@
 # --mode bf16, the bench/torch_venv.sh venv), Fashion-MNIST in memory, 6400 images, 1 epoch, 1 thread, SGD as
 # bench/cpu_table.sh's small rows; the order of the four reverses every other run. Prints images/s per side per
 # run (time ratios: divide). Measurement only.
-#   KILN_A=/work/main/build/kiln [KILN_B=build/kiln] [RUNS=4] [BATCHES="16 128"] bench/small_cnn_bf16_ab.sh
+#   KILN_A=OTHER_CHECKOUT/build/kiln [KILN_B=build/kiln] [RUNS=4] [BATCHES="16 128"] bench/small_cnn_bf16_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-3000} OPENBLAS_NUM_THREADS=1
