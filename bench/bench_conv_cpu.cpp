@@ -16,8 +16,9 @@
 // avx512_bf16) against kiln's f32 kernels on the same shape, alternating call by call, medians of --reps,
 // and prints the CPU model, ISA and oneDNN implementation per shape (no peer). --model small_cnn takes the
 // small CNN's two convolutions (1->32 at --size, 32->64 at --size/2; --size 28 for Fashion-MNIST).
-// --bf16-wgrad times the bf16 weight gradient's three ways (cpu::Bf16Wgrad: f32 staging with its
-// conversions, oneDNN's one call, the split per kiln thread) round-robin, and names the one the rule picks.
+// --bf16-wgrad times the bf16 weight gradient's four ways (cpu::Bf16Wgrad: f32 staging with its
+// conversions, oneDNN's one call, the split per kiln thread by images and by output channels) round-robin, and
+// names the one the rule picks.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -231,10 +232,11 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
   return 0;
 }
 
-// --bf16-wgrad: the bf16 weight gradient's three ways (cpu::Bf16Wgrad) round-robin call by call, rotating
+// --bf16-wgrad: the bf16 weight gradient's four ways (cpu::Bf16Wgrad) round-robin call by call, rotating
 // which goes first, medians of --reps: f32 staging as the op runs it (x and dy converted to f32, kiln's f32
 // kernel, dw rounded to bf16: the conversions timed too), oneDNN's one call over all images (threaded by
-// oneDNN), and the split (one single-threaded oneDNN call per kiln thread on its images, partials summed).
+// oneDNN), the split (one single-threaded oneDNN call per kiln thread on its images, partials summed) and the
+// split by channel (one single-threaded call per kiln thread on its output channels, no sum).
 int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
                        int reps) {
   using cpu::Bf16Bias;
@@ -248,12 +250,14 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
   }
   std::printf("conv2d CPU bf16 weight gradient (%s), %s, oneDNN %s, %d threads, round-robin calls, median of %d (ms)\n",
               cpu::bf16_path_name(path), cpu::cpu_model_name().c_str(), cpu::onednn_version().c_str(), threads, reps);
-  std::printf("%-16s %-14s %9s %9s %9s | %6s %6s | %s\n", "shape", "N,C,H,K", "f32 stage", "onednn", "split",
-              "on/f32", "sp/f32", "rule picks");
+  std::printf("%-16s %-14s %9s %9s %9s %9s | %6s %6s %6s | %s\n", "shape", "N,C,H,K", "f32 stage", "onednn", "split",
+              "channels", "on/f32", "sp/f32", "ch/f32", "rule picks");
   std::mt19937 g(0);
   std::uniform_real_distribution<float> u(-1, 1);
-  double tot[3] = {0, 0, 0}, tot_rule = 0;
-  const Bf16Wgrad ways[3] = {Bf16Wgrad::f32_staging, Bf16Wgrad::onednn, Bf16Wgrad::split};
+  constexpr int kWays = 4;
+  double tot[kWays] = {0, 0, 0, 0}, tot_rule = 0;
+  const Bf16Wgrad ways[kWays] = {Bf16Wgrad::f32_staging, Bf16Wgrad::onednn, Bf16Wgrad::split,
+                                 Bf16Wgrad::split_channels};
   for (size_t si = 0; si < descs.size(); ++si) {
     const Conv2dDesc& d = descs[si];
     const Bf16Wgrad rule = cpu::conv2d_bf16_wgrad(d);
@@ -262,12 +266,12 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
     for (auto& v : dyb) v = bfloat16(u(g));
     std::vector<float> xf(xb.size()), dyf(dyb.size()), dwf(dwb.size());
     std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
-    size_t bbytes[3] = {0, 0, 0};
-    for (int k = 1; k < 3; ++k) {
+    size_t bbytes[kWays] = {0, 0, 0, 0};
+    for (int k = 1; k < kWays; ++k) {
       cpu::set_bf16_wgrad_forced(ways[k]);
       bbytes[k] = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none);
     }
-    std::vector<unsigned char> wsb(std::max(bbytes[1], bbytes[2]));
+    std::vector<unsigned char> wsb(*std::max_element(bbytes + 1, bbytes + kWays));
     auto call = [&](int k) {
       const double t0 = now_ms();
       if (k == 0) {
@@ -285,31 +289,35 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
       }
       return now_ms() - t0;
     };
-    std::vector<double> t[3];
-    for (int k = 0; k < 3; ++k) call(k);  // warm-up
+    std::vector<double> t[kWays];
+    for (int k = 0; k < kWays; ++k) call(k);  // warm-up
     for (int r = 0; r < reps; ++r)
-      for (int j = 0; j < 3; ++j) {
-        const int k = (r + j) % 3;
+      for (int j = 0; j < kWays; ++j) {
+        const int k = (r + j) % kWays;
         t[k].push_back(call(k));
       }
     cpu::set_bf16_wgrad_forced(Bf16Wgrad::by_rule);
-    double m[3];
-    for (int k = 0; k < 3; ++k) {
+    double m[kWays];
+    for (int k = 0; k < kWays; ++k) {
       std::sort(t[k].begin(), t[k].end());
       m[k] = t[k][t[k].size() / 2];
       tot[k] += shapes[si]->count * m[k];
     }
-    tot_rule += shapes[si]->count * m[rule == Bf16Wgrad::f32_staging ? 0 : rule == Bf16Wgrad::onednn ? 1 : 2];
+    tot_rule += shapes[si]->count * m[rule == Bf16Wgrad::f32_staging ? 0
+                                      : rule == Bf16Wgrad::onednn    ? 1
+                                      : rule == Bf16Wgrad::split     ? 2
+                                                                     : 3];
     char dims[64];
     std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
                   (long long)d.K);
-    std::printf("%-16s %-14s %9.2f %9.2f %9.2f | %5.2fx %5.2fx | %s\n", shapes[si]->name, dims, m[0], m[1], m[2],
-                m[1] / m[0], m[2] / m[0], cpu::bf16_wgrad_name(rule));
+    std::printf("%-16s %-14s %9.2f %9.2f %9.2f %9.2f | %5.2fx %5.2fx %5.2fx | %s\n", shapes[si]->name, dims, m[0], m[1],
+                m[2], m[3], m[1] / m[0], m[2] / m[0], m[3] / m[0], cpu::bf16_wgrad_name(rule));
     std::fflush(stdout);
   }
-  std::printf("weighted by count: f32 staging %.1f ms, onednn %.1f ms (%.2fx), split %.1f ms (%.2fx), the rule's "
-              "picks %.1f ms (%.2fx)\n",
-              tot[0], tot[1], tot[1] / tot[0], tot[2], tot[2] / tot[0], tot_rule, tot_rule / tot[0]);
+  std::printf("weighted by count: f32 staging %.1f ms, onednn %.1f ms (%.2fx), split %.1f ms (%.2fx), split by "
+              "channel %.1f ms (%.2fx), the rule's picks %.1f ms (%.2fx)\n",
+              tot[0], tot[1], tot[1] / tot[0], tot[2], tot[2] / tot[0], tot[3], tot[3] / tot[0], tot_rule,
+              tot_rule / tot[0]);
   return 0;
 }
 
@@ -333,7 +341,7 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only shapes whose name contains this");
   app.add_flag("--algos", algos, "time every convolution algorithm kiln has for each shape");
   app.add_flag("--bf16", bf16, "time the bf16 kernels (oneDNN, KILN_CPU_ISA's path) against kiln's f32 ones");
-  app.add_flag("--bf16-wgrad", bf16_wgrad, "time the bf16 weight gradient's three ways: f32 staging, oneDNN, split");
+  app.add_flag("--bf16-wgrad", bf16_wgrad, "time the bf16 weight gradient's four ways: f32 staging, oneDNN, split, split by channel");
   app.add_option("--model", model, "whose conv shapes")->check(CLI::IsMember({"resnet18", "small_cnn"}))
       ->capture_default_str();
   app.add_option("--pass", pass, "one pass only")->check(CLI::IsMember({"fwd", "bwd_in", "bwd_w"}));

@@ -75,7 +75,16 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {
 // products per weight; 1.2-1.9x) and won on layer4's stride-1 3x3 at 8x224 (N*OH*OW = 392; 0.73-0.89x). So:
 // split from N*OH*OW >= kMinSplitReduction on (no ResNet18 shape between 128 and 392), f32 staging below and
 // for one image; oneDNN's one call never. With one thread every pass is oneDNN's.
+// Splitting by output channel instead (Bf16Wgrad::split_channels; each thread all the images, K / threads of
+// the channels, no partials, no sum; bench_conv_cpu --bf16-wgrad, four ways, docs/cpu-bf16.md "Convolution
+// reorders and the channel split"): on layer4 at 32x64, where the image split lost and the f32 staging ran,
+// 0.66x the staging on the 3x3s and 0.94-1.06x on the strided one; on layer3 / layer4 at 8x224 0.47-0.87x the
+// image split; on the layers with large x (layer1, layer2, the stem) even with it. So, with K >= 32 (two
+// blocks of 16 channels): by channel where the image split does not apply (N*OH*OW < 256 or N = 1) or where
+// x (bf16, repeated per extra part) is no larger than dw's f32 partial (N*H*W*2 <= K*R*S*4); else by image.
 constexpr int64_t kMinSplitReduction = 256;
+// A channel split's parts take whole blocks of 16 output channels (oneDNN's blocking on avx512).
+constexpr int64_t kChannelBlock = 16;
 
 namespace {
 
@@ -90,7 +99,9 @@ Bf16Wgrad forced_wgrad() {
     if (s == "onednn") w = Bf16Wgrad::onednn;
     else if (s == "split") w = Bf16Wgrad::split;
     else if (s == "f32") w = Bf16Wgrad::f32_staging;
-    else KILN_CHECK(s.empty() || s == "auto", "KILN_BF16_WGRAD: '", s, "' is not one of auto, onednn, split, f32");
+    else if (s == "channels") w = Bf16Wgrad::split_channels;
+    else KILN_CHECK(s.empty() || s == "auto", "KILN_BF16_WGRAD: '", s,
+                    "' is not one of auto, onednn, split, channels, f32");
   }
   int expected = -1;
   wgrad_forced.compare_exchange_strong(expected, (int)w);
@@ -104,6 +115,7 @@ const char* bf16_wgrad_name(Bf16Wgrad w) {
     case Bf16Wgrad::onednn: return "onednn";
     case Bf16Wgrad::split: return "split";
     case Bf16Wgrad::f32_staging: return "f32 staging";
+    case Bf16Wgrad::split_channels: return "split by channel";
     default: return "by rule";
   }
 }
@@ -119,10 +131,17 @@ Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d) {
   Bf16Wgrad w = forced_wgrad();
   if (w == Bf16Wgrad::by_rule) {
     if (threads == 1) return Bf16Wgrad::onednn;
-    w = d.N * d.out_h() * d.out_w() >= kMinSplitReduction ? Bf16Wgrad::split : Bf16Wgrad::f32_staging;
+    const bool images = d.N > 1 && d.N * d.out_h() * d.out_w() >= kMinSplitReduction;
+    // Each extra part of a channel split repeats x's reorder (N*C*H*W bf16 values); of an image split it
+    // writes and sums an f32 partial of dw (K*C*R*S values): the channel split where its repeat is no larger.
+    const bool channels = d.K >= 2 * kChannelBlock && (!images || d.N * d.H * d.W * 2 <= d.K * d.R * d.S * 4);
+    w = channels ? Bf16Wgrad::split_channels : images ? Bf16Wgrad::split : Bf16Wgrad::f32_staging;
   }
-  // A split needs two threads and two images: one thread is oneDNN's one call, one image the f32 staging.
+  // A split needs two threads and two images (channel split: two blocks of 16 output channels): one thread is
+  // oneDNN's one call, else the f32 staging.
   if (w == Bf16Wgrad::split && (threads == 1 || d.N == 1)) w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
+  if (w == Bf16Wgrad::split_channels && (threads == 1 || d.K < 2 * kChannelBlock))
+    w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
   return w;
 }
 
@@ -167,10 +186,15 @@ struct Plan {
 
 using Key = std::vector<int64_t>;
 
-// part: a split weight gradient's per-thread plan (built single-threaded, f32 dw and db).
-Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path, bool part) {
+// A split weight gradient's per-thread plan (built single-threaded): Part::images takes some of the images
+// (f32 dw and db partials); Part::channels some of the output channels (d.K of k_total: dy is a channel slice
+// of the whole (N, k_total, OH, OW) tensor, dw and db rows of the whole, in their own dtypes).
+enum class Part { none, images, channels };
+
+Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path, Part part, int64_t k_total) {
   return {d.N, d.C, d.H, d.W, d.K, d.R, d.S, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
-          d.groups, (int64_t)pass, (int64_t)bias, (int64_t)(part ? 1 : num_threads()), (int64_t)path, (int64_t)part};
+          d.groups, (int64_t)pass, (int64_t)bias, (int64_t)(part != Part::none ? 1 : num_threads()), (int64_t)path,
+          (int64_t)part, k_total};
 }
 
 dnnl::primitive_attr user_scratchpad() {
@@ -190,8 +214,10 @@ size_t plan_slot(Slot& s, bool input) {
   return pd.scratchpad_desc().get_size();
 }
 
-// part (backward_weight only): dw and db in f32 (a split's partials); the caller sets one thread.
-std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, bool part) {
+// part (backward_weight only; the caller sets one thread): Part::images makes dw and db f32 (a split's
+// partials); Part::channels describes dy as d.K channels of a (N, k_total, OH, OW) tensor (strided).
+std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Part part_kind, int64_t k_total) {
+  const bool part = part_kind == Part::images;
   auto plan = std::make_shared<Plan>();
   const memory::dims xd = {d.N, d.C, d.H, d.W}, wd = {d.K, d.C, d.R, d.S}, yd = {d.N, d.K, d.out_h(), d.out_w()};
   const memory::dims strides = {d.stride_h, d.stride_w}, dil = {d.dil_h - 1, d.dil_w - 1};
@@ -234,8 +260,13 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
     plan->prim = dnnl::convolution_backward_weights(bpd);
     plan->impl = bpd.impl_info_str();
     scratch = bpd.scratchpad_desc().get_size();
+    // A channel part reads its K channels of dy in place: image n's slice starts k_total * OH * OW values on.
+    const memory::dim plane = d.out_h() * d.out_w();
+    const memory::desc dy_user = part_kind == Part::channels
+                                     ? memory::desc(yd, dt::bf16, memory::dims{k_total * plane, plane, d.out_w(), 1})
+                                     : y_user;
     plan->in0 = slot(x_user, bpd.src_desc());
-    plan->in1 = slot(y_user, bpd.diff_dst_desc());
+    plan->in1 = slot(dy_user, bpd.diff_dst_desc());
     plan->out = slot(dw_user, bpd.diff_weights_desc());
   }
   scratch = std::max(scratch, plan_slot(plan->in0, true));
@@ -252,7 +283,8 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
   return plan;
 }
 
-std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, bool part = false) {
+std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Part part = Part::none,
+                               int64_t k_total = 0) {
   KILN_CHECK(d.groups == 1, "conv2d bf16 (oneDNN): groups ", d.groups, " is not supported (", desc_str(d),
              "); only groups 1 takes this path");
   const Bf16Path path = bf16_path();
@@ -261,15 +293,16 @@ std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bi
   onednn_fix_path(path);  // before oneDNN's first primitive descriptor
   static std::mutex m;
   static std::map<Key, std::shared_ptr<Plan>> cache;
-  const Key key = make_key(d, pass, bias, path, part);
+  if (part != Part::channels) k_total = d.K;
+  const Key key = make_key(d, pass, bias, path, part, k_total);
   std::lock_guard<std::mutex> lock(m);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   std::shared_ptr<Plan> plan;
   try {
     // A part runs inside one of kiln's threads: oneDNN must size it (threads, scratchpad) for one thread.
-    ThreadScope one(part ? 1 : 0);
-    plan = build_plan(d, pass, bias, part);
+    ThreadScope one(part != Part::none ? 1 : 0);
+    plan = build_plan(d, pass, bias, part, k_total);
   } catch (const dnnl::error& e) {
     throw Error(str_cat("conv2d bf16 ", pass_name(pass), " (oneDNN ", onednn_version(), ", ", bf16_path_name(path),
                         "): no primitive for ", desc_str(d), ": ", e.what()));
@@ -348,7 +381,7 @@ Split split_of(const Conv2dDesc& d, Bf16Bias bias) {
     Conv2dDesc di = d;
     di.N = n;
     sp.n0.push_back(n0), sp.n.push_back(n);
-    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, true));
+    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, Part::images));
     sp.offset.push_back(off);
     off += align_up(sp.plan.back()->total - kAlign);
     sp.dw_offset.push_back(off);
@@ -416,10 +449,71 @@ void backward_weight_split(const Conv2dDesc& d, const bfloat16* x, const bfloat1
     });
 }
 
+// A weight gradient split by output channel (Bf16Wgrad::split_channels): P = min(threads, K / 16) parts; part
+// i computes dw rows [k0_i, k0_i + k_i) from all the images and its channels of dy (whole blocks of 16
+// channels, the first K / 16 % P parts one block more, the last part also the K % 16 left), straight into dw
+// and dbias in their dtypes: no partials, no sum. Each part reorders x itself (the x reorder is repeated P
+// times; the shapes this serves have small x). Part i's piece of the workspace, at offset_i: its plan's
+// reorders and scratchpad (plan total - kAlign), 64-byte aligned; the whole is their sum + kAlign.
+struct ChannelSplit {
+  int P = 0;
+  std::vector<int64_t> k0, k;
+  std::vector<std::shared_ptr<Plan>> plan;
+  std::vector<size_t> offset;
+  size_t total = 0;
+};
+
+ChannelSplit channel_split_of(const Conv2dDesc& d, Bf16Bias bias) {
+  ChannelSplit sp;
+  const int64_t blocks = d.K / kChannelBlock;
+  sp.P = (int)std::min<int64_t>(num_threads(), blocks);
+  KILN_CHECK(sp.P >= 2, "conv2d bf16 backward_weight (split by channel): ", num_threads(), " thread(s) and K ", d.K,
+             " give no two parts of 16 channels (", desc_str(d), ")");
+  size_t off = 0;
+  int64_t k0 = 0;
+  for (int i = 0; i < sp.P; ++i) {
+    const int64_t k = i == sp.P - 1 ? d.K - k0 : (blocks / sp.P + (i < blocks % sp.P ? 1 : 0)) * kChannelBlock;
+    Conv2dDesc di = d;
+    di.K = k;
+    sp.k0.push_back(k0), sp.k.push_back(k);
+    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, Part::channels, d.K));
+    sp.offset.push_back(off);
+    off += align_up(sp.plan.back()->total - kAlign);
+    k0 += k;
+  }
+  sp.total = off + kAlign;
+  return sp;
+}
+
+// The channel split: each part's single-threaded oneDNN call on its own thread, writing its rows of dw and
+// its entries of dbias.
+void backward_weight_channels(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
+                              Bf16Bias bt, void* workspace) {
+  KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (split by channel): workspace is null");
+  const ChannelSplit sp = channel_split_of(d, bt);
+  char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
+  const int64_t plane = d.out_h() * d.out_w(), crs = d.C * d.R * d.S;
+  const size_t bias_size = bt == Bf16Bias::f32 ? sizeof(float) : sizeof(bfloat16);
+  std::exception_ptr err;
+#pragma omp parallel for schedule(static, 1) num_threads(sp.P)
+  for (int i = 0; i < sp.P; ++i) {
+    try {
+      execute(*sp.plan[i], Conv2dPass::backward_weight, x, dy + sp.k0[i] * plane, dw + sp.k0[i] * crs,
+              bt == Bf16Bias::none ? nullptr : (char*)dbias + sp.k0[i] * bias_size, base + sp.offset[i]);
+    } catch (...) {
+#pragma omp critical(kiln_conv2d_bf16_split)
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
 }  // namespace
 
 size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return split_of(d, bias).total;
+  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split_channels)
+    return channel_split_of(d, bias).total;
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->total;
 }
 
@@ -442,7 +536,9 @@ void conv2d_bf16_backward_input(const Conv2dDesc& d, const bfloat16* dy, const b
 void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw,
                                  void* dbias, Bf16Bias bt, void* workspace) {
   check_bias(dbias, bt, "conv2d_bf16_backward_weight");
-  if (conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace);
+  const Bf16Wgrad how = conv2d_bf16_wgrad(d);
+  if (how == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace);
+  if (how == Bf16Wgrad::split_channels) return backward_weight_channels(d, x, dy, dw, dbias, bt, workspace);
   execute(*get_plan(d, Conv2dPass::backward_weight, bt), Conv2dPass::backward_weight, x, dy, dw, dbias, workspace);
 }
 

@@ -30,14 +30,18 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d);
 //   onednn      one oneDNN call over all images, threaded by oneDNN (its reduction across threads);
 //   split       kiln's threads each run a single-threaded oneDNN call on their share of the images into
 //               their own f32 partial (all in the one workspace), then one vectorized sum rounded to dw;
-//   f32_staging x and dy copied to f32, kiln's f32 kernel (engine/ops/nn_conv.cpp), dw rounded.
-// With one thread (or one image) split is onednn. by_rule is only a value for set_bf16_wgrad_forced.
-enum class Bf16Wgrad { by_rule, onednn, split, f32_staging };
+//   f32_staging x and dy copied to f32, kiln's f32 kernel (engine/ops/nn_conv.cpp), dw rounded;
+//   split_channels  kiln's threads each run a single-threaded oneDNN call over all images for their share of
+//               the output channels (whole blocks of 16), writing their rows of dw (and dbias) directly.
+// With one thread split and split_channels are onednn; split with one image, and split_channels with K < 32,
+// are f32_staging. by_rule is only a value for set_bf16_wgrad_forced.
+enum class Bf16Wgrad { by_rule, onednn, split, f32_staging, split_channels };
 // The weight gradient's algorithm for this desc and thread count (the measured rule in conv2d_bf16.cpp,
-// docs/cpu-bf16.md), unless forced (set_bf16_wgrad_forced, or KILN_BF16_WGRAD=onednn|split|f32 read once).
+// docs/cpu-bf16.md), unless forced (set_bf16_wgrad_forced, or KILN_BF16_WGRAD=onednn|split|channels|f32 read
+// once).
 // Only for descs where conv2d_bf16_uses_onednn.
 Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d);
-// "onednn", "split", "f32 staging", "by rule".
+// "onednn", "split", "f32 staging", "split by channel", "by rule".
 const char* bf16_wgrad_name(Bf16Wgrad w);
 // Forces the weight gradient's algorithm (by_rule: back to the rule); returns the previous setting. For tests
 // and benchmarks; not thread-safe against running convolutions.

@@ -63,6 +63,10 @@ std::vector<Shape2> shapes() {
       {desc(2, 16, 6, 6, 16, 1, 1, 1, 1, 0, 0), 1},      // 1x1
       {desc(1, 7, 5, 9, 5, 2, 3, 1, 2, 0, 1, 2, 1), 0},  // rectangular kernel, dilation, mixed strides
       {desc(2, 32, 8, 8, 24, 3, 3, 1, 1, 1, 1), 2},      // ResNet-like 3x3
+      // K >= 32: at 2 threads the weight gradient splits by output channel (conv2d_bf16_wgrad), parts of
+      // whole 16-channel blocks: K 40 -> 16 + 24 (the last part takes K % 16), K 48 -> 32 + 16.
+      {desc(2, 8, 7, 9, 40, 3, 3, 2, 1, 1, 1), 1},       // strided, f32 bias: dbias rows per part
+      {desc(1, 16, 6, 5, 48, 1, 1, 1, 1, 0, 0), 2},      // N = 1, 1x1, bf16 bias
   };
 }
 
@@ -205,10 +209,12 @@ void path_case(Bf16Path p, const char* name) {
   if (!bf16_level_for(p, name, &level)) return;
   IsaGuard guard(level);
   REQUIRE(cpu::bf16_path() == p);
-  // 1 thread: every pass on oneDNN. 2 threads, the weight gradient by the rule (conv2d_bf16_wgrad): split
-  // between the threads from N*OH*OW >= 256 on and for N > 1, else through f32. The numerics run at 2 threads
-  // by the rule (these small shapes: f32 staging) and with each oneDNN way forced: split (N = 1 then stages
-  // through f32; N = 3 splits 2 + 1 images) and oneDNN's one call.
+  // 1 thread: every pass on oneDNN. 2 threads, the weight gradient by the rule (conv2d_bf16_wgrad): with
+  // K >= 32 split by output channel where the image split does not apply or x is no larger than dw's f32
+  // partial; split by image from N*OH*OW >= 256 on and for N > 1; else through f32. The numerics run at 2
+  // threads by the rule (these small shapes: f32 staging for K < 32, by channel for K 40 and 48) and with each
+  // oneDNN way forced: split (N = 1 then stages through f32; N = 3 splits 2 + 1 images), split by channel
+  // (K < 32 then stages through f32) and oneDNN's one call.
   using cpu::Bf16Wgrad;
   for (int threads : {1, 2}) {
     cpu::ThreadScope ts(threads);
@@ -219,6 +225,8 @@ void path_case(Bf16Path p, const char* name) {
     const Conv2dDesc small = desc(2, 32, 8, 8, 24, 3, 3, 1, 1, 1, 1);     // N*OH*OW = 128
     const Conv2dDesc big = desc(2, 32, 12, 12, 24, 3, 3, 1, 1, 1, 1);     // 288
     const Conv2dDesc one_image = desc(1, 32, 20, 20, 24, 3, 3, 1, 1, 1, 1);  // 400, N = 1
+    const Conv2dDesc wide_small = desc(2, 32, 8, 8, 64, 3, 3, 1, 1, 1, 1);  // K 64, N*OH*OW = 128
+    const Conv2dDesc wide_big_x = desc(2, 32, 24, 24, 32, 3, 3, 1, 1, 1, 1);  // K 32, N*H*W*2 = 2304 > K*R*S*4
     CHECK(cpu::conv2d_bf16_pass_uses_onednn(small, cpu::Conv2dPass::backward_weight) == (onednn && threads == 1));
     CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::backward_weight) == onednn);
     CHECK(cpu::conv2d_bf16_pass_uses_onednn(one_image, cpu::Conv2dPass::backward_weight) == (onednn && threads == 1));
@@ -226,14 +234,17 @@ void path_case(Bf16Path p, const char* name) {
     if (onednn) {
       CHECK(cpu::conv2d_bf16_wgrad(big) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
       CHECK(cpu::conv2d_bf16_wgrad(small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(wide_small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split_channels));
+      CHECK(cpu::conv2d_bf16_wgrad(wide_big_x) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
     }
     check_numerics(p);
     if (threads == 1 || !onednn) continue;
-    for (Bf16Wgrad forced : {Bf16Wgrad::split, Bf16Wgrad::onednn}) {
+    for (Bf16Wgrad forced : {Bf16Wgrad::split, Bf16Wgrad::split_channels, Bf16Wgrad::onednn}) {
       WgradGuard wg(forced);
       MESSAGE(std::string(name) << ", 2 threads, weight gradient forced " << std::string(cpu::bf16_wgrad_name(forced)));
-      CHECK(cpu::conv2d_bf16_wgrad(small) == forced);
-      CHECK(cpu::conv2d_bf16_wgrad(one_image) == (forced == Bf16Wgrad::split ? Bf16Wgrad::f32_staging : forced));
+      CHECK(cpu::conv2d_bf16_wgrad(small) == (forced == Bf16Wgrad::split_channels ? Bf16Wgrad::f32_staging : forced));
+      CHECK(cpu::conv2d_bf16_wgrad(one_image) == (forced == Bf16Wgrad::onednn ? forced : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(wide_small) == forced);
       check_numerics(p);
     }
   }
@@ -259,17 +270,19 @@ void memory_case(Bf16Path p, const char* name) {
   REQUIRE(cpu::bf16_path() == p);
   for (int threads : {1, 2})
   for (const Conv2dDesc& d : {desc(4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1), desc(2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3),
-                              desc(3, 32, 9, 9, 48, 3, 3, 2, 2, 1, 1)}) {
+                              desc(3, 32, 9, 9, 48, 3, 3, 2, 2, 1, 1), desc(1, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1)}) {
     cpu::ThreadScope ts(threads);
     INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h << " threads " << threads);
     const bool onednn = p != Bf16Path::portable;
     CHECK(cpu::conv2d_bf16_uses_onednn(d) == onednn);
-    // At 2 threads the 64->64 and stem shapes split their weight gradient between the threads (the rule), the
-    // 32->48 stride-2 one (N*OH*OW = 75) stages it through f32: both ways' allocations are compared.
+    // At 2 threads (the rule) the 64->64 and 32->48 stride-2 shapes split their weight gradient by output
+    // channel (x no larger than dw's partial; N*OH*OW = 75), the stem (K 16) by image, the 32->16 one (N = 1,
+    // K 16) stages it through f32: every way's allocations are compared.
     if (onednn)
-      CHECK(cpu::conv2d_bf16_wgrad(d) == (threads == 1      ? cpu::Bf16Wgrad::onednn
-                                          : d.C == 32 ? cpu::Bf16Wgrad::f32_staging
-                                                      : cpu::Bf16Wgrad::split));
+      CHECK(cpu::conv2d_bf16_wgrad(d) == (threads == 1 ? cpu::Bf16Wgrad::onednn
+                                          : d.K >= 48  ? cpu::Bf16Wgrad::split_channels
+                                          : d.C == 3   ? cpu::Bf16Wgrad::split
+                                                       : cpu::Bf16Wgrad::f32_staging));
     const size_t fwd = onednn ? cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::f32) : 0;
     if (onednn) MESSAGE(std::string(name) << ": conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S << " workspace forward " << fwd
                  << " B, backward_input "
