@@ -175,8 +175,9 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
     const bool need_dx = n.needs_input_grad(0), need_dw = n.needs_input_grad(1) || n.needs_input_grad(2);
     const Bf16Bias dbt = n.needs_input_grad(2) ? bt : Bf16Bias::none;
     // The weight gradient stages through f32 where the rule says so (cpu::conv2d_bf16_wgrad: above one thread,
-    // short reductions N*OH*OW or one image); otherwise oneDNN's, split between the threads (the workspace
-    // holds every thread's reorders, scratchpad and f32 partial: conv2d_bf16_workspace_bytes).
+    // fewer than 32 output channels with short reductions N*OH*OW or one image); otherwise oneDNN's, above one
+    // thread split between the threads by output channel or by image (the workspace holds every thread's
+    // reorders and scratchpad, and for the image split its f32 partial: conv2d_bf16_workspace_bytes).
     const bool dw_onednn = cpu::conv2d_bf16_pass_uses_onednn(d, Conv2dPass::backward_weight);
     // One workspace for both passes, as the f32 path: the larger of the two.
     size_t bytes = 0;
