@@ -16,8 +16,9 @@
 // avx512_bf16) against kiln's f32 kernels on the same shape, alternating call by call, medians of --reps,
 // and prints the CPU model, ISA and oneDNN implementation per shape (no peer). --model small_cnn takes the
 // small CNN's two convolutions (1->32 at --size, 32->64 at --size/2; --size 28 for Fashion-MNIST).
-// --bf16-wgrad times the bf16 weight gradient's four ways (cpu::Bf16Wgrad: f32 staging with its
-// conversions, oneDNN's one call, the split per kiln thread by images and by output channels) round-robin, and
+// --bf16-wgrad times the bf16 weight gradient's five ways (cpu::Bf16Wgrad: f32 staging with its
+// conversions, oneDNN's one call, the split per kiln thread by images and by output channels, im2col + matmul)
+// round-robin, and
 // names the one the rule picks.
 #include <algorithm>
 #include <chrono>
@@ -232,11 +233,12 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
   return 0;
 }
 
-// --bf16-wgrad: the bf16 weight gradient's four ways (cpu::Bf16Wgrad) round-robin call by call, rotating
+// --bf16-wgrad: the bf16 weight gradient's five ways (cpu::Bf16Wgrad) round-robin call by call, rotating
 // which goes first, medians of --reps: f32 staging as the op runs it (x and dy converted to f32, kiln's f32
 // kernel, dw rounded to bf16: the conversions timed too), oneDNN's one call over all images (threaded by
 // oneDNN), the split (one single-threaded oneDNN call per kiln thread on its images, partials summed) and the
-// split by channel (one single-threaded call per kiln thread on its output channels, no sum).
+// split by channel (one single-threaded call per kiln thread on its output channels, no sum), and im2col + one
+// oneDNN matmul.
 int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
                        int reps) {
   using cpu::Bf16Bias;
@@ -250,14 +252,14 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
   }
   std::printf("conv2d CPU bf16 weight gradient (%s), %s, oneDNN %s, %d threads, round-robin calls, median of %d (ms)\n",
               cpu::bf16_path_name(path), cpu::cpu_model_name().c_str(), cpu::onednn_version().c_str(), threads, reps);
-  std::printf("%-16s %-14s %9s %9s %9s %9s | %6s %6s %6s | %s\n", "shape", "N,C,H,K", "f32 stage", "onednn", "split",
-              "channels", "on/f32", "sp/f32", "ch/f32", "rule picks");
+  std::printf("%-16s %-14s %9s %9s %9s %9s %9s | %6s %6s %6s %6s | %s\n", "shape", "N,C,H,K", "f32 stage", "onednn",
+              "split", "channels", "im2col", "on/f32", "sp/f32", "ch/f32", "ic/f32", "rule picks");
   std::mt19937 g(0);
   std::uniform_real_distribution<float> u(-1, 1);
-  constexpr int kWays = 4;
-  double tot[kWays] = {0, 0, 0, 0}, tot_rule = 0;
+  constexpr int kWays = 5;
+  double tot[kWays] = {0, 0, 0, 0, 0}, tot_rule = 0;
   const Bf16Wgrad ways[kWays] = {Bf16Wgrad::f32_staging, Bf16Wgrad::onednn, Bf16Wgrad::split,
-                                 Bf16Wgrad::split_channels};
+                                 Bf16Wgrad::split_channels, Bf16Wgrad::im2col};
   for (size_t si = 0; si < descs.size(); ++si) {
     const Conv2dDesc& d = descs[si];
     const Bf16Wgrad rule = cpu::conv2d_bf16_wgrad(d);
@@ -266,7 +268,7 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
     for (auto& v : dyb) v = bfloat16(u(g));
     std::vector<float> xf(xb.size()), dyf(dyb.size()), dwf(dwb.size());
     std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
-    size_t bbytes[kWays] = {0, 0, 0, 0};
+    size_t bbytes[kWays] = {0, 0, 0, 0, 0};
     for (int k = 1; k < kWays; ++k) {
       cpu::set_bf16_wgrad_forced(ways[k]);
       bbytes[k] = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none);
@@ -306,12 +308,14 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
     tot_rule += shapes[si]->count * m[rule == Bf16Wgrad::f32_staging ? 0
                                       : rule == Bf16Wgrad::onednn    ? 1
                                       : rule == Bf16Wgrad::split     ? 2
+                                      : rule == Bf16Wgrad::im2col    ? 4
                                                                      : 3];
     char dims[64];
     std::snprintf(dims, sizeof dims, "%lld,%lld,%lld,%lld", (long long)d.N, (long long)d.C, (long long)d.H,
                   (long long)d.K);
-    std::printf("%-16s %-14s %9.2f %9.2f %9.2f %9.2f | %5.2fx %5.2fx %5.2fx | %s\n", shapes[si]->name, dims, m[0], m[1],
-                m[2], m[3], m[1] / m[0], m[2] / m[0], m[3] / m[0], cpu::bf16_wgrad_name(rule));
+    std::printf("%-16s %-14s %9.2f %9.2f %9.2f %9.2f %9.2f | %5.2fx %5.2fx %5.2fx %5.2fx | %s\n", shapes[si]->name, dims,
+                m[0], m[1], m[2], m[3], m[4], m[1] / m[0], m[2] / m[0], m[3] / m[0], m[4] / m[0],
+                cpu::bf16_wgrad_name(rule));
     std::fflush(stdout);
   }
   std::printf("weighted by count: f32 staging %.1f ms, onednn %.1f ms (%.2fx), split %.1f ms (%.2fx), split by "
@@ -341,7 +345,7 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only shapes whose name contains this");
   app.add_flag("--algos", algos, "time every convolution algorithm kiln has for each shape");
   app.add_flag("--bf16", bf16, "time the bf16 kernels (oneDNN, KILN_CPU_ISA's path) against kiln's f32 ones");
-  app.add_flag("--bf16-wgrad", bf16_wgrad, "time the bf16 weight gradient's four ways: f32 staging, oneDNN, split, split by channel");
+  app.add_flag("--bf16-wgrad", bf16_wgrad, "time the bf16 weight gradient's five ways: f32 staging, oneDNN, split, split by channel, im2col + matmul");
   app.add_option("--model", model, "whose conv shapes")->check(CLI::IsMember({"resnet18", "small_cnn"}))
       ->capture_default_str();
   app.add_option("--pass", pass, "one pass only")->check(CLI::IsMember({"fwd", "bwd_in", "bwd_w"}));

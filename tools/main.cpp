@@ -347,7 +347,8 @@ int main(int argc, char** argv) {
                 << "cpu isa: " << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa()) << " (supported: "
                 << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa_supported()) << "; KILN_CPU_ISA picks a lower one)\n"
                 << "cpu bf16 conv: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
-                << " (groups 1 with C*R*S >= 16; above 1 thread the weight gradient split between the threads by output "
+                << " (groups 1 with C*R*S >= 16; at 1 thread the weight gradient as im2col + matmul on small strided "
+                   "output planes; above 1 thread the weight gradient split between the threads by output "
                    "channel where K >= 32 and N*OH*OW < 256 or x is no larger than dw in f32, else by image where N*OH*OW >= "
                    "256, else through f32; other shapes portable)\n"
                 << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())

@@ -25,6 +25,8 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/im2col.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "kernels/cpu/threads.h"
 
 #if defined(KILN_WITH_ONEDNN)
@@ -86,6 +88,20 @@ constexpr int64_t kMinSplitReduction = 256;
 // A channel split's parts take whole blocks of 16 output channels (oneDNN's blocking on avx512).
 constexpr int64_t kChannelBlock = 16;
 
+// One thread, the weight gradient as im2col + one oneDNN matmul (Bf16Wgrad::im2col) against oneDNN 2.6's
+// direct bf16 kernel (jit_bf16:avx512_core_bf16), bench_conv_cpu --bf16-wgrad --threads 1 (docs/cpu-bf16.md,
+// "Convolution reorders, the channel split, im2col + matmul"): the direct kernel is slow on small output
+// planes with stride 2 (ResNet18 at 32x64: layer2.0, layer3.0, layer4.0 with 8x8, 4x4, 2x2 outputs; at 8x224
+// layer4.0, 7x7) and on 2x2 outputs (layer4's 3x3 at 32x64), where im2col + matmul took 0.1-0.6x its time;
+// even on 4x4 / 7x7 stride-1 3x3s and on 1x1s, slower on larger planes (layer1, layer2, the stem at 8x224:
+// 1.3-1.6x). So: a window larger than 1x1 and an output plane of at most 64 values with a stride above 1 in
+// either direction, or of at most 4 values.
+bool im2col_pays(const Conv2dDesc& d) {
+  const int64_t plane = d.out_h() * d.out_w();
+  if (d.R * d.S == 1) return false;
+  return (plane <= 64 && (d.stride_h > 1 || d.stride_w > 1)) || plane <= 4;
+}
+
 namespace {
 
 std::atomic<int> wgrad_forced{-1};  // -1: not read yet; else a Bf16Wgrad
@@ -100,8 +116,9 @@ Bf16Wgrad forced_wgrad() {
     else if (s == "split") w = Bf16Wgrad::split;
     else if (s == "f32") w = Bf16Wgrad::f32_staging;
     else if (s == "channels") w = Bf16Wgrad::split_channels;
+    else if (s == "im2col") w = Bf16Wgrad::im2col;
     else KILN_CHECK(s.empty() || s == "auto", "KILN_BF16_WGRAD: '", s,
-                    "' is not one of auto, onednn, split, channels, f32");
+                    "' is not one of auto, onednn, split, channels, im2col, f32");
   }
   int expected = -1;
   wgrad_forced.compare_exchange_strong(expected, (int)w);
@@ -116,6 +133,7 @@ const char* bf16_wgrad_name(Bf16Wgrad w) {
     case Bf16Wgrad::split: return "split";
     case Bf16Wgrad::f32_staging: return "f32 staging";
     case Bf16Wgrad::split_channels: return "split by channel";
+    case Bf16Wgrad::im2col: return "im2col + matmul";
     default: return "by rule";
   }
 }
@@ -130,7 +148,7 @@ Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d) {
   const int threads = num_threads();
   Bf16Wgrad w = forced_wgrad();
   if (w == Bf16Wgrad::by_rule) {
-    if (threads == 1) return Bf16Wgrad::onednn;
+    if (threads == 1) return im2col_pays(d) ? Bf16Wgrad::im2col : Bf16Wgrad::onednn;
     const bool images = d.N > 1 && d.N * d.out_h() * d.out_w() >= kMinSplitReduction;
     // Each extra part of a channel split repeats x's reorder (N*C*H*W bf16 values); of an image split it
     // writes and sums an f32 partial of dw (K*C*R*S values): the channel split where its repeat is no larger.
@@ -508,16 +526,75 @@ void backward_weight_channels(const Conv2dDesc& d, const bfloat16* x, const bflo
   if (err) std::rethrow_exception(err);
 }
 
+// The weight gradient as one GEMM (Bf16Wgrad::im2col): dw (K, C*R*S) = dy^T (K, N*OH*OW) x col^T, col
+// (C*R*S, N*OH*OW) being kiln's im2col of x (image n's columns at n*OH*OW), dy^T dy's (K, OH*OW) planes side
+// by side; the product on oneDNN's bf16 matmul (matmul_bf16.h: f32 accumulation, dw rounded once, straight
+// into KCRS), the bias gradient summed from dy in f32. The workspace, 64-byte aligned pieces:
+//   [col, C*R*S x N*OH*OW bf16][dy^T, K x N*OH*OW bf16][the matmul's workspace] + kAlign.
+struct Im2colPlan {
+  MatmulBf16Desc mm;
+  size_t dyt_offset = 0, mm_offset = 0, total = 0;
+};
+
+Im2colPlan im2col_plan_of(const Conv2dDesc& d) {
+  Im2colPlan p;
+  const int64_t npq = d.N * d.out_h() * d.out_w(), crs = d.C * d.R * d.S;
+  p.mm.M = d.K, p.mm.N = crs, p.mm.K = npq;
+  p.mm.lda = npq;  // A = dy^T (K, npq), row-major
+  p.mm.trans_b = true, p.mm.ldb = npq;  // B = col^T: col stored (crs, npq)
+  p.dyt_offset = align_up((size_t)(crs * npq) * sizeof(bfloat16));
+  p.mm_offset = p.dyt_offset + align_up((size_t)(d.K * npq) * sizeof(bfloat16));
+  p.total = p.mm_offset + matmul_bf16_workspace_bytes(p.mm) + kAlign;
+  return p;
+}
+
+void backward_weight_im2col(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
+                            Bf16Bias bt, void* workspace) {
+  KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (im2col): workspace is null");
+  const Im2colPlan p = im2col_plan_of(d);
+  char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
+  const int64_t pq = d.out_h() * d.out_w(), npq = d.N * pq, rs = d.R * d.S;
+  uint16_t* col = (uint16_t*)base;
+  bfloat16* dyt = (bfloat16*)(base + p.dyt_offset);
+  const Im2colGeom g{d.H, d.W, d.R, d.S, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w, d.out_h(), d.out_w()};
+  const int64_t planes = d.N * d.C;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < planes; ++i) {  // plane (n, c): rows c*R*S.., columns n*pq..
+    const int64_t n = i / d.C, c = i % d.C;
+    im2col_plane<uint16_t>(g, (const uint16_t*)(x + i * d.H * d.W), col + c * rs * npq + n * pq, npq);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < d.N * d.K; ++i) {  // dy plane (n, k) -> dy^T row k, columns n*pq..
+    const int64_t n = i / d.K, k = i % d.K;
+    std::memcpy(static_cast<void*>(dyt + k * npq + n * pq), dy + i * pq, (size_t)pq * sizeof(bfloat16));
+  }
+  matmul_bf16(p.mm, dyt, (const bfloat16*)col, dw, base + p.mm_offset);
+  if (bt == Bf16Bias::none) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < d.K; ++k) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < npq; ++j) acc += (float)dyt[k * npq + j];
+    if (bt == Bf16Bias::f32) ((float*)dbias)[k] = acc;
+    else ((bfloat16*)dbias)[k] = bfloat16(acc);
+  }
+}
+
 }  // namespace
 
 size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return split_of(d, bias).total;
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split_channels)
     return channel_split_of(d, bias).total;
+  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col) return im2col_plan_of(d).total;
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->total;
 }
 
 const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
+  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col) {
+    thread_local std::string name;
+    name = std::string("im2col + matmul ") + matmul_bf16_impl_name(im2col_plan_of(d).mm);
+    return name.c_str();
+  }
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->impl.c_str();
 }
 
@@ -539,6 +616,7 @@ void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const b
   const Bf16Wgrad how = conv2d_bf16_wgrad(d);
   if (how == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace);
   if (how == Bf16Wgrad::split_channels) return backward_weight_channels(d, x, dy, dw, dbias, bt, workspace);
+  if (how == Bf16Wgrad::im2col) return backward_weight_im2col(d, x, dy, dw, dbias, bt, workspace);
   execute(*get_plan(d, Conv2dPass::backward_weight, bt), Conv2dPass::backward_weight, x, dy, dw, dbias, workspace);
 }
 

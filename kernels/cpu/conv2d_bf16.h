@@ -32,16 +32,18 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d);
 //               their own f32 partial (all in the one workspace), then one vectorized sum rounded to dw;
 //   f32_staging x and dy copied to f32, kiln's f32 kernel (engine/ops/nn_conv.cpp), dw rounded;
 //   split_channels  kiln's threads each run a single-threaded oneDNN call over all images for their share of
-//               the output channels (whole blocks of 16), writing their rows of dw (and dbias) directly.
+//               the output channels (whole blocks of 16), writing their rows of dw (and dbias) directly;
+//   im2col      kiln's im2col of x (bf16) and dy's planes side by side, then one oneDNN bf16 matmul
+//               dw = dy^T col^T (threaded by oneDNN), at any thread count.
 // With one thread split and split_channels are onednn; split with one image, and split_channels with K < 32,
 // are f32_staging. by_rule is only a value for set_bf16_wgrad_forced.
-enum class Bf16Wgrad { by_rule, onednn, split, f32_staging, split_channels };
+enum class Bf16Wgrad { by_rule, onednn, split, f32_staging, split_channels, im2col };
 // The weight gradient's algorithm for this desc and thread count (the measured rule in conv2d_bf16.cpp,
-// docs/cpu-bf16.md), unless forced (set_bf16_wgrad_forced, or KILN_BF16_WGRAD=onednn|split|channels|f32 read
+// docs/cpu-bf16.md), unless forced (set_bf16_wgrad_forced, or KILN_BF16_WGRAD=onednn|split|channels|im2col|f32 read
 // once).
 // Only for descs where conv2d_bf16_uses_onednn.
 Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d);
-// "onednn", "split", "f32 staging", "split by channel", "by rule".
+// "onednn", "split", "f32 staging", "split by channel", "im2col + matmul", "by rule".
 const char* bf16_wgrad_name(Bf16Wgrad w);
 // Forces the weight gradient's algorithm (by_rule: back to the rule); returns the previous setting. For tests
 // and benchmarks; not thread-safe against running convolutions.

@@ -147,6 +147,8 @@ void col2im_plane(const Im2colGeom& g, const T* col, int64_t ld, T* dx) {
 
 template void im2col_plane<float>(const Im2colGeom&, const float*, float*, int64_t);
 template void im2col_plane<double>(const Im2colGeom&, const double*, double*, int64_t);
+// bf16 as its bit patterns (the copy moves values unchanged; 0 bits are +0): conv2d_bf16.cpp's weight gradient.
+template void im2col_plane<uint16_t>(const Im2colGeom&, const uint16_t*, uint16_t*, int64_t);
 template void im2col_plane_rows<float>(const Im2colGeom&, const float*, float*, int64_t, int64_t, int64_t);
 template void im2col_plane_rows<double>(const Im2colGeom&, const double*, double*, int64_t, int64_t, int64_t);
 template void col2im_plane<float>(const Im2colGeom&, const float*, int64_t, float*);

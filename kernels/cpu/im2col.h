@@ -1,5 +1,6 @@
 // im2col / col2im of one (H, W) plane: the data movement that turns a convolution into a GEMM.
 // Single-threaded on purpose (callers parallelize over images and channels); no allocation.
+// T: float, double; im2col_plane also uint16_t (bf16 bit patterns: the copy moves values unchanged).
 #pragma once
 #include <cstdint>
 

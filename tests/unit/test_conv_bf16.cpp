@@ -231,19 +231,33 @@ void path_case(Bf16Path p, const char* name) {
     CHECK(cpu::conv2d_bf16_pass_uses_onednn(big, cpu::Conv2dPass::backward_weight) == onednn);
     CHECK(cpu::conv2d_bf16_pass_uses_onednn(one_image, cpu::Conv2dPass::backward_weight) == (onednn && threads == 1));
     CHECK(cpu::conv2d_bf16_pass_uses_onednn(small, cpu::Conv2dPass::forward) == onednn);
+    // 1 thread: im2col + matmul on small strided output planes (and planes of <= 4 values), by the rule.
+    const Conv2dDesc strided_small = desc(2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1);  // 5x5 output, stride 2
+    const Conv2dDesc plane4 = desc(3, 16, 2, 2, 16, 3, 3, 1, 1, 1, 1);        // 2x2 output, stride 1
     if (onednn) {
+      CHECK(cpu::conv2d_bf16_wgrad(strided_small) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(plane4) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(big) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
       CHECK(cpu::conv2d_bf16_wgrad(small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(wide_small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split_channels));
       CHECK(cpu::conv2d_bf16_wgrad(wide_big_x) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
     }
     check_numerics(p);
-    if (threads == 1 || !onednn) continue;
-    for (Bf16Wgrad forced : {Bf16Wgrad::split, Bf16Wgrad::split_channels, Bf16Wgrad::onednn}) {
+    if (!onednn) continue;
+    // Forced ways: 1 thread oneDNN's one call (the rule's im2col shapes then run the direct kernel) and im2col
+    // + matmul everywhere; 2 threads every way.
+    const std::vector<Bf16Wgrad> forced_ways =
+        threads == 1 ? std::vector<Bf16Wgrad>{Bf16Wgrad::onednn, Bf16Wgrad::im2col}
+                     : std::vector<Bf16Wgrad>{Bf16Wgrad::split, Bf16Wgrad::split_channels, Bf16Wgrad::onednn,
+                                              Bf16Wgrad::im2col};
+    for (Bf16Wgrad forced : forced_ways) {
       WgradGuard wg(forced);
-      MESSAGE(std::string(name) << ", 2 threads, weight gradient forced " << std::string(cpu::bf16_wgrad_name(forced)));
-      CHECK(cpu::conv2d_bf16_wgrad(small) == (forced == Bf16Wgrad::split_channels ? Bf16Wgrad::f32_staging : forced));
-      CHECK(cpu::conv2d_bf16_wgrad(one_image) == (forced == Bf16Wgrad::onednn ? forced : Bf16Wgrad::f32_staging));
+      MESSAGE(std::string(name) << ", " << threads << " thread(s), weight gradient forced "
+                                << std::string(cpu::bf16_wgrad_name(forced)));
+      const bool falls_back = threads == 2 && forced != Bf16Wgrad::onednn && forced != Bf16Wgrad::im2col;
+      CHECK(cpu::conv2d_bf16_wgrad(small) ==
+            (forced == Bf16Wgrad::split_channels && threads == 2 ? Bf16Wgrad::f32_staging : forced));
+      CHECK(cpu::conv2d_bf16_wgrad(one_image) == (falls_back ? Bf16Wgrad::f32_staging : forced));
       CHECK(cpu::conv2d_bf16_wgrad(wide_small) == forced);
       check_numerics(p);
     }
@@ -275,11 +289,12 @@ void memory_case(Bf16Path p, const char* name) {
     INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h << " threads " << threads);
     const bool onednn = p != Bf16Path::portable;
     CHECK(cpu::conv2d_bf16_uses_onednn(d) == onednn);
-    // At 2 threads (the rule) the 64->64 and 32->48 stride-2 shapes split their weight gradient by output
+    // At 1 thread the 32->48 stride-2 shape (5x5 output) takes im2col + matmul (the rule), the others oneDNN's
+    // direct kernel. At 2 threads (the rule) the 64->64 and 32->48 stride-2 shapes split their weight gradient by output
     // channel (x no larger than dw's partial; N*OH*OW = 75), the stem (K 16) by image, the 32->16 one (N = 1,
     // K 16) stages it through f32: every way's allocations are compared.
     if (onednn)
-      CHECK(cpu::conv2d_bf16_wgrad(d) == (threads == 1 ? cpu::Bf16Wgrad::onednn
+      CHECK(cpu::conv2d_bf16_wgrad(d) == (threads == 1 ? (d.K == 48 ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
                                           : d.K >= 48  ? cpu::Bf16Wgrad::split_channels
                                           : d.C == 3   ? cpu::Bf16Wgrad::split
                                                        : cpu::Bf16Wgrad::f32_staging));
