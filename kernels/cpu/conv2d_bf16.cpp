@@ -25,8 +25,7 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "kernels/cpu/im2col.h"
-#include "kernels/cpu/matmul_bf16.h"
+#include "kernels/cpu/conv2d_bf16_im2col.h"
 #include "kernels/cpu/threads.h"
 
 #if defined(KILN_WITH_ONEDNN)
@@ -526,73 +525,21 @@ void backward_weight_channels(const Conv2dDesc& d, const bfloat16* x, const bflo
   if (err) std::rethrow_exception(err);
 }
 
-// The weight gradient as one GEMM (Bf16Wgrad::im2col): dw (K, C*R*S) = dy^T (K, N*OH*OW) x col^T, col
-// (C*R*S, N*OH*OW) being kiln's im2col of x (image n's columns at n*OH*OW), dy^T dy's (K, OH*OW) planes side
-// by side; the product on oneDNN's bf16 matmul (matmul_bf16.h: f32 accumulation, dw rounded once, straight
-// into KCRS), the bias gradient summed from dy in f32. The workspace, 64-byte aligned pieces:
-//   [col, C*R*S x N*OH*OW bf16][dy^T, K x N*OH*OW bf16][the matmul's workspace] + kAlign.
-struct Im2colPlan {
-  MatmulBf16Desc mm;
-  size_t dyt_offset = 0, mm_offset = 0, total = 0;
-};
-
-Im2colPlan im2col_plan_of(const Conv2dDesc& d) {
-  Im2colPlan p;
-  const int64_t npq = d.N * d.out_h() * d.out_w(), crs = d.C * d.R * d.S;
-  p.mm.M = d.K, p.mm.N = crs, p.mm.K = npq;
-  p.mm.lda = npq;  // A = dy^T (K, npq), row-major
-  p.mm.trans_b = true, p.mm.ldb = npq;  // B = col^T: col stored (crs, npq)
-  p.dyt_offset = align_up((size_t)(crs * npq) * sizeof(bfloat16));
-  p.mm_offset = p.dyt_offset + align_up((size_t)(d.K * npq) * sizeof(bfloat16));
-  p.total = p.mm_offset + matmul_bf16_workspace_bytes(p.mm) + kAlign;
-  return p;
-}
-
-void backward_weight_im2col(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
-                            Bf16Bias bt, void* workspace) {
-  KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (im2col): workspace is null");
-  const Im2colPlan p = im2col_plan_of(d);
-  char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
-  const int64_t pq = d.out_h() * d.out_w(), npq = d.N * pq, rs = d.R * d.S;
-  uint16_t* col = (uint16_t*)base;
-  bfloat16* dyt = (bfloat16*)(base + p.dyt_offset);
-  const Im2colGeom g{d.H, d.W, d.R, d.S, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w, d.out_h(), d.out_w()};
-  const int64_t planes = d.N * d.C;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < planes; ++i) {  // plane (n, c): rows c*R*S.., columns n*pq..
-    const int64_t n = i / d.C, c = i % d.C;
-    im2col_plane<uint16_t>(g, (const uint16_t*)(x + i * d.H * d.W), col + c * rs * npq + n * pq, npq);
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < d.N * d.K; ++i) {  // dy plane (n, k) -> dy^T row k, columns n*pq..
-    const int64_t n = i / d.K, k = i % d.K;
-    std::memcpy(static_cast<void*>(dyt + k * npq + n * pq), dy + i * pq, (size_t)pq * sizeof(bfloat16));
-  }
-  matmul_bf16(p.mm, dyt, (const bfloat16*)col, dw, base + p.mm_offset);
-  if (bt == Bf16Bias::none) return;
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < d.K; ++k) {
-    float acc = 0.f;
-    for (int64_t j = 0; j < npq; ++j) acc += (float)dyt[k * npq + j];
-    if (bt == Bf16Bias::f32) ((float*)dbias)[k] = acc;
-    else ((bfloat16*)dbias)[k] = bfloat16(acc);
-  }
-}
-
 }  // namespace
 
 size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return split_of(d, bias).total;
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split_channels)
     return channel_split_of(d, bias).total;
-  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col) return im2col_plan_of(d).total;
+  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col)
+    return conv2d_bf16_wgrad_im2col_bytes(d);
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->total;
 }
 
 const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col) {
     thread_local std::string name;
-    name = std::string("im2col + matmul ") + matmul_bf16_impl_name(im2col_plan_of(d).mm);
+    name = std::string("im2col + matmul ") + conv2d_bf16_wgrad_im2col_impl(d);
     return name.c_str();
   }
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->impl.c_str();
@@ -616,7 +563,7 @@ void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const b
   const Bf16Wgrad how = conv2d_bf16_wgrad(d);
   if (how == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace);
   if (how == Bf16Wgrad::split_channels) return backward_weight_channels(d, x, dy, dw, dbias, bt, workspace);
-  if (how == Bf16Wgrad::im2col) return backward_weight_im2col(d, x, dy, dw, dbias, bt, workspace);
+  if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col(d, x, dy, dw, dbias, bt, workspace);
   execute(*get_plan(d, Conv2dPass::backward_weight, bt), Conv2dPass::backward_weight, x, dy, dw, dbias, workspace);
 }
 

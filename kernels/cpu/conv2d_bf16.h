@@ -6,8 +6,9 @@
 // tagged `temporary`, and a meta run allocates the same). The size comes from oneDNN's memory descriptors:
 // it depends on the ISA (amx vs avx512_bf16) and the thread count (cpu::set_num_threads), never a constant.
 // Primitives are cached per (desc, pass, bias, threads, path). Kernels never allocate tensors.
-// The weight gradient may split the images between kiln's threads (Bf16Wgrad::split): each thread's
-// single-threaded oneDNN call, its reorders, scratchpad and f32 partial sit in the same one workspace.
+// The weight gradient may split the images (Bf16Wgrad::split) or the output channels (split_channels) between
+// kiln's threads, or run as kiln's im2col + one oneDNN matmul (im2col): each thread's single-threaded oneDNN
+// call, its reorders, scratchpad and f32 partial, or the col and dy^T buffers, sit in the same one workspace.
 // Only groups == 1 with a reduction C*R*S >= 16 takes this path (conv2d_bf16_uses_onednn, a measured rule);
 // everything else, and every shape on the portable path, is computed by engine/ops/nn_conv.cpp through f32 copies and kiln's f32 kernels.
 #pragma once
