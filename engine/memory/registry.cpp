@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/memory/allocator.h"
@@ -30,6 +31,7 @@ struct DeviceSlot {
 struct Registry {
   std::mutex mu;
   std::map<std::pair<int, int>, DeviceSlot> slots;  // (type, index)
+  std::vector<DeviceSlot> retired;                   // forget_cuda_allocators' allocators still in use
 };
 
 Registry& registry() {
@@ -118,8 +120,11 @@ void forget_cuda_allocators() {
     }
     DeviceSlot& s = it->second;
     if (s.caching->stats().total.allocated.current != 0) {
-      // Live tensors still point into it: keep every piece alive (leaked), only forget the slot.
-      (void)s.caching.release(), (void)s.limited.release(), (void)s.base.release(), (void)s.events.release();
+      // Live tensors still point into it: keep every piece alive (and reachable, for the leak checker) in
+      // the registry's retired list, never destroyed; only the slot is forgotten.
+      registry().retired.push_back(std::move(s));
+      s = DeviceSlot();
+      s.override_ = registry().retired.back().override_;
     }
     if (s.override_) {  // an override set by a test stays; the default allocator is rebuilt on next use
       s.caching.reset(), s.events.reset(), s.limited.reset(), s.base.reset();

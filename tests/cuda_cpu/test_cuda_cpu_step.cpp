@@ -323,8 +323,10 @@ TEST_CASE("CPU mode as cuda:0: host memory, memcpy copies and deferred errors, f
   std::string why;
   const bool before = device_present(kDev, &why);
   CHECK(!before);  // no GPU here: a build without CUDA, or a CUDA build that finds no device
+  Tensor survivor;  // outlives the install: its allocator must stay alive (retired), not be destroyed under it
   {
     auto installed = cuda_on_cpu::install_as_cuda_backend();
+    survivor = to_device(full({1000}, 2.0), kDev);
     REQUIRE(device_present(kDev, &why));
     CHECK(!device_present(Device::cuda(1), &why));  // one device
     CHECK(why.find("1 CUDA devices visible") != std::string::npos);
@@ -349,4 +351,6 @@ TEST_CASE("CPU mode as cuda:0: host memory, memcpy copies and deferred errors, f
     CHECK(msg.find("9") != std::string::npos);
   }
   CHECK(device_present(kDev, &why) == before);  // the previous backend (and its allocator) is back
+  CHECK(survivor.device() == kDev);
+  survivor = Tensor();  // freed into the retired CPU-mode allocator (ASan: no use after free)
 }
