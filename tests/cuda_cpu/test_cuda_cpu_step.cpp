@@ -11,16 +11,21 @@
 //
 // Tolerances, from f16 rounding: both backends multiply f16 operands exactly and accumulate in f32, in
 // different orders (im2col + OpenBLAS vs the implicit GEMM / hgemm tiles), and round to f16 at the same
-// points. So the two --amp steps differ where an f32 sum falls on the other side of an f16 rounding
-// boundary: by about as much as rounding to f16 moves a value at all. That amount is measured, per
-// tensor, as the distance of the CPU's --amp step from its f32 step (autocast off, no scaler), n; it is
-// large where batch norm cancels (0.2 for conv2's weight gradient: the f16 rounding of the conv output
-// and of the gradient into the conv, relative to a difference of nearly equal terms). Bound: the CPU
-// mode's step is within 4 n + 4 u of the CPU's (u = 2^-11, f16's unit roundoff; normwise, max |a - b|
-// over max |a| per tensor); measured: at most 0.55 of it. The steps start from the same state (step 2
-// from the CPU's state after step 1, so a chaotic ReLU flip of step 1 does not carry over). Exact where
-// the operation is: the found-inf decision, the loss scale and its growth tracker, the skipped step (the
-// weights untouched, bit for bit), the batch count.
+// points, so they differ where an f32 sum falls on the other side of an f16 rounding boundary.
+// - The forward is continuous in its values: the loss and the activations of bn1, bn2 and fc1 (from the
+//   state each step starts from) within 8 u (u = 2^-11, f16's unit roundoff; normwise, max |a - b| over
+//   max |a|); measured 0.3 u (loss) and 2.2 u.
+// - The gradients are not: max-pool sends a window's gradient to its largest value and ReLU passes or stops
+//   it, and about a hundred decisions per step are within 8 times the backends' difference (printed), so a
+//   gradient may move by O(1) on either backend, as it does between the CPU's --amp and f32 steps. So every
+//   parameter, buffer and gradient is compared against that measured noise of autocast: within 4 n + 4 u
+//   of the CPU's --amp step, n = the CPU's --amp step's distance from its f32 step (autocast off, no
+//   scaler) for that tensor; measured at most 0.44 of the bound. And both --amp steps' gradients within 0.75
+//   of the f32 step's (measured 0.33; not the conv biases', 0 in exact arithmetic under batch norm), so a
+//   fault on both devices alike (a gradient left scaled, a sign) cannot hide in the noise scale.
+// Step 2 starts every side from the CPU's state after step 1. Exact where the operation is: the found-inf
+// decision, the loss scale and its growth tracker, the skipped step (the weights untouched, bit for bit),
+// the batch count.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -34,6 +39,8 @@
 
 #include "engine/core/generator.h"
 #include "engine/memory/device_present.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/ops/autocast.h"
 #include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/adamw.h"
@@ -49,6 +56,7 @@ using namespace kiln;
 namespace {
 
 const Device kDev = Device::cuda(0);
+constexpr int64_t kImage = 8;  // 8x8 inputs: conv2 and fc1 see 4x4 and 2x2 maps (the CPU mode emulates every mma: time)
 
 std::vector<double> host_values(const Tensor& t) {
   return to_device(to_dtype(t.detach(), DType::f64), Device::cpu()).to_vector<double>();
@@ -101,7 +109,7 @@ struct Side {
 
   // amp: f16 autocast and a loss scaler (init 1024), as --amp; else f32 with no scaler (the reference).
   Side(const NamedTensors& init, Device d, Opt which, bool amp_ = true) : amp(amp_), dev(d) {
-    model = models::small_cnn(10, 1, 16);
+    model = models::small_cnn(10, 1, kImage);
     model->load_state_dict(init);
     model->to(d);
     model->train();
@@ -176,6 +184,7 @@ void check_mode_entry_points(const std::vector<OpSpan>& spans, Opt which) {
 }
 
 constexpr double kU = 1.0 / 2048.0;  // f16's unit roundoff, 2^-11
+constexpr double kGradVsF32 = 0.75;  // the --amp gradients against the f32 step's (compare_sides)
 
 // The bound of the header comment: within 4 times what autocast itself moves this value on the CPU (the
 // CPU's --amp step against its f32 step), plus 4 f16 roundings.
@@ -207,9 +216,9 @@ double compare_sides(const Side& cpu, const Side& mode, const Side& ref, const c
     // gradient element near 0 (bn1's bias, 0 at the start, moves by 2 lr there).
     const bool is_grad = name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0;
     if (is_grad && name != "conv1.bias.grad" && name != "conv2.bias.grad") {
-      CHECK_MESSAGE(n <= 0.5, when, ": ", name, " of the CPU's --amp step is ", n, " from its f32 step");
+      CHECK_MESSAGE(n <= kGradVsF32, when, ": ", name, " of the CPU's --amp step is ", n, " from its f32 step");
       const double m = normwise_err(c[i].second, b[i].second);
-      CHECK_MESSAGE(m <= 0.5, when, ": ", name, " of the CPU mode's --amp step is ", m, " from the CPU's f32 step");
+      CHECK_MESSAGE(m <= kGradVsF32, when, ": ", name, " of the CPU mode's --amp step is ", m, " from the CPU's f32 step");
       *worst_vs_f32 = std::max({*worst_vs_f32, n, m});
     }
   }
@@ -222,12 +231,79 @@ NamedTensors snapshot(const nn::Module& m) {
   return r;
 }
 
+// The forward of a step is continuous in every value (max-pool and ReLU are continuous; dropout's mask is
+// the same draw on both), so its activations are compared with a bound from f16 rounding alone: the conv
+// and linear outputs differ by at most one f16 rounding where the two f32 sums straddle a boundary, and
+// batch norm carries that difference (relative to the layer's largest value) into its output: bn1, bn2 and
+// fc1's outputs (before fc1's ReLU) within 8 u normwise (measured about 1.3 u: one f16 ulp of the largest
+// value). The gradients are not continuous: max-pool sends a window's gradient to its largest value alone
+// and ReLU passes or stops it, and on this network about a hundred windows per step have their top two
+// (or their largest and 0) within 8 times the backends' difference, so either backend may pick the other
+// element and move a gradient by O(1). That is inherent to any two f16 implementations, not a fault; it
+// is why the gradients and updates are compared against the measured noise scale of autocast (above)
+// rather than against f16 rounding alone. The number of such close decisions is printed.
+struct Activations {
+  std::vector<double> z1, z2, f1;  // bn1, bn2 outputs (N, C, H, W); fc1's output before its ReLU (N, 128)
+  Shape s1, s2;
+};
+
+Activations forward_activations(const nn::Module& from, Device dev, Opt which, const Tensor& x) {
+  auto m = models::small_cnn(10, 1, kImage);  // a copy: this forward updates batch-norm running statistics
+  m->load_state_dict(from.state_dict());
+  m->to(dev);
+  m->train();
+  (void)which;
+  NoGradGuard ng;
+  AutocastGuard ac(true, DType::f16);
+  const Tensor xd = to_device(x, dev);
+  const Tensor z1 = (*m->bn1)((*m->conv1)(xd));
+  const Tensor z2 = (*m->bn2)((*m->conv2)(relu(max_pool2d(z1, {2, 2}))));
+  const Tensor f1 = (*m->fc1)(flatten(relu(max_pool2d(z2, {2, 2})), 1));
+  return {host_values(z1), host_values(z2), host_values(f1), z1.sizes(), z2.sizes()};
+}
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+int64_t close_pool_decisions(const std::vector<double>& z, const Shape& s, double margin) {
+  const int64_t H = s[2], W = s[3];
+  int64_t bad = 0;
+  for (int64_t nc = 0; nc < s[0] * s[1]; ++nc)
+    for (int64_t oh = 0; oh < H / 2; ++oh)
+      for (int64_t ow = 0; ow < W / 2; ++ow) {
+        double v[4];
+        for (int k = 0; k < 4; ++k) v[k] = z[(size_t)((nc * H + 2 * oh + k / 2) * W + 2 * ow + k % 2)];
+        std::sort(v, v + 4);
+        if (v[3] < -margin) continue;  // all clearly negative: ReLU stops the gradient, wherever it goes
+        if (v[3] - v[2] < margin || std::fabs(v[3]) < margin) ++bad;
+      }
+  return bad;
+}
+
+void compare_forward(const nn::Module& cpu, const nn::Module& mode, Opt which, const Tensor& x, const char* when) {
+  const Activations a = forward_activations(cpu, Device::cpu(), which, x);
+  const Activations b = forward_activations(mode, kDev, which, x);
+  const double e1 = normwise_err(a.z1, b.z1), e2 = normwise_err(a.z2, b.z2), ef = normwise_err(a.f1, b.f1);
+  CHECK_MESSAGE(e1 <= 8 * kU, when, ": bn1's output differs by ", e1, " (normwise; bound 8 u = ", 8 * kU, ")");
+  CHECK_MESSAGE(e2 <= 8 * kU, when, ": bn2's output differs by ", e2, " (normwise; bound 8 u)");
+  CHECK_MESSAGE(ef <= 8 * kU, when, ": fc1's output differs by ", ef, " (normwise; bound 8 u)");
+  const double d1 = max_diff(a.z1, b.z1), d2 = max_diff(a.z2, b.z2), df = max_diff(a.f1, b.f1);
+  int64_t badf = 0;
+  for (double v : a.f1) badf += std::fabs(v) < 8 * df;
+  MESSAGE(when, ": forward within ", std::max({e1, e2, ef}) / kU, " u of each other (bound 8 u); max-pool / ReLU "
+          "decisions closer than 8 times the backends' difference: ", close_pool_decisions(a.z1, a.s1, 8 * d1), " (pool1), ",
+          close_pool_decisions(a.z2, a.s2, 8 * d2), " (pool2), ", badf, " (fc1's ReLU)");
+}
+
 void run_steps(Opt which) {
   manual_seed(33);
-  auto init_model = models::small_cnn(10, 1, 16);
+  auto init_model = models::small_cnn(10, 1, kImage);
   const NamedTensors init = init_model->state_dict();
-  // Batch 4 of 1x16x16, well-scaled (N(0, 1)), classes spread over 10.
-  const Tensor x = normal({4, 1, 16, 16}, 0.0, 1.0);
+  // Batch 4 of 1 x kImage x kImage (8), well-scaled (N(0, 1)), classes spread over 10.
+  const Tensor x = normal({4, 1, kImage, kImage}, 0.0, 1.0);
   const Tensor y = tensor_from<int64_t>({3, 7, 0, 9}, {4});
 
   auto installed = cuda_on_cpu::install_as_cuda_backend();
@@ -236,13 +312,14 @@ void run_steps(Opt which) {
     // The CPU's --amp step, the CPU mode's on cuda:0, and the CPU's f32 step (the noise scale).
     Side cpu(init, Device::cpu(), which), mode(init, kDev, which), ref(init, Device::cpu(), which, false);
     REQUIRE(mode.model->conv1->weight.device() == kDev);
-    double worst = 0, worst_vs_f32 = 0;
+    double worst = 0, worst_vs_f32 = 0, worst_loss = 0;
     for (int s = 0; s < 2; ++s) {
       CAPTURE(s);
       if (s == 1) {  // step 2 starts every side from the CPU's state after step 1 (momentum / moments set)
         mode.load_from(cpu);
         ref.load_from(cpu);
       }
+      compare_forward(*cpu.model, *mode.model, which, x, s == 0 ? "step 1" : "step 2");
       const train::StepResult rc = cpu.step(x, y, 100 + s, false);
       if (s == 0) (void)op_trace_take(), op_trace_enable(true);
       const train::StepResult rm = mode.step(x, y, 100 + s, false);
@@ -254,17 +331,19 @@ void run_steps(Opt which) {
       CHECK(rc.stepped);
       CHECK(rm.stepped);
       const double le = std::fabs(rc.loss - rm.loss) / std::fabs(rc.loss);
-      const double ln = std::fabs(rc.loss - rr.loss) / std::fabs(rc.loss);
-      CHECK_MESSAGE(within_noise(le, ln, &worst), "step ", s + 1, ": loss ", rc.loss, " (cpu) vs ", rm.loss,
-                    " (CPU mode); f32: ", rr.loss);
+      // The loss is continuous in the forward's values: the f16 bound of compare_forward.
+      CHECK_MESSAGE(le <= 8 * kU, "step ", s + 1, ": loss ", rc.loss, " (cpu) vs ", rm.loss, " (CPU mode), ", le / kU,
+                    " u apart (bound 8 u); f32: ", rr.loss);
+      worst_loss = std::max(worst_loss, le / kU);
       CHECK(rc.loss_scale == 1024.0);  // clean steps: the scale stays, exactly, on both
       CHECK(rm.loss_scale == 1024.0);
       CHECK(cpu.scaler->growth_tracker() == s + 1);
       CHECK(mode.scaler->growth_tracker() == s + 1);
       worst = std::max(worst, compare_sides(cpu, mode, ref, s == 0 ? "step 1" : "step 2", &worst_vs_f32));
     }
-    MESSAGE("largest share of the bound used over two steps (loss, weights, buffers, gradients): ", worst,
-            "; largest distance of an --amp gradient from the f32 step's: ", worst_vs_f32, " (bound 0.5)");
+    MESSAGE("loss: at most ", worst_loss, " u apart (bound 8 u); largest share of the noise bound used over two "
+            "steps (weights, buffers, gradients): ", worst, "; largest distance of an --amp gradient from the f32 "
+            "step's: ", worst_vs_f32, " (bound ", kGradVsF32, ")");
 
     // A step whose gradient holds an inf: the found-inf path skips it on both devices and halves the scale;
     // the parameters stay exactly as they were.
@@ -300,8 +379,8 @@ TEST_CASE("CPU mode step: two --amp --kernels kiln small_cnn steps with AdamW ma
 
 TEST_CASE("CPU mode step: under --kernels vendor the step stops at the first cuDNN call, naming it") {
   manual_seed(34);
-  auto init_model = models::small_cnn(10, 1, 16);
-  const Tensor x = normal({2, 1, 16, 16}, 0.0, 1.0);
+  auto init_model = models::small_cnn(10, 1, kImage);
+  const Tensor x = normal({2, 1, kImage, kImage}, 0.0, 1.0);
   const Tensor y = tensor_from<int64_t>({1, 2}, {2});
   auto installed = cuda_on_cpu::install_as_cuda_backend();
   std::string msg;
@@ -314,9 +393,11 @@ TEST_CASE("CPU mode step: under --kernels vendor the step stops at the first cuD
     }
   }
   INFO("error: " << msg);
-  // The f16 convolution goes to cuDNN under vendor: its handle (runtime_shim.cpp) or, in a build without
-  // cuDNN headers, the convolution entry point says cuDNN is needed.
-  CHECK(msg.find("cudnn") != std::string::npos);
+  // The f16 convolution goes to cuDNN under vendor: its handle (runtime_shim.cpp: "cudnn_handle: a cuDNN
+  // call in the CPU mode") or, in a build without cuDNN (the sanitizer build), the convolution entry point
+  // says cuDNN is needed ("kiln was built without cuDNN; use --kernels kiln").
+  CHECK((msg.find("cudnn_handle: a cuDNN call in the CPU mode") != std::string::npos ||
+         msg.find("conv2d_forward (16-bit) on cuda: kiln was built without cuDNN") != std::string::npos));
 }
 
 TEST_CASE("CPU mode as cuda:0: host memory, memcpy copies and deferred errors, for the install's lifetime only") {
