@@ -196,7 +196,7 @@ bool within_noise(double err_mode, double err_amp, double* ratio) {
 
 // Every value (parameters, buffers, gradients) of the CPU mode against the CPU's --amp step, with the
 // CPU's f32 step as the noise scale; returns the largest share of the bound used.
-double compare_sides(const Side& cpu, const Side& mode, const Side& ref, const char* when, double* worst_vs_f32) {
+double compare_sides(const Side& cpu, const Side& mode, const Side& ref, const std::string& when, double* worst_vs_f32) {
   const auto a = cpu.values(), b = mode.values(), c = ref.values();
   REQUIRE(a.size() == b.size());
   REQUIRE(a.size() == c.size());
@@ -283,7 +283,7 @@ int64_t close_pool_decisions(const std::vector<double>& z, const Shape& s, doubl
   return bad;
 }
 
-void compare_forward(const nn::Module& cpu, const nn::Module& mode, Opt which, const Tensor& x, const char* when) {
+void compare_forward(const nn::Module& cpu, const nn::Module& mode, Opt which, const Tensor& x, const std::string& when) {
   const Activations a = forward_activations(cpu, Device::cpu(), which, x);
   const Activations b = forward_activations(mode, kDev, which, x);
   const double e1 = normwise_err(a.z1, b.z1), e2 = normwise_err(a.z2, b.z2), ef = normwise_err(a.f1, b.f1);
