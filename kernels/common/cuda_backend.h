@@ -8,7 +8,7 @@
 // kiln::cuda_on_cpu::install_as_cuda_backend()). The table exists in every build, KILN_CUDA=OFF
 // included; with none installed, a kernel call on a cuda device throws "cuda kernels are not built in
 // this kiln". One indirect call per op: nothing measurable next to a kernel launch.
-// This header must not include kernels/cpu or kernels/cuda, nor use the bare token c-u-d-a (the CPU
+// This header must not include kernels/cpu or kernels/cuda, nor use the bare name `cuda` in code (the CPU
 // mode's prelude renames it).
 #pragma once
 #include <cstddef>
