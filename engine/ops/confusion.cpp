@@ -5,9 +5,6 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/cpu/confusion.h"
-#if defined(KILN_WITH_CUDA)
-#include "kernels/cuda/confusion_backend.h"
-#endif
 
 namespace kiln {
 

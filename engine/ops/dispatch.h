@@ -9,10 +9,8 @@
 #include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
 #include "kernels/common/strided.h"
+#include "kernels/common/cuda_backend.h"
 #include "kernels/cpu/elementwise.h"
-#if defined(KILN_WITH_CUDA)
-#include "kernels/cuda/backend.h"
-#endif
 
 namespace kiln {
 
@@ -25,12 +23,11 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
 void check_floating(const Tensor& t, const char* op);
 
-// Device dispatch: kiln::cpu::fn or kiln::cuda::fn with the same arguments; nothing on meta.
-#if defined(KILN_WITH_CUDA)
-#define KILN_CUDA_CALL(fn, ...) ::kiln::cuda::fn(__VA_ARGS__)
-#else
-#define KILN_CUDA_CALL(fn, ...) throw ::kiln::Error("cuda kernels are not built in this kiln (KILN_CUDA=OFF)")
-#endif
+// Device dispatch: kiln::cpu::fn, or on a cuda device the same entry of the cuda backend in force
+// (kernels/common/cuda_backend.h: the real backend, or the CPU execution mode in its tests), with the
+// same arguments; nothing on meta. With no cuda backend it throws "cuda kernels are not built in this
+// kiln". `fn` may be a template instance (max_pool2d_forward<T>): the table forwards to fn's T entry.
+#define KILN_CUDA_CALL(fn, ...) ::kiln::cuda_backend_or_throw().fn(__VA_ARGS__)
 #define KILN_DISPATCH(device, fn, ...)                         \
   do {                                                         \
     ::kiln::Device kiln_dev_ = (device);                       \

@@ -5,9 +5,7 @@
 
 #include "engine/ops/dispatch.h"
 #include "kernels/cpu/optim_update.h"
-#ifdef KILN_WITH_CUDA
-#include "kernels/cuda/runtime.h"
-#endif
+#include "kernels/common/cuda_backend.h"
 
 namespace kiln {
 
@@ -35,10 +33,8 @@ void sgd_fused_(Tensor& p, const Tensor& g, Tensor* buf, bool first_step, const 
   float* bp = buf ? buf->data<float>() : nullptr;
   const int64_t n = p.numel();
   {
-#ifdef KILN_WITH_CUDA
-    std::optional<cuda::DeviceGuard> dg;  // a parameter on another GPU than the current one
+    std::optional<CudaDeviceScope> dg;  // a parameter on another GPU than the current one
     if (p.device().is_cuda()) dg.emplace(p.device().index);
-#endif
     KILN_DISPATCH(p.device(), sgd_fused, pp, gp, bp, n, first_step, h);
   }
   p.bump_version();
@@ -60,10 +56,8 @@ void adamw_fused_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const optim:
   float* vp = v.data<float>();
   const int64_t n = p.numel();
   {
-#ifdef KILN_WITH_CUDA
-    std::optional<cuda::DeviceGuard> dg;
+    std::optional<CudaDeviceScope> dg;  // a parameter on another GPU than the current one
     if (p.device().is_cuda()) dg.emplace(p.device().index);
-#endif
     KILN_DISPATCH(p.device(), adamw_fused, pp, gp, mp, vp, n, h);
   }
   p.bump_version();

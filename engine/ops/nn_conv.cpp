@@ -19,11 +19,8 @@
 #include "kernels/common/nn_check.h"
 #include "kernels/cpu/bias.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/common/cuda_backend.h"
 #include "kernels/cpu/conv2d_bf16.h"
-#if defined(KILN_WITH_CUDA)
-#include "kernels/cuda/conv2d_16.h"
-#include "kernels/cuda/kernel_select.h"
-#endif
 
 namespace kiln {
 
@@ -39,26 +36,20 @@ size_t conv_workspace_bytes(const Conv2dDesc& d, DType dt, Device dev) {
 namespace {
 
 // True when a cuda device (or a meta run imitating one) runs this 16-bit convolution on kiln's
-// implicit-GEMM kernels, which need NHWC; cuDNN otherwise (and always in a build without CUDA,
-// where --kernels has no effect).
+// implicit-GEMM kernels, which need NHWC; cuDNN otherwise (and always when no cuda backend is in
+// force, a build without CUDA, where --kernels has no effect). Asks the cuda backend in force
+// (kernels/common/cuda_backend.h: the real one, or the CPU execution mode in its tests).
 bool conv16_uses_kiln(const Conv2dDesc& d, DType dt) {
-#if defined(KILN_WITH_CUDA)
-  return cuda::conv2d_16_uses_kiln(d, dt);
-#else
-  (void)d, (void)dt;
-  return false;
-#endif
+  const CudaBackend* b = cuda_backend();
+  return b && b->conv2d_16_uses_kiln(d, dt);
 }
 
 // True when a cuda device (or a meta run imitating one) adds the 16-bit conv bias and reduces its
 // gradient with kiln's bias kernels (--kernels kiln, kernels/cuda/bias.cu): no f32 copy of dy. Else
 // the generic broadcast add and an f32 sum (kiln's elementwise and reduction kernels).
 bool bias_uses_kiln() {
-#if defined(KILN_WITH_CUDA)
-  return cuda::bias_uses_kiln();
-#else
-  return false;
-#endif
+  const CudaBackend* b = cuda_backend();
+  return b && b->bias_uses_kiln();
 }
 
 bool imitates_cuda(Device dev) { return dev.is_cuda() || (dev.is_meta() && meta_target().is_cuda()); }
@@ -78,13 +69,10 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
   // x: (N, C, H, W), w: (K, C/groups, R, S), both dense in fmt (KRSC for w when nhwc).
   Tensor xk = contiguous(x.detach(), fmt), wk = contiguous(w.detach(), fmt);
   Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, dt, dev, fmt);
-#if defined(KILN_WITH_CUDA)
-  const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
-  {
+  if (cuda_backend()) {  // a backend exists (a CUDA build, or the CPU mode's tests); else nothing to trace
     OpSpanScope span("conv2d_16_forward");  // on meta too, as KILN_DISPATCH's spans (the op trace's inventory)
-    if (dev.is_cuda()) cuda::conv2d_16_forward(d, dt, layout, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
+    if (dev.is_cuda()) cuda_backend()->conv2d_16_forward(d, dt, nhwc, xk.data_ptr(), wk.data_ptr(), y.data_ptr());
   }
-#endif
   // y as (outer, K, inner) for the bias kernels: NCHW (N, K, OH*OW), NHWC (N*OH*OW, K, 1).
   const int64_t bias_outer = nhwc ? d.N * d.out_h() * d.out_w() : d.N, bias_inner = nhwc ? 1 : d.out_h() * d.out_w();
   const bool kiln_bias = b.defined() && bias_uses_kiln();
@@ -101,30 +89,21 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
     Tensor xs = n.saved(0), ws = n.saved(1);
     Tensor dy = contiguous(to_dtype(g[0], dt), fmt);  // (N, K, P, Q) in the compute layout
     std::vector<Tensor> r(3);
-#if defined(KILN_WITH_CUDA)
-    const cuda::ConvLayout layout = nhwc ? cuda::ConvLayout::nhwc : cuda::ConvLayout::nchw;
-#else
-    (void)nhwc;
-#endif
     const bool on_gpu = xs.device().is_cuda();
     if (n.needs_input_grad(0)) {
       Tensor dx = empty(xs.sizes(), dt, xs.device(), fmt);
-#if defined(KILN_WITH_CUDA)
-      {
+      if (cuda_backend()) {
         OpSpanScope span("conv2d_16_backward_input");
-        if (on_gpu) cuda::conv2d_16_backward_input(d, dt, layout, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
+        if (on_gpu) cuda_backend()->conv2d_16_backward_input(d, dt, nhwc, dy.data_ptr(), ws.data_ptr(), dx.data_ptr());
       }
-#endif
       r[0] = back_to_nchw ? contiguous(dx) : dx;
     }
     if (n.needs_input_grad(1)) {
       Tensor dw = empty(ws.sizes(), dt, ws.device(), fmt);
-#if defined(KILN_WITH_CUDA)
-      {
+      if (cuda_backend()) {
         OpSpanScope span("conv2d_16_backward_weight");
-        if (on_gpu) cuda::conv2d_16_backward_weight(d, dt, layout, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
+        if (on_gpu) cuda_backend()->conv2d_16_backward_weight(d, dt, nhwc, xs.data_ptr(), dy.data_ptr(), dw.data_ptr());
       }
-#endif
       r[1] = contiguous(dw);  // parameters and their gradients stay row-major
     }
     (void)on_gpu;

@@ -9,9 +9,6 @@
 #include "engine/ops/upsampling.h"
 #include "kernels/common/upsample_check.h"
 #include "kernels/cpu/conv_transpose2d.h"
-#if defined(KILN_WITH_CUDA)
-#include "kernels/cuda/upsampling_backend.h"
-#endif
 
 namespace kiln {
 

@@ -3,9 +3,7 @@
 
 #include "engine/core/error.h"
 
-#if defined(KILN_WITH_CUDA)
-#include "kernels/cuda/kernel_select.h"
-#endif
+#include "kernels/common/cuda_backend.h"
 
 namespace kiln {
 
@@ -17,14 +15,13 @@ const std::string& check_kernels_option(const std::string& text) {
 
 void apply_kernels_option(const std::string& text, std::ostream& log) {
   check_kernels_option(text);
-#if defined(KILN_WITH_CUDA)
-  kiln::cuda::set_kernel_source(kiln::cuda::parse_kernel_source(text));
-  if (text == "kiln") log << "kernels: kiln's own Tensor Core GEMM and convolution kernels on CUDA devices\n";
-#else
-  if (text == "kiln")
+  if (const CudaBackend* b = cuda_backend()) {  // the cuda backend in force (kernels/common/cuda_backend.h)
+    b->set_kernels_kiln(text == "kiln");
+    if (text == "kiln") log << "kernels: kiln's own Tensor Core GEMM and convolution kernels on CUDA devices\n";
+  } else if (text == "kiln") {
     log << "kernels: --kernels kiln only affects CUDA kernels; this build has no CUDA backend, so the CPU "
            "kernels run as usual\n";
-#endif
+  }
 }
 
 }  // namespace kiln

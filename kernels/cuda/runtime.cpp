@@ -1,6 +1,7 @@
 // CUDA runtime services (see runtime.h): discovery, properties, streams, copies, handles, and the
 // error formatting of check.h. Host code only; compiled with the CUDA build.
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/runtime_hooks.h"
 
 #include <unistd.h>
 
@@ -151,6 +152,10 @@ DeviceGuard::DeviceGuard(int dev) {
 DeviceGuard::~DeviceGuard() {
   if (prev_ >= 0) cudaSetDevice(prev_);  // no throw from a destructor; a failure here resurfaces later
 }
+
+void set_device(int dev) { KILN_CUDA_CHECK(cudaSetDevice(dev), str_cat("cudaSetDevice(", dev, ")")); }
+
+const CudaRuntimeHooks* runtime_hooks() { return real_cuda_runtime_hooks(); }
 
 int current_device() {
   int d = 0;

@@ -1,17 +1,20 @@
-// Issue 33's whole `--amp --kernels kiln` small_cnn step in the CPU mode is not built (docs/gpu-status.md,
-// "The whole step"): this is its inventory. The engine's cuda path of that step is replayed on the meta
-// device imitating cuda:0 (the memory plan's replay: the same op-layer code, kernels skipped) with the op
-// trace on, which names every backend entry point that the step reaches through KILN_DISPATCH, the 16-bit
-// convolution calls and the fused optimizer updates, in order. Each must be one the CPU mode runs with
-// kiln's kernels: the route table below holds the address of the kiln::cuda_on_cpu function that does it
-// under --kernels kiln (so it links only if kiln_cuda_cpu has it); an entry point that only cuBLAS / cuDNN /
-// NCCL serves, or a new one, fails here by name. What it cannot see: the dtype of a call (an f32 GEMM would
-// be cuBLAS; under --amp small_cnn's linear layers are f16) and anything below the entry point.
-// Needs the CUDA build (--kernels kiln exists only there); it says so and passes otherwise.
+// The inventory of issue 33's whole `--amp --kernels kiln` small_cnn step in the CPU mode (the step itself
+// runs in test_cuda_cpu_step.cpp, docs/gpu-status.md "The whole step"). With the CPU mode installed as
+// the cuda backend (kernels/cuda_cpu/install.h), the engine's cuda path of that step is replayed on the
+// meta device imitating cuda:0 (the memory plan's replay: the same op-layer code, kernels skipped) with the
+// op trace on, which names every backend entry point that the step reaches through KILN_DISPATCH, the
+// 16-bit convolution calls and the fused optimizer updates, in order. Each must be one the CPU mode runs
+// with kiln's kernels: the route table below holds the address of the kiln::cuda_on_cpu function that
+// does it under --kernels kiln (so it links only if kiln_cuda_cpu has it), and the installed backend
+// table must hold that same address (the engine reaches that function, not another); an entry point that
+// only cuBLAS / cuDNN / NCCL serves, or a new one, fails here by name. What it cannot see: the dtype of a
+// call (an f32 GEMM would be cuBLAS; under --amp small_cnn's linear layers are f16) and anything below
+// the entry point. Runs in every build (the table exists with KILN_CUDA=OFF too).
 #include <doctest/doctest.h>
 
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,26 +22,25 @@
 #include "engine/core/device.h"
 #include "engine/ops/op_trace.h"
 #include "engine/optim/sgd.h"
+#include "engine/train/kernel_option.h"
 #include "engine/train/memory_predict.h"
+#include "kernels/cuda_cpu/install.h"
 #include "models/small_cnn.h"
-#if defined(KILN_WITH_CUDA)
-#include "kernels/cuda/kernel_select.h"  // the real backend's switch: before the CPU mode's rename
-#endif
 namespace {
 
-#if defined(KILN_WITH_CUDA)
 // The op trace of small_cnn's --amp step (batch 4 of 1x28x28, SGD with momentum, the optimizer state made
-// first, as a run makes it) replayed on meta for cuda:0 with --kernels kiln. Before the CPU mode's
-// headers: `cuda` is renamed after them.
+// first, as a run makes it) replayed on meta for cuda:0 with --kernels kiln, the CPU mode installed.
 std::vector<kiln::OpSpan> kiln_amp_step_trace() {
   using namespace kiln;
   struct Restore {
     ~Restore() {
-      cuda::set_kernel_source(cuda::KernelSource::vendor);
+      std::ostringstream log;
+      apply_kernels_option("vendor", log);
       op_trace_enable(false);
     }
   } restore;
-  cuda::set_kernel_source(cuda::KernelSource::kiln);
+  std::ostringstream log;
+  apply_kernels_option("kiln", log);
   train::PredictOptions po;
   po.batch = 4;
   po.input_shape = {1, 28, 28};
@@ -58,7 +60,6 @@ std::vector<kiln::OpSpan> kiln_amp_step_trace() {
   op_trace_enable(false);
   return op_trace_take();
 }
-#endif
 
 }  // namespace
 
@@ -70,7 +71,6 @@ std::vector<kiln::OpSpan> kiln_amp_step_trace() {
 
 namespace {
 
-#if defined(KILN_WITH_CUDA)
 namespace gpu = kiln::cuda_on_cpu;
 
 template <typename F>
@@ -107,26 +107,44 @@ const std::map<std::string, std::pair<std::string, const void*>>& cpu_mode_route
   };
   return r;
 }
-#endif
+
+// The installed table's entry for a span name (the same names as KILN_DISPATCH's); nullptr if none.
+const void* table_entry(const kiln::CudaBackend& b, const std::string& name) {
+  auto p = [](auto f) { return reinterpret_cast<const void*>(f); };
+  if (name == "conv2d_16_forward") return nullptr;  // wrapped (the layout enum): checked by the step test
+  if (name == "conv2d_16_backward_input" || name == "conv2d_16_backward_weight") return nullptr;
+#define KILN_ENTRY_(fn) \
+  if (name == #fn) return p(b.fn);
+  KILN_CUDA_BACKEND_ENTRIES(KILN_ENTRY_)
+#undef KILN_ENTRY_
+#define KILN_TYPED_ENTRY_(fn) \
+  if (name == #fn "<T>") return p(b.f32.fn);
+  KILN_CUDA_BACKEND_TYPED_ENTRIES(KILN_TYPED_ENTRY_)
+#undef KILN_TYPED_ENTRY_
+  return nullptr;
+}
 
 }  // namespace
 
 TEST_CASE("CPU mode: every backend call of the --amp --kernels kiln small_cnn step has a CPU-mode kernel") {
-#if !defined(KILN_WITH_CUDA)
-  MESSAGE("not checked: --kernels kiln exists only in a CUDA build (this one has KILN_CUDA=OFF)");
-#else
   using kiln::OpSpan;
+  auto installed = gpu::install_as_cuda_backend();
+  const kiln::CudaBackend& table = kiln::cuda_backend_or_throw();
   const std::vector<OpSpan> spans = kiln_amp_step_trace();
   std::map<std::string, int> calls;
   for (const OpSpan& s : spans) ++calls[s.name];
-  std::string table;
+  std::string listing;
   for (const auto& c : calls) {
     const auto it = cpu_mode_routes().find(c.first);
     const bool routed = it != cpu_mode_routes().end() && it->second.second != nullptr;
-    table += c.first + " x" + std::to_string(c.second) + (routed ? " -> " + it->second.first : " (NO CPU-MODE ROUTE)") + "; ";
+    listing += c.first + " x" + std::to_string(c.second) + (routed ? " -> " + it->second.first : " (NO CPU-MODE ROUTE)") + "; ";
     CHECK_MESSAGE(routed, c.first, ": the step calls it and the CPU mode has no kiln kernel for it");
+    // The engine reaches exactly that function through the installed table (the f32 instance for a
+    // template; the 16-bit convolutions are wrapped, their layout flag made the enum).
+    const void* entry = table_entry(table, c.first);
+    if (routed && entry) CHECK_MESSAGE(entry == it->second.second, c.first, ": the installed table holds another function");
   }
-  MESSAGE(spans.size(), " backend calls (model set-up and two steps): ", table);
+  MESSAGE(spans.size(), " backend calls (model set-up and two steps): ", listing);
   // The replay runs two steps (the first, then a steady one): small_cnn's two convolutions each time.
   CHECK(calls["conv2d_16_forward"] == 4);
   CHECK(calls["conv2d_16_backward_weight"] == 4);
@@ -135,5 +153,4 @@ TEST_CASE("CPU mode: every backend call of the --amp --kernels kiln small_cnn st
   CHECK(calls["conv2d_16_backward_input"] == 2);  // conv1's input (the image) needs no gradient
   // small_cnn's 12 f32 parameters (conv1, bn1, conv2, bn2, fc1, fc2: weight and bias each), every one fused
   CHECK(calls["sgd_fused"] == 2 * 12);
-#endif
 }
