@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
                 << kiln::cpu::cpu_isa_name(kiln::cpu::cpu_isa_supported()) << "; KILN_CPU_ISA picks a lower one)\n"
                 << "cpu bf16 conv: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
                 << " (groups 1 with C*R*S >= 16; above 1 thread the weight gradient split between the threads where N*OH*OW "
-                   ">= 256, else through f32; other shapes portable)\n"
+                   ">= 256, else through f32; groups 1 with C*R*S < 16 on kiln's direct kernel at every level; other "
+                   "shapes portable)\n"
                 << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
                 << (kiln::cpu::bf16_path_wanted() == kiln::cpu::Bf16Path::portable
                         ? ""
