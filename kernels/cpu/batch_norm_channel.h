@@ -77,19 +77,6 @@ inline void grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x,
     const T* g = dy + (n * C + c) * HW;
     const T* xp = x + (n * C + c) * HW;
     int64_t i = 0;
-    // two chains per sum while whole blocks of 16 remain (lanes::add_run's order), the second added at the run's end
-    Lanes a2 = {0, 0, 0, 0, 0, 0, 0, 0}, b2 = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (; i + 2 * kLanes <= HW; i += 2 * kLanes) {
-      Lanes gv, xv, gw, xw;
-      load(g + i, gv);
-      load(xp + i, xv);
-      load(g + i + kLanes, gw);
-      load(xp + i + kLanes, xw);
-      a += gv;
-      b += gv * (xv - mean);
-      a2 += gw;
-      b2 += gw * (xw - mean);
-    }
     for (; i + kLanes <= HW; i += kLanes) {
       Lanes gv, xv;
       load(g + i, gv);
@@ -101,8 +88,6 @@ inline void grad_sums(int64_t N, int64_t C, int64_t HW, const T* dy, const T* x,
       a[j] += (double)g[i];
       b[j] += (double)g[i] * ((double)xp[i] - mean);
     }
-    a += a2;
-    b += b2;
   }
   *sum_dy = fold(a);
   *sum_dy_xmu = fold(b);

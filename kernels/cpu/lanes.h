@@ -1,6 +1,6 @@
 // Double sums in 8 independent lanes, shared by the CPU kernels that sum long runs (batch norm's channel
-// sums, the row reductions, the conv bias gradient). Value i of a run goes to lane i % 8 (of one of two vector
-// chains, add_run) and the lanes are added in a fixed order at the end: one dependency chain per lane instead of one for the whole run, so
+// sums, the row reductions, the conv bias gradient). Value i of a run goes to lane i % 8 and the lanes are
+// added in a fixed order at the end: one dependency chain per lane instead of one for the whole run, so
 // the adds pipeline and vectorize (a single chain costs one add per ~4 cycles: measured 10-16% of a
 // small-CNN step in batch norm, 18 ms of a ResNet18 step in the f32 finite check). The order is fixed,
 // so a sum does not depend on the thread count; it differs from a left-to-right sum by rounding only.
@@ -49,42 +49,22 @@ inline void load(const T* p, Lanes& v) {
   }
 }
 
-// acc += p[0, n): value i to lane i % 8 of chain (i / 8) % 2 while whole blocks of 16 remain, then to acc's lane
-// i % 8; the second chain is added to acc at the end of the run. Two chains: one vector add per ~3-4 cycles of
-// latency kept the 16-bit batch norm's sum passes waiting on it (the small CNN's bf16 step, docs/cpu-bf16.md).
+// acc += p[0, n), value i to lane i % 8
 template <typename T>
 inline void add_run(const T* p, int64_t n, Lanes& acc) {
-  Lanes acc2 = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    Lanes v, w;
-    load(p + i, v);
-    load(p + i + kLanes, w);
-    acc += v;
-    acc2 += w;
-  }
   for (; i + kLanes <= n; i += kLanes) {
     Lanes v;
     load(p + i, v);
     acc += v;
   }
   for (int j = 0; i < n; ++i, ++j) acc[j] += (double)p[i];
-  acc += acc2;
 }
 
-// acc += (p[i] - shift)^2 over p[0, n), in add_run's two chains and order
+// acc += (p[i] - shift)^2 over p[0, n), value i to lane i % 8
 template <typename T>
 inline void add_centered_squares(const T* p, int64_t n, double shift, Lanes& acc) {
-  Lanes acc2 = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    Lanes v, w;
-    load(p + i, v);
-    load(p + i + kLanes, w);
-    const Lanes d = v - shift, e = w - shift;
-    acc += d * d;
-    acc2 += e * e;
-  }
   for (; i + kLanes <= n; i += kLanes) {
     Lanes v;
     load(p + i, v);
@@ -95,7 +75,6 @@ inline void add_centered_squares(const T* p, int64_t n, double shift, Lanes& acc
     const double d = (double)p[i] - shift;
     acc[j] += d * d;
   }
-  acc += acc2;
 }
 
 }  // namespace kiln::cpu::lanes
