@@ -81,6 +81,9 @@ TEST_CASE("max_pool2d bf16 on the CPU: the f32 path's output and gradient bits, 
       std::vector<double> dyv(y.numel());
       std::uniform_real_distribution<float> u(-1.f, 1.f);
       for (auto& v : dyv) v = (double)(float)bfloat16(u(g));
+      for (size_t i = 3; i < dyv.size(); i += 53) dyv[i] = -0.0;  // the staged sum makes these +0
+      for (size_t i = 7; i < dyv.size(); i += 71) dyv[i] = NAN;
+      for (size_t i = 9; i < dyv.size(); i += 89) dyv[i] = -INFINITY;
       Tensor dy = to_dtype(tensor_from<double>(dyv, y.sizes()), DType::bf16);
       op_trace_take();
       y.backward(dy);
