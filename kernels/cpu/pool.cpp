@@ -219,29 +219,6 @@ void max_pool2d_backward_bf16(const Pool2dDesc& d, const bfloat16* dy, const int
   const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
   KILN_CHECK(indices != nullptr, "max_pool2d_backward_bf16: indices from the forward are required: ",
              pool2d_desc_str(d));
-  if (is_2x2_s2(d)) {
-    // Windows do not overlap: every dx value has at most one contributor, so dx is written once, no f32 plane.
-    // The staged sum 0 + dy rounded through f32 changes only a NaN (quieted, as half.h does) and -0 (+0): the
-    // staged bits.
-    const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W;
-#pragma omp parallel for schedule(static)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      uint16_t* o = reinterpret_cast<uint16_t*>(dx + pl * HW);
-      const uint16_t* g = reinterpret_cast<const uint16_t*>(dy + pl * OHW);
-      const int64_t* id = indices + pl * OHW;
-      for (int64_t i = 0; i < HW; ++i) o[i] = 0;  // rows and columns past the last window stay 0
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t j = oh * OW + ow, win = 2 * oh * W + 2 * ow;
-          uint16_t b = g[j];
-          if ((b & 0x7fffu) > 0x7f80u) b |= 0x40u;  // quiet a NaN
-          if (b == 0x8000u) b = 0;                  // 0 + -0 is +0 in the staged sum
-          const int64_t t = id[j];
-          if (t == win || t == win + 1 || t == win + W || t == win + W + 1) o[t] = b;
-        }
-    }
-    return;
-  }
 #pragma omp parallel
   {
     std::vector<float> df(HW);
