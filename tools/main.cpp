@@ -350,7 +350,8 @@ int main(int argc, char** argv) {
                 << " (groups 1 with C*R*S >= 16; at 1 thread the weight gradient as im2col + matmul on small strided "
                    "output planes; above 1 thread the weight gradient split between the threads by output "
                    "channel where K >= 32 and N*OH*OW < 256 or x is no larger than dw in f32, else by image where N*OH*OW >= "
-                   "256, else through f32; other shapes portable)\n"
+                   "256, else through f32; groups 1 with C*R*S < 16 on kiln's direct kernel at every level; other "
+                   "shapes portable)\n"
                 << "cpu bf16 matmul/linear: " << kiln::cpu::bf16_path_name(kiln::cpu::bf16_path_wanted())
                 << (kiln::cpu::bf16_path_wanted() == kiln::cpu::Bf16Path::portable
                         ? ""

@@ -18,7 +18,8 @@ recipe). The batch's channels_last copy is inside the timed step (kiln's --chann
 
 Data: pixels / 255, then normalized with the mean and std of the training pixels; training order
 reshuffled every epoch from --seed; no augmentation. Evaluation: model.eval() on the whole test
-split after every epoch. images/s counts training images over training time (evaluation excluded).
+split after every epoch. images/s counts training images over training time (evaluation excluded); train_cpu_s is
+the process's CPU seconds (time.process_time, all threads) over that same training time.
 
 --data may also be a JPEG image folder (train/ and test/ or val/ of class subfolders: what
 `kiln export-images` writes, the main job's data): torchvision's ImageFolder then decodes every image
@@ -168,11 +169,11 @@ def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    accs, losses, train_s, seen = [], [], 0.0, 0
+    accs, losses, train_s, train_cpu_s, seen = [], [], 0.0, 0.0, 0
     total_steps, step = steps_per_epoch * args.epochs, 0
     for _ in range(args.epochs):
         model.train()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         total, n = 0.0, 0
         for x, y in train_batches():
             if args.schedule == "cosine":  # the lr of step `step`, set before it, as kiln does
@@ -187,6 +188,7 @@ def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches
             total += float(loss.detach()) * len(y)
             n += len(y)
         train_s += time.perf_counter() - t0
+        train_cpu_s += time.process_time() - c0
         seen += n
         losses.append(total / n)
         model.eval()
@@ -199,6 +201,7 @@ def fit(args, t_start, num_classes, train_batches, steps_per_epoch, test_batches
         "peer": "torch", "torch": torch.__version__, "model": "small_cnn", "data": args.data, **extra,
         "mode": args.mode, "layout": "channels_last" if cl else "nchw", "config": vars(args), "train_loss": [round(v, 5) for v in losses], "test_acc": accs,
         "wall_s": round(time.perf_counter() - t_start, 2), "train_s": round(train_s, 2),
+        "train_cpu_s": round(train_cpu_s, 3),
         "images_per_s": round(seen / train_s, 1),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "default")}))

@@ -12,7 +12,9 @@
 // bf16 on the CPU (and on meta imitating it) takes oneDNN's matrix-unit kernels when
 // cpu::conv2d_bf16_uses_onednn (kernels/cpu/conv2d_bf16.h: AMX or AVX512-BF16, groups 1): x and w
 // stay bf16 (no f32 staging), and each pass's workspace (oneDNN's reorders and scratchpad) comes from
-// kiln's allocator, the same sizes on meta. f16, and bf16 on the portable path, stage through f32.
+// kiln's allocator, the same sizes on meta. bf16 with a reduction C*R*S below oneDNN's minimum (the small
+// CNN's 1->32 conv1) runs kiln's direct kernel (kernels/cpu/conv2d_bf16_direct.h, cpu::conv2d_bf16_uses_direct):
+// no workspace, no f32 copies. f16, and other bf16 shapes on the portable path, stage through f32.
 #include "engine/core/meta_target.h"
 #include "engine/ops/autocast.h"
 #include "engine/ops/nn_common.h"
@@ -21,6 +23,7 @@
 #include "kernels/cpu/conv2d.h"
 #include "kernels/common/cuda_backend.h"
 #include "kernels/cpu/conv2d_bf16.h"
+#include "kernels/cpu/conv2d_bf16_direct.h"
 
 namespace kiln {
 
@@ -206,6 +209,61 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
   return y;
 }
 
+// bf16 conv2d on the CPU by kiln's direct kernel (or on meta imitating the CPU: the same allocations, no
+// kernels): x, w bf16; b bf16 or f32 (its gradient has its dtype). No workspace and no f32 copies; saves the
+// bf16 x and w. The input gradient is computed only when x needs it (not for a first layer on the data).
+Tensor conv2d_cpu_bf16_direct(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dDesc& d) {
+  using cpu::Bf16Bias;
+  const Device dev = x.device();
+  const bool run = dev.is_cpu();
+  const DType bdt = b.defined() ? b.dtype() : DType::bf16;
+  KILN_CHECK(!b.defined() || b.dtype() == DType::bf16 || b.dtype() == DType::f32, "conv2d: bias ", b.str(),
+             " must be bf16 or f32 with a bf16 input");
+  const Bf16Bias bt = !b.defined() ? Bf16Bias::none : bdt == DType::f32 ? Bf16Bias::f32 : Bf16Bias::bf16;
+  // x: (N, C, H, W), w: (K, C, R, S), b: (K), all contiguous bf16 (b bf16 or f32)
+  Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
+  Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
+  Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, DType::bf16, dev);
+  if (run) {
+    OpSpanScope span("conv2d_bf16_direct_forward");
+    cpu::conv2d_bf16_direct_forward(d, ptr<bfloat16>(xc), ptr<bfloat16>(wc), bc.defined() ? bc.data_ptr() : nullptr,
+                                    bt, ptr<bfloat16>(y));
+  }
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, bt, bdt](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor xs = n.saved(0), ws = n.saved(1);
+    Tensor dy = contiguous(to_dtype(g[0], DType::bf16));  // (N, K, OH, OW)
+    const Device dev = xs.device();
+    const bool run = dev.is_cpu();
+    const Bf16Bias dbt = n.needs_input_grad(2) ? bt : Bf16Bias::none;
+    std::vector<Tensor> r(3);
+    if (n.needs_input_grad(0)) {
+      Tensor dx = empty(xs.sizes(), DType::bf16, dev);
+      if (run) {
+        OpSpanScope span("conv2d_bf16_direct_backward_input");
+        cpu::conv2d_bf16_direct_backward_input(d, ptr<bfloat16>(dy), ptr<bfloat16>(ws), ptr<bfloat16>(dx));
+      }
+      r[0] = dx;
+    }
+    if (n.needs_input_grad(1) || n.needs_input_grad(2)) {
+      Tensor dw = empty(ws.sizes(), DType::bf16, dev);
+      Tensor db = dbt != Bf16Bias::none ? empty({d.K}, bdt, dev) : Tensor();
+      if (run) {
+        OpSpanScope span("conv2d_bf16_direct_backward_weight");
+        cpu::conv2d_bf16_direct_backward_weight(d, ptr<bfloat16>(xs), ptr<bfloat16>(dy), ptr<bfloat16>(dw),
+                                                db.defined() ? db.data_ptr() : nullptr, dbt);
+      }
+      r[1] = dw;
+      r[2] = db;
+    }
+    return r;
+  });
+  if (node) {
+    node->save(xc);
+    node->save(wc);
+  }
+  return y;
+}
+
 }  // namespace
 
 std::vector<int64_t> expand_pair(const std::vector<int64_t>& v, const char* op, const char* what) {
@@ -246,6 +304,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
              " with padding ", d.pad_h, ",", d.pad_w, " and dilation ", d.dil_h, ",", d.dil_w);
   conv2d_check(d, "conv2d");
   if (imitates_cuda(x.device()) && is_16bit(x.dtype())) return conv2d_cuda_16(x, w, b, d);
+  if (x.dtype() == DType::bf16 && cpu::conv2d_bf16_uses_direct(d)) return conv2d_cpu_bf16_direct(x, w, b, d);
   if (x.dtype() == DType::bf16 && cpu::conv2d_bf16_uses_onednn(d)) return conv2d_cpu_bf16(x, w, b, d);
   // 16-bit tensors compute in f32 and round on store (kiln's CPU rule); what is saved for
   // backward stays 16-bit, so --amp halves the activations conv keeps.

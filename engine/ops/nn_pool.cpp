@@ -1,4 +1,7 @@
 // Pooling: max (with indices saved for backward), average, adaptive average. x (N, C, H, W).
+// 16-bit inputs stage through f32 copies, except bf16 max pooling on the CPU (and on meta imitating it):
+// cpu::max_pool2d_forward_bf16 / backward_bf16 give the staged bits without the f32 tensors.
+#include "engine/core/meta_target.h"
 #include "engine/ops/nn_common.h"
 #include "kernels/common/nn_check.h"
 #include "kernels/cpu/pool.h"
@@ -22,6 +25,29 @@ Pool2dDesc pool_desc(const Tensor& x, std::vector<int64_t> k, std::vector<int64_
   return d;
 }
 
+// bf16 max pooling on the CPU (or on meta imitating it: the same allocations, no kernels): y bf16 and the
+// i64 indices, dx bf16; no f32 copies.
+Tensor max_pool2d_bf16_cpu(const Tensor& x, const Pool2dDesc& d) {
+  Tensor xc = contiguous(x.detach());
+  Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, DType::bf16, x.device());
+  Tensor idx = empty(y.sizes(), DType::i64, x.device());
+  if (x.device().is_cpu()) {
+    OpSpanScope span("max_pool2d_forward_bf16");
+    cpu::max_pool2d_forward_bf16(d, ptr<bfloat16>(xc), ptr<bfloat16>(y), ptr<int64_t>(idx));
+  }
+  auto node = record_op("max_pool2d", {x}, {y}, [d](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor idx = n.saved(0);
+    Tensor dy = contiguous(to_dtype(g[0], DType::bf16));
+    Tensor dx = empty({d.N, d.C, d.H, d.W}, DType::bf16, dy.device());
+    if (d.N == 0 || !dy.device().is_cpu()) return std::vector<Tensor>{dx};
+    OpSpanScope span("max_pool2d_backward_bf16");
+    cpu::max_pool2d_backward_bf16(d, ptr<bfloat16>(dy), ptr<int64_t>(idx), ptr<bfloat16>(dx));
+    return std::vector<Tensor>{dx};
+  });
+  if (node) node->save(idx);
+  return y;
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
@@ -30,6 +56,8 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
   if (suggest_memory_format(x) == MemoryFormat::channels_last)  // no NHWC pooling kernel: pool in NCHW and give the output back channels-last
     return contiguous(max_pool2d(contiguous(x), kernel, stride, padding, dilation, ceil_mode),
                       MemoryFormat::channels_last);
+  const bool bf16_cpu = x.dtype() == DType::bf16 && (x.device().is_cpu() || (x.device().is_meta() && !meta_target().is_cuda()));
+  if (bf16_cpu) return max_pool2d_bf16_cpu(x, pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d"));
   if (is_16bit(x.dtype()))
     return to_dtype(max_pool2d(to_dtype(x, DType::f32), kernel, stride, padding, dilation, ceil_mode), x.dtype());
   Pool2dDesc d = pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");

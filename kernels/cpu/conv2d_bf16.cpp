@@ -59,7 +59,7 @@ constexpr size_t kAlign = 64;
 // bf16 kernels beat kiln's f32 ones on every ResNet18 shape (0.05-0.8x the time, the 3-channel 7x7 stem
 // included: 0.5x forward, 0.45x weight gradient) but not on the small CNN's 1->32 3x3 conv (0.98-1.2x forward
 // and weight gradient, 1.7-2x input gradient): a reduction of C*R*S = 9 values per output is too short for
-// the dot-product units. So oneDNN from C*R*S >= 16 on; below that the portable path.
+// the dot-product units. So oneDNN from C*R*S >= 16 on; below that kiln's direct kernel (conv2d_bf16_direct.h).
 constexpr int64_t kMinReduction = 16;
 
 bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {

@@ -10,7 +10,9 @@
 // kiln's threads, or run as kiln's im2col + one oneDNN matmul (im2col): each thread's single-threaded oneDNN
 // call, its reorders, scratchpad and f32 partial, or the col and dy^T buffers, sit in the same one workspace.
 // Only groups == 1 with a reduction C*R*S >= 16 takes this path (conv2d_bf16_uses_onednn, a measured rule);
-// everything else, and every shape on the portable path, is computed by engine/ops/nn_conv.cpp through f32 copies and kiln's f32 kernels.
+// groups == 1 with C*R*S < 16 (the small CNN's conv1) runs kiln's direct kernel (conv2d_bf16_direct.h) on every
+// path; everything else, and C*R*S >= 16 on the portable path, is computed by engine/ops/nn_conv.cpp through f32
+// copies and kiln's f32 kernels.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,13 +1,16 @@
 // Pooling kernels (see pool.h). One OpenMP task per (n, c) plane: planes are independent in both
-// directions, so backward scatters need no atomics.
+// directions, so backward scatters need no atomics. The bf16 max pool runs the f32 plane routines on
+// per-thread f32 copies of one plane (the C++ heap, H*W floats per thread; no tensors).
 #include "kernels/cpu/pool.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "kernels/common/nn_check.h"
+#include "kernels/cpu/bf16_runs.h"
 
 namespace kiln::cpu {
 
@@ -62,17 +65,41 @@ inline void max_pool2x2_s2_row(const T* __restrict a, const T* __restrict b, int
 // compiled for AVX2 / AVX-512 (cpu_isa.h) it took 1.2x / 2x the time on the small CNN's rows of 7 and
 // 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md).
 template <typename T>
+void max_pool2x2_s2_plane(const Pool2dDesc& d, const T* xp, T* yp, int64_t* ip) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W;
+  for (int64_t oh = 0; oh < OH; ++oh)
+    max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
+                       ip ? ip + oh * OW : nullptr);
+}
+
+template <typename T>
 void max_pool2x2_s2(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
-  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W, planes = d.N * d.C;
+  const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* xp = x + pl * d.H * W;
-    T* yp = y + pl * OH * OW;
-    int64_t* ip = indices ? indices + pl * OH * OW : nullptr;
-    for (int64_t oh = 0; oh < OH; ++oh)
-      max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
-                         ip ? ip + oh * OW : nullptr);
+  for (int64_t pl = 0; pl < planes; ++pl)
+    max_pool2x2_s2_plane(d, x + pl * d.H * d.W, y + pl * OH * OW, indices ? indices + pl * OH * OW : nullptr);
+}
+
+bool is_2x2_s2(const Pool2dDesc& d) {
+  return d.kh == 2 && d.kw == 2 && d.stride_h == 2 && d.stride_w == 2 && d.pad_h == 0 && d.pad_w == 0 &&
+         d.dil_h == 1 && d.dil_w == 1 && !d.ceil_mode;
+}
+
+// Outputs whose windows lie inside the plane: [oh_lo, oh_hi) x [ow_lo, ow_hi) (dilation 1 only; empty otherwise).
+struct Interior {
+  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
+};
+Interior interior(const Pool2dDesc& d) {
+  auto inside = [](int64_t pad, int64_t stride, int64_t k, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+    *lo = std::min(out, (pad + stride - 1) / stride);
+    *hi = in + pad - k < 0 ? *lo : std::max(*lo, std::min(out, (in + pad - k) / stride + 1));
+  };
+  Interior r;
+  if (d.dil_h == 1 && d.dil_w == 1) {
+    inside(d.pad_h, d.stride_h, d.kh, d.H, d.out_h(), &r.oh_lo, &r.oh_hi);
+    inside(d.pad_w, d.stride_w, d.kw, d.W, d.out_w(), &r.ow_lo, &r.ow_hi);
   }
+  return r;
 }
 
 // One output of the general window: taps in row order, those outside the plane skipped; PyTorch's
@@ -135,38 +162,74 @@ void max_interior_row(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow0,
   }
 }
 
+// One plane of the general window (in: interior(d)).
+template <typename T>
+void max_pool_plane(const Pool2dDesc& d, const Interior& in, const T* xp, T* yp, int64_t* ip) {
+  const int64_t OH = d.out_h(), OW = d.out_w();
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const bool row_inside = oh >= in.oh_lo && oh < in.oh_hi && in.ow_lo < in.ow_hi;
+    const int64_t a = row_inside ? in.ow_lo : OW, b = row_inside ? in.ow_hi : OW;
+    for (int64_t ow = 0; ow < a; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+    if (row_inside) max_interior_row(d, xp, oh, a, b, yp + oh * OW, ip ? ip + oh * OW : nullptr);
+    for (int64_t ow = b; ow < OW; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
   pool2d_check(d, "max_pool2d_forward");
-  if (d.kh == 2 && d.kw == 2 && d.stride_h == 2 && d.stride_w == 2 && d.pad_h == 0 && d.pad_w == 0 &&
-      d.dil_h == 1 && d.dil_w == 1 && !d.ceil_mode) {
+  if (is_2x2_s2(d)) {
     max_pool2x2_s2(d, x, y, indices);
     return;
   }
   const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
-  // Outputs whose windows lie inside the plane: [lo, hi) per axis (dilation 1 only; empty otherwise).
-  auto inside = [](int64_t pad, int64_t stride, int64_t k, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
-    *lo = std::min(out, (pad + stride - 1) / stride);
-    *hi = in + pad - k < 0 ? *lo : std::max(*lo, std::min(out, (in + pad - k) / stride + 1));
-  };
-  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
-  if (d.dil_h == 1 && d.dil_w == 1) {
-    inside(d.pad_h, d.stride_h, d.kh, d.H, OH, &oh_lo, &oh_hi);
-    inside(d.pad_w, d.stride_w, d.kw, d.W, OW, &ow_lo, &ow_hi);
-  }
+  const Interior in = interior(d);
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* xp = x + pl * d.H * d.W;
-    T* yp = y + pl * OH * OW;
-    int64_t* ip = indices ? indices + pl * OH * OW : nullptr;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      const bool row_inside = oh >= oh_lo && oh < oh_hi && ow_lo < ow_hi;
-      const int64_t a = row_inside ? ow_lo : OW, b = row_inside ? ow_hi : OW;
-      for (int64_t ow = 0; ow < a; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
-      if (row_inside) max_interior_row(d, xp, oh, a, b, yp + oh * OW, ip ? ip + oh * OW : nullptr);
-      for (int64_t ow = b; ow < OW; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+  for (int64_t pl = 0; pl < planes; ++pl)
+    max_pool_plane(d, in, x + pl * d.H * d.W, y + pl * OH * OW, indices ? indices + pl * OH * OW : nullptr);
+}
+
+// bf16: each plane widened to f32 in a per-thread buffer (exact), the f32 plane routines above, the result
+// rounded back (bf16_runs.h: a max is one of its inputs, so only a NaN changes, quieted as half.h does): the
+// same values, indices and bits as staging the tensor through f32 copies, without those tensors.
+void max_pool2d_forward_bf16(const Pool2dDesc& d, const bfloat16* x, bfloat16* y, int64_t* indices) {
+  pool2d_check(d, "max_pool2d_forward_bf16");
+  const int64_t HW = d.H * d.W, OHW = d.out_h() * d.out_w(), planes = d.N * d.C;
+  const bool fast = is_2x2_s2(d);
+  const Interior in = interior(d);
+#pragma omp parallel
+  {
+    std::vector<float> xf(HW), yf(OHW);
+#pragma omp for schedule(static)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      bf16_run_to_f32(xf.data(), x + pl * HW, HW);
+      int64_t* ip = indices ? indices + pl * OHW : nullptr;
+      if (fast) max_pool2x2_s2_plane(d, xf.data(), yf.data(), ip);
+      else max_pool_plane(d, in, xf.data(), yf.data(), ip);
+      f32_run_to_bf16(y + pl * OHW, yf.data(), OHW);
+    }
+  }
+}
+
+// bf16: dx accumulated in an f32 plane (the f32 kernel's order) and rounded once, as the staged path.
+void max_pool2d_backward_bf16(const Pool2dDesc& d, const bfloat16* dy, const int64_t* indices, bfloat16* dx) {
+  pool2d_check(d, "max_pool2d_backward_bf16");
+  const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
+  KILN_CHECK(indices != nullptr, "max_pool2d_backward_bf16: indices from the forward are required: ",
+             pool2d_desc_str(d));
+#pragma omp parallel
+  {
+    std::vector<float> df(HW);
+#pragma omp for schedule(static)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      std::fill(df.begin(), df.end(), 0.f);
+      const bfloat16* g = dy + pl * OHW;
+      const int64_t* id = indices + pl * OHW;
+      for (int64_t o = 0; o < OHW; ++o)
+        if (id[o] >= 0 && id[o] < HW) df[id[o]] += (float)g[o];
+      f32_run_to_bf16(dx + pl * HW, df.data(), HW);
     }
   }
 }

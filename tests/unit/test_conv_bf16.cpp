@@ -4,6 +4,9 @@
 // stride 2, padding, dilation, N=1, odd sizes, 7x7 stems, 1x1; NaN/inf propagation; groups > 1 on the
 // portable path; the AMX request's refusal giving the next lower level; and a bf16 conv forward+backward
 // on the meta device making exactly the CPU run's allocation requests (sequence and peak) per path.
+// The direct kernel (kernels/cpu/conv2d_bf16_direct.h: the small CNN's 1->32 conv1 by rule, every groups-1
+// shape when forced): against f64, NaN/inf, the same bits at every ISA level and thread count, the rule and
+// its override, its op-trace spans, and meta == cpu allocation requests.
 // A case whose path this CPU (or build) lacks prints a SKIP line and passes; every case prints its path.
 #include <doctest/doctest.h>
 
@@ -19,9 +22,11 @@
 #include "engine/core/error.h"
 #include "engine/memory/allocator.h"
 #include "engine/memory/tag.h"
+#include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/conv2d_bf16.h"
+#include "kernels/cpu/conv2d_bf16_direct.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
 #include "support/cpu_paths.h"
@@ -338,8 +343,9 @@ TEST_CASE("conv2d bf16 path portable: forward and gradients against f64") {
   path_case(Bf16Path::portable, "portable");
 }
 
-TEST_CASE("conv2d bf16: groups > 1 and reductions below 16 take the portable path, also when oneDNN is available") {
+TEST_CASE("conv2d bf16: groups > 1 take the portable path, also when oneDNN is available") {
   CHECK_FALSE(cpu::conv2d_bf16_uses_onednn(desc(16, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1)));  // small CNN conv1: C*R*S 9
+  CHECK_FALSE(cpu::conv2d_bf16_uses_direct(desc(2, 8, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2)));
   const Conv2dDesc d = desc(2, 8, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2);
   CHECK_FALSE(cpu::conv2d_bf16_uses_onednn(d));
   std::mt19937 g(7);
@@ -395,4 +401,194 @@ TEST_CASE("conv2d bf16 memory onednn avx512_bf16: meta requests == cpu requests"
 }
 TEST_CASE("conv2d bf16 memory portable: meta requests == cpu requests") {
   memory_case(Bf16Path::portable, "portable");
+}
+
+namespace {
+
+// Forces the direct kernel's choice for a scope (-1 the rule, 0 never, 1 every groups-1 shape).
+struct DirectGuard {
+  explicit DirectGuard(int mode) : old(cpu::set_conv2d_bf16_direct_forced(mode)) {}
+  ~DirectGuard() { cpu::set_conv2d_bf16_direct_forced(old); }
+  int old;
+};
+
+// The direct kernel's spans in the op trace of one run_conv (forward, input gradient, weight gradient).
+struct DirectSpans {
+  int64_t forward = 0, backward_input = 0, backward_weight = 0, other_conv = 0;
+};
+DirectSpans direct_spans() {
+  DirectSpans n;
+  for (const OpSpan& s : op_trace_take()) {
+    const std::string name(s.name);
+    if (name == "conv2d_bf16_direct_forward") ++n.forward;
+    else if (name == "conv2d_bf16_direct_backward_input") ++n.backward_input;
+    else if (name == "conv2d_bf16_direct_backward_weight") ++n.backward_weight;
+    else if (name.find("conv2d") != std::string::npos) ++n.other_conv;
+  }
+  return n;
+}
+
+// The small CNN's conv1 (1->32 3x3, padding 1, 28 px; 2 images), a 1-channel 5x5 stride-2 one and a 1x1 with
+// 15 input channels (C*R*S = 15, the largest the rule takes), beside shapes() (forced).
+std::vector<Shape2> direct_rule_shapes() {
+  return {
+      {desc(2, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1), 0},  // small CNN conv1
+      {desc(3, 1, 11, 9, 7, 3, 5, 2, 2, 1, 2), 1},    // rectangular kernel, stride 2, f32 bias, C*R*S 15
+      {desc(1, 15, 6, 5, 4, 1, 1, 1, 1, 0, 0), 2},    // 1x1 over 15 channels, bf16 bias
+      {desc(2, 1, 9, 10, 3, 3, 3, 1, 3, 2, 0, 2, 1), 0},  // dilation 2 along h, stride 3 along w, padding 2
+  };
+}
+
+void check_direct_numerics(const std::vector<Shape2>& list, std::mt19937& g) {
+  for (const Shape2& sh : list) {
+    const Conv2dDesc& d = sh.d;
+    INFO("N " << d.N << " C " << d.C << " H " << d.H << " W " << d.W << " K " << d.K << " R " << d.R << " S " << d.S
+              << " stride " << d.stride_h << "," << d.stride_w << " bias " << sh.bias);
+    REQUIRE(cpu::conv2d_bf16_uses_direct(d));
+    const std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * d.C * d.R * d.S, g);
+    const std::vector<double> b = sh.bias ? bf16_values(d.K, g) : std::vector<double>();
+    const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+    const Ref r = reference(d, x, w, b, dy);
+    op_trace_enable(true);
+    op_trace_take();
+    const RunOut o = run_conv(sh, x, w, b, dy);
+    const DirectSpans spans = direct_spans();
+    op_trace_enable(false);
+    CHECK(spans.forward == 1);
+    CHECK(spans.backward_input == 1);
+    CHECK(spans.backward_weight == 1);
+    CHECK(spans.other_conv == 0);
+    const double u16 = std::ldexp(1.0, -8);
+    CHECK(check_close(o.y, r.y, r.y_abs, d.C * d.R * d.S + 1, u16, "y") == 0);
+    CHECK(check_close(o.dx, r.dx, r.dx_abs, d.K * d.R * d.S, u16, "dx") == 0);
+    CHECK(check_close(o.dw, r.dw, r.dw_abs, d.N * d.out_h() * d.out_w(), u16, "dw") == 0);
+    if (sh.bias)
+      CHECK(check_close(o.db, r.db, r.db_abs, d.N * d.out_h() * d.out_w(), sh.bias == 1 ? std::ldexp(1.0, -24) : u16,
+                        "db") == 0);
+  }
+}
+
+// y, dw, db bits of one run (x and w as given), to compare ISA levels and thread counts.
+std::vector<double> direct_bits(const Shape2& sh, const std::vector<double>& x, const std::vector<double>& w,
+                                const std::vector<double>& b, const std::vector<double>& dy) {
+  RunOut o = run_conv(sh, x, w, b, dy);
+  std::vector<double> all = o.y;
+  all.insert(all.end(), o.dx.begin(), o.dx.end());
+  all.insert(all.end(), o.dw.begin(), o.dw.end());
+  all.insert(all.end(), o.db.begin(), o.db.end());
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d bf16 direct: the rule, its override and its errors") {
+  DirectGuard rule(-1);
+  CHECK(cpu::conv2d_bf16_uses_direct(desc(128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1)));  // small CNN conv1: C*R*S 9
+  CHECK(cpu::conv2d_bf16_uses_direct(desc(2, 15, 6, 6, 4, 1, 1, 1, 1, 0, 0)));      // 15
+  CHECK_FALSE(cpu::conv2d_bf16_uses_direct(desc(2, 16, 6, 6, 4, 1, 1, 1, 1, 0, 0)));  // 16: oneDNN's rule
+  CHECK_FALSE(cpu::conv2d_bf16_uses_direct(desc(128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1)));  // small CNN conv2
+  CHECK_FALSE(cpu::conv2d_bf16_uses_direct(desc(2, 2, 6, 6, 4, 1, 1, 1, 1, 0, 0, 1, 1, 2)));  // groups 2
+  {
+    DirectGuard on(1);
+    CHECK(cpu::conv2d_bf16_uses_direct(desc(128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1)));
+    CHECK_FALSE(cpu::conv2d_bf16_uses_direct(desc(2, 2, 6, 6, 4, 1, 1, 1, 1, 0, 0, 1, 1, 2)));  // groups: never
+  }
+  {
+    DirectGuard off(0);
+    CHECK_FALSE(cpu::conv2d_bf16_uses_direct(desc(128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1)));
+  }
+  CHECK_THROWS_WITH_AS(cpu::set_conv2d_bf16_direct_forced(2), doctest::Contains("mode 2"), Error);
+  std::vector<bfloat16> x(2 * 2 * 5 * 5), w(4 * 1 * 3 * 3), y(2 * 4 * 5 * 5);
+  CHECK_THROWS_WITH_AS(cpu::conv2d_bf16_direct_forward(desc(2, 2, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2), x.data(),
+                                                       w.data(), nullptr, cpu::Bf16Bias::none, y.data()),
+                       doctest::Contains("conv2d_bf16_direct_forward: groups 2 is not supported"), Error);
+}
+
+TEST_CASE("conv2d bf16 direct: forward and gradients against f64, the same bits at every ISA and thread count") {
+  std::mt19937 g(351);
+  for (int threads : {1, 2}) {
+    cpu::ThreadScope ts(threads);
+    MESSAGE("direct: " << cpu::cpu_model_name() << ", isa " << std::string(cpu::cpu_isa_name(cpu::cpu_isa())) << ", "
+                       << threads << " thread(s)");
+    {
+      DirectGuard rule(-1);
+      check_direct_numerics(direct_rule_shapes(), g);  // by the rule
+    }
+    DirectGuard on(1);
+    std::vector<Shape2> forced;
+    for (const Shape2& sh : shapes())
+      if (sh.d.groups == 1) forced.push_back(sh);
+    check_direct_numerics(forced, g);  // every groups-1 shape of the oneDNN cases, forced
+  }
+  // The same bits at each ISA level this CPU has and at 1 and 2 threads (fixed-order f32 sums).
+  DirectGuard rule(-1);
+  for (const Shape2& sh : direct_rule_shapes()) {
+    const Conv2dDesc& d = sh.d;
+    const std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * d.C * d.R * d.S, g);
+    const std::vector<double> b = sh.bias ? bf16_values(d.K, g) : std::vector<double>();
+    const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+    std::vector<double> first;
+    int runs = 0;
+    for (CpuIsa isa : {CpuIsa::baseline, CpuIsa::avx2, CpuIsa::avx512}) {
+      if ((int)isa > (int)cpu::cpu_isa_supported()) continue;
+      IsaGuard guard(isa);
+      for (int threads : {1, 2}) {
+        cpu::ThreadScope ts(threads);
+        const std::vector<double> bits = direct_bits(sh, x, w, b, dy);
+        if (first.empty()) first = bits;
+        INFO("isa " << std::string(cpu::cpu_isa_name(isa)) << " threads " << threads << " C " << d.C << " K " << d.K);
+        CHECK(bits == first);
+        ++runs;
+      }
+    }
+    CHECK(runs >= 2);
+  }
+}
+
+TEST_CASE("conv2d bf16 direct: NaN and inf in x reach exactly the outputs and weight gradients f64 says") {
+  DirectGuard rule(-1);
+  std::mt19937 g(352);
+  const Shape2 sh{desc(2, 1, 9, 8, 5, 3, 3, 1, 1, 1, 1), 1};
+  const Conv2dDesc& d = sh.d;
+  REQUIRE(cpu::conv2d_bf16_uses_direct(d));
+  std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * 9, g), b = bf16_values(d.K, g);
+  const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+  // a NaN inside, +inf on the left edge (image 1, row 3, column 0), -inf in the last corner
+  x[13] = NAN, x[d.H * d.W + 3 * d.W] = INFINITY, x[2 * d.H * d.W - 1] = -INFINITY;
+  const Ref r = reference(d, x, w, b, dy);
+  const RunOut o = run_conv(sh, x, w, b, dy);
+  int64_t nonfinite = 0, mismatched = 0;
+  for (size_t i = 0; i < r.y.size(); ++i) nonfinite += cls(r.y[i]) != Cls::finite, mismatched += cls(o.y[i]) != cls(r.y[i]);
+  for (size_t i = 0; i < r.dw.size(); ++i) nonfinite += cls(r.dw[i]) != Cls::finite, mismatched += cls(o.dw[i]) != cls(r.dw[i]);
+  CHECK(nonfinite > 20);
+  CHECK(mismatched == 0);
+  // the bias gradient does not see x: finite
+  for (double v : o.db) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("conv2d bf16 memory direct: meta requests == cpu requests") {
+  DirectGuard rule(-1);
+  for (int threads : {1, 2})
+    for (const Conv2dDesc& d : {desc(16, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1), desc(3, 1, 11, 9, 7, 3, 5, 2, 2, 1, 2)}) {
+      cpu::ThreadScope ts(threads);
+      INFO("C " << d.C << " K " << d.K << " threads " << threads);
+      REQUIRE(cpu::conv2d_bf16_uses_direct(d));
+      std::vector<int64_t> cpu_events, meta_events;
+      int64_t cpu_peak = 0, meta_peak = 0;
+      {
+        RequestRecorder rec(Device::cpu());
+        conv_step(Device::cpu(), d);
+        cpu_events = rec.events, cpu_peak = rec.peak;
+        CHECK(rec.live == 0);
+      }
+      {
+        RequestRecorder rec(Device::meta());
+        conv_step(Device::meta(), d);
+        meta_events = rec.events, meta_peak = rec.peak;
+        CHECK(rec.live == 0);
+      }
+      CHECK(cpu_events.size() > 6);
+      CHECK(meta_events == cpu_events);
+      CHECK(meta_peak == cpu_peak);
+    }
 }
