@@ -6,7 +6,7 @@
 // running stats, dweight, dbias within those bounds, y and dx within 1 ulp of X plus the f32 error bound
 // (f32's error is ~2^-16 of X's spacing: the results differ from the exact value's rounding only on a
 // rounding boundary). Adversarial channels: NaN, +inf, -0 and zeros, constant, a mean of 1000 against a
-// spread of 0.2, mixed magnitudes, N*HW not a multiple of the 32 lanes, M = 2 and ~100k values; M = 1 is an
+// spread of 0.2, mixed magnitudes, HW not a multiple of the 16 lanes, M = 2 and ~100k values; M = 1 is an
 // error (HW < 32, channels-last included, takes the double loops: the same bounds hold). Every
 // instruction-set level this CPU has and 1 / 2 threads give the same bits; the op's direct kernels run in
 // NCHW and channels-last; a meta run makes the CPU run's allocation requests.
@@ -305,7 +305,7 @@ TEST_CASE("batch_norm 16-bit CPU kernels: f32 lanes against an f64 reference on 
     int64_t N, C, HW;
   };
   for (const Shape sh : {Shape{"HW 35", 3, 8, 35}, Shape{"HW 1", 5, 8, 1}, Shape{"HW 33", 2, 8, 33},
-                         Shape{"M 2", 2, 8, 1}, Shape{"HW 4 (a 2x2 plane)", 32, 8, 4},
+                         Shape{"M 2", 2, 8, 1}, Shape{"HW 4 (a 2x2 plane)", 32, 8, 4}, Shape{"HW 49 (7x7)", 4, 8, 49},
                          Shape{"M 100352 (8x112x112)", 8, 8, 12544}}) {
     KernelCase kc{sh.name, sh.N, sh.C, sh.HW, adversarial(sh.N, sh.C, sh.HW, rng, true), {}};
     // dy: normal, with a -0, and one NaN in channel 3's gradient too
@@ -379,7 +379,7 @@ void bn_step(Device dev, DType dt, MemoryFormat fmt) {
 
 TEST_CASE("batch_norm 16-bit CPU training op: the direct kernels run, within the f64 bounds, the same bits at every ISA level, thread count and layout") {
   std::mt19937 rng(36);
-  const int64_t N = 3, C = 8, H = 7, W = 5, HW = H * W;  // HW = 35: one vector of 32 lanes + a tail of 3
+  const int64_t N = 3, C = 8, H = 7, W = 5, HW = H * W;  // HW = 35: two vectors of 16 lanes + a tail of 3
   const std::vector<float> xv = adversarial(N, C, HW, rng, true);
   const std::vector<float> gv = adversarial(N, C, HW, rng, false);
   for (DType dt : {DType::bf16, DType::f16})
