@@ -1,17 +1,25 @@
 // Pooling kernels (see pool.h). One OpenMP task per (n, c) plane: planes are independent in both
-// directions, so backward scatters need no atomics.
+// directions, so backward scatters need no atomics. Max pool also runs on 16-bit data (bf16, f16): values
+// widen to f32 on load (exact), compare in f32 and store the winner rounded back (exact: it is one of the
+// inputs; a NaN comes out quieted, as f32 staging gives), the bits of the f32 kernel on the widened data.
 #include "kernels/cpu/pool.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "engine/core/error.h"
+#include "engine/core/half.h"
 #include "kernels/common/nn_check.h"
 
 namespace kiln::cpu {
 
 namespace {
+
+// The type max pool compares in: f32 for 16-bit storage, else the storage type.
+template <typename S>
+using MaxVal = std::conditional_t<std::is_same_v<S, bfloat16> || std::is_same_v<S, half>, float, S>;
 
 // One output row of the 2x2 stride-2 window: rows a and b of the input (2 * OW values each), the row's
 // first tap index `base` in its plane. The taps are visited in the generic loop's order (a[2o], a[2o+1],
@@ -20,32 +28,33 @@ namespace {
 // vectorizes the loop
 // (stride-2 loads and selects; the first tap needs no test: it replaces the -inf start in every case,
 // and a window of -inf keeps it). The winning tap (0-3) goes through a small buffer, then to indices.
-template <typename T>
-inline void max_pool2x2_s2_row(const T* __restrict a, const T* __restrict b, int64_t OW, int64_t W, int64_t base,
-                               T* __restrict y, int64_t* __restrict indices) {
+template <typename S>
+inline void max_pool2x2_s2_row(const S* __restrict a, const S* __restrict b, int64_t OW, int64_t W, int64_t base,
+                               S* __restrict y, int64_t* __restrict indices) {
+  using T = MaxVal<S>;
   constexpr int64_t kChunk = 256;
   int32_t tap[kChunk];
   for (int64_t o0 = 0; o0 < OW; o0 += kChunk) {
     const int64_t n = std::min(kChunk, OW - o0);
-    const T* ar = a + 2 * o0;
-    const T* br = b + 2 * o0;
-    T* yr = y + o0;
+    const S* ar = a + 2 * o0;
+    const S* br = b + 2 * o0;
+    S* yr = y + o0;
     for (int64_t j = 0; j < n; ++j) {
-      T best = ar[2 * j];
+      T best = (T)ar[2 * j];
       int32_t t = 0;
-      const T v1 = ar[2 * j + 1];
+      const T v1 = (T)ar[2 * j + 1];
       const bool m1 = (v1 > best) | (v1 != v1);
       best = m1 ? v1 : best;
       t = m1 ? 1 : t;
-      const T v2 = br[2 * j];
+      const T v2 = (T)br[2 * j];
       const bool m2 = (v2 > best) | (v2 != v2);
       best = m2 ? v2 : best;
       t = m2 ? 2 : t;
-      const T v3 = br[2 * j + 1];
+      const T v3 = (T)br[2 * j + 1];
       const bool m3 = (v3 > best) | (v3 != v3);
       best = m3 ? v3 : best;
       t = m3 ? 3 : t;
-      yr[j] = best;
+      yr[j] = S(best);
       tap[j] = t;
     }
     if (indices) {
@@ -61,13 +70,13 @@ inline void max_pool2x2_s2_row(const T* __restrict a, const T* __restrict b, int
 // of a batch-128 one as a scalar loop with a branch per tap (docs/cpu-profile.md). Baseline SSE2 only:
 // compiled for AVX2 / AVX-512 (cpu_isa.h) it took 1.2x / 2x the time on the small CNN's rows of 7 and
 // 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md).
-template <typename T>
-void max_pool2x2_s2(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
+template <typename S>
+void max_pool2x2_s2(const Pool2dDesc& d, const S* x, S* y, int64_t* indices) {
   const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W, planes = d.N * d.C;
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* xp = x + pl * d.H * W;
-    T* yp = y + pl * OH * OW;
+    const S* xp = x + pl * d.H * W;
+    S* yp = y + pl * OH * OW;
     int64_t* ip = indices ? indices + pl * OH * OW : nullptr;
     for (int64_t oh = 0; oh < OH; ++oh)
       max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
@@ -78,8 +87,9 @@ void max_pool2x2_s2(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
 // One output of the general window: taps in row order, those outside the plane skipped; PyTorch's
 // rule (a larger value or a NaN takes the place, the last NaN wins; the first tap inside starts, so
 // a window of -inf reports it).
-template <typename T>
-inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow, T* y, int64_t* index) {
+template <typename S>
+inline void max_window(const Pool2dDesc& d, const S* xp, int64_t oh, int64_t ow, S* y, int64_t* index) {
+  using T = MaxVal<S>;
   const int64_t h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   T best = -std::numeric_limits<T>::infinity();
   int64_t best_i = -1;
@@ -89,7 +99,7 @@ inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow,
     for (int64_t j = 0; j < d.kw; ++j) {
       const int64_t w = w0 + j * d.dil_w;
       if (w < 0 || w >= d.W) continue;
-      const T v = xp[h * d.W + w];
+      const T v = (T)xp[h * d.W + w];
       if (best_i < 0) best_i = h * d.W + w;  // PyTorch: index of the first tap if all are -inf
       if (v > best || std::isnan(v)) {      // PyTorch's rule: NaN propagates (last NaN wins)
         best = v;
@@ -97,7 +107,7 @@ inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow,
       }
     }
   }
-  *y = best;
+  *y = S(best);
   if (index) *index = best_i;
 }
 
@@ -105,28 +115,29 @@ inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow,
 // written branch-free, one tap at a time over a chunk of outputs (stride-s loads and selects, which
 // the compiler vectorizes); the first tap starts, as in max_window. ResNet's 3x3 stride-2 stem pool
 // took 5.5% of an 8x224 ResNet18 step through max_window alone (perf, 2026-12-03).
-template <typename T>
-void max_interior_row(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow0, int64_t ow1, T* y, int64_t* index) {
+template <typename S>
+void max_interior_row(const Pool2dDesc& d, const S* xp, int64_t oh, int64_t ow0, int64_t ow1, S* y, int64_t* index) {
+  using T = MaxVal<S>;
   constexpr int64_t kChunk = 256;
   T best[kChunk];
   int32_t tap[kChunk];
   const int64_t s = d.stride_w, h0 = oh * d.stride_h - d.pad_h;
   for (int64_t o0 = ow0; o0 < ow1; o0 += kChunk) {
     const int64_t n = std::min(kChunk, ow1 - o0);
-    const T* base = xp + h0 * d.W + o0 * s - d.pad_w;  // tap (0, 0) of output o0
-    for (int64_t o = 0; o < n; ++o) best[o] = base[o * s], tap[o] = 0;
+    const S* base = xp + h0 * d.W + o0 * s - d.pad_w;  // tap (0, 0) of output o0
+    for (int64_t o = 0; o < n; ++o) best[o] = (T)base[o * s], tap[o] = 0;
     for (int64_t i = 0; i < d.kh; ++i)
       for (int64_t j = (i == 0 ? 1 : 0); j < d.kw; ++j) {
-        const T* r = base + i * d.W + j;
+        const S* r = base + i * d.W + j;
         const int32_t t = (int32_t)(i * d.kw + j);
         for (int64_t o = 0; o < n; ++o) {
-          const T v = r[o * s];
+          const T v = (T)r[o * s];
           const bool m = (v > best[o]) | (v != v);
           best[o] = m ? v : best[o];
           tap[o] = m ? t : tap[o];
         }
       }
-    std::copy(best, best + n, y + o0);
+    for (int64_t o = 0; o < n; ++o) y[o0 + o] = S(best[o]);
     if (index) {
       const int64_t first = h0 * d.W - d.pad_w;
       for (int64_t o = 0; o < n; ++o)
@@ -171,9 +182,11 @@ void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices)
   }
 }
 
+namespace {
+
+// The f32 / f64 backward: a scatter per plane.
 template <typename T>
-void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
-  pool2d_check(d, "max_pool2d_backward");
+void max_pool2d_backward_f(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
   const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
   KILN_CHECK(indices != nullptr, "max_pool2d_backward: indices from the forward are required: ", pool2d_desc_str(d));
 #pragma omp parallel for schedule(static)
@@ -184,6 +197,60 @@ void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indice
     const int64_t* id = indices + pl * OHW;
     for (int64_t o = 0; o < OHW; ++o)
       if (id[o] >= 0 && id[o] < HW) dxp[id[o]] += g[o];
+  }
+}
+
+// The 16-bit backward: dx[e] = the f32 sum, in increasing output order, of the dy[o] whose index is e,
+// rounded once to S: the bits of the f32 kernel's scatter (dx32[id[o]] += dy32[o], o increasing) rounded
+// to S, with no f32 plane to scatter into. Gathered per input row h: the outputs whose window rows can hold h
+// (oh in [oh_lo, oh_hi]) are scanned in increasing order, and those whose index lies in row h add into an
+// f32 row buffer (columns in chunks of kCols). Indices must lie in their own window (the forward's do); the
+// contributions are counted, and an index elsewhere is an error naming the op and shape.
+template <typename S>
+void max_pool2d_backward_16(const Pool2dDesc& d, const S* dy, const int64_t* indices, S* dx) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), OHW = OH * OW, H = d.H, W = d.W, HW = H * W, planes = d.N * d.C;
+  constexpr int64_t kCols = 1024;
+  int64_t missed = 0;
+#pragma omp parallel for schedule(static) reduction(+ : missed)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const S* g = dy + pl * OHW;
+    const int64_t* id = indices + pl * OHW;
+    S* dxp = dx + pl * HW;
+    int64_t valid = 0, used = 0;
+    for (int64_t o = 0; o < OHW; ++o) valid += id[o] >= 0 && id[o] < HW;
+    float acc[kCols];
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t lo = h + d.pad_h - (d.kh - 1) * d.dil_h;
+      const int64_t oh_lo = lo <= 0 ? 0 : (lo + d.stride_h - 1) / d.stride_h;
+      const int64_t oh_hi = std::min(OH - 1, (h + d.pad_h) / d.stride_h);
+      for (int64_t w0 = 0; w0 < W; w0 += kCols) {
+        const int64_t nw = std::min(kCols, W - w0), first = h * W + w0;
+        std::fill(acc, acc + nw, 0.0f);
+        for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
+          for (int64_t o = oh * OW; o < (oh + 1) * OW; ++o) {
+            const int64_t e = id[o] - first;
+            if (e >= 0 && e < nw) acc[e] += (float)g[o], ++used;
+          }
+        for (int64_t j = 0; j < nw; ++j) dxp[first + j] = S(acc[j]);
+      }
+    }
+    missed += valid - used;
+  }
+  KILN_CHECK(missed == 0, "max_pool2d_backward: ", missed, " indices lie outside their output's window (16-bit ",
+             "backward gathers each input from the windows that hold it): ", pool2d_desc_str(d));
+}
+
+}  // namespace
+
+template <typename T>
+void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
+  pool2d_check(d, "max_pool2d_backward");
+  if constexpr (!std::is_same_v<MaxVal<T>, T>) {
+    KILN_CHECK(indices != nullptr, "max_pool2d_backward: indices from the forward are required: ",
+               pool2d_desc_str(d));
+    max_pool2d_backward_16(d, dy, indices, dx);
+  } else {
+    max_pool2d_backward_f(d, dy, indices, dx);
   }
 }
 
@@ -292,5 +359,10 @@ void adaptive_avg_pool2d_backward(int64_t N, int64_t C, int64_t H, int64_t W, in
 KILN_INSTANTIATE_POOL(float)
 KILN_INSTANTIATE_POOL(double)
 #undef KILN_INSTANTIATE_POOL
+// CPU only: max pool on 16-bit data (engine/ops/nn_pool.cpp calls these directly, not through KILN_DISPATCH).
+template void max_pool2d_forward<bfloat16>(const Pool2dDesc&, const bfloat16*, bfloat16*, int64_t*);
+template void max_pool2d_backward<bfloat16>(const Pool2dDesc&, const bfloat16*, const int64_t*, bfloat16*);
+template void max_pool2d_forward<half>(const Pool2dDesc&, const half*, half*, int64_t*);
+template void max_pool2d_backward<half>(const Pool2dDesc&, const half*, const int64_t*, half*);
 
 }  // namespace kiln::cpu
