@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -20,6 +21,41 @@ namespace {
 // The type max pool compares in: f32 for 16-bit storage, else the storage type.
 template <typename S>
 using MaxVal = std::conditional_t<std::is_same_v<S, bfloat16> || std::is_same_v<S, half>, float, S>;
+
+// 16-bit <-> f32 runs for the staged planes below: bf16 by its bits (the same formulas as half.h's, NaN
+// quieted, round to nearest even; written branch-free so they vectorize), f16 by its conversions.
+template <typename S>
+inline void widen_run(float* o, const S* x, int64_t n) {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, x + i, sizeof b);
+      const uint32_t u = (uint32_t)b << 16;
+      std::memcpy(o + i, &u, sizeof u);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = (float)x[i];
+  }
+}
+template <typename S>
+inline void narrow_run(S* o, const float* x, int64_t n) {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t f;
+      std::memcpy(&f, x + i, sizeof f);
+      const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+      const uint32_t quiet = (f >> 16) | 0x40u;
+      const uint16_t h = (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+      std::memcpy(static_cast<void*>(o + i), &h, sizeof h);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = S(x[i]);
+  }
+}
+
+// The 16-bit staging happens per plane in kStage f32 values on the stack (64 KiB: ResNet's 112x112 stem
+// plane fits), in cache, instead of through whole f32 copies of the tensors.
+constexpr int64_t kStage = 16384;
 
 // One output row of the 2x2 stride-2 window: rows a and b of the input (2 * OW values each), the row's
 // first tap index `base` in its plane. The taps are visited in the generic loop's order (a[2o], a[2o+1],
@@ -65,24 +101,11 @@ inline void max_pool2x2_s2_row(const S* __restrict a, const S* __restrict b, int
   }
 }
 
-// The 2x2 stride-2 window without padding or dilation (the small CNN's pools): every tap is inside
-// the plane, so no bounds tests. It was 12% of a batch-16 small-CNN step as the general loop and ~10%
+// (max_plane below) The 2x2 stride-2 window without padding or dilation (the small CNN's pools): every
+// tap is inside the plane, so no bounds tests. It was 12% of a batch-16 small-CNN step as the general loop and ~10%
 // of a batch-128 one as a scalar loop with a branch per tap (docs/cpu-profile.md). Baseline SSE2 only:
 // compiled for AVX2 / AVX-512 (cpu_isa.h) it took 1.2x / 2x the time on the small CNN's rows of 7 and
 // 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md).
-template <typename S>
-void max_pool2x2_s2(const Pool2dDesc& d, const S* x, S* y, int64_t* indices) {
-  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W, planes = d.N * d.C;
-#pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const S* xp = x + pl * d.H * W;
-    S* yp = y + pl * OH * OW;
-    int64_t* ip = indices ? indices + pl * OH * OW : nullptr;
-    for (int64_t oh = 0; oh < OH; ++oh)
-      max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
-                         ip ? ip + oh * OW : nullptr);
-  }
-}
 
 // One output of the general window: taps in row order, those outside the plane skipped; PyTorch's
 // rule (a larger value or a NaN takes the place, the last NaN wins; the first tap inside starts, so
@@ -148,38 +171,71 @@ void max_interior_row(const Pool2dDesc& d, const S* xp, int64_t oh, int64_t ow0,
 
 }  // namespace
 
-template <typename T>
-void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
-  pool2d_check(d, "max_pool2d_forward");
-  if (d.kh == 2 && d.kw == 2 && d.stride_h == 2 && d.stride_w == 2 && d.pad_h == 0 && d.pad_w == 0 &&
-      d.dil_h == 1 && d.dil_w == 1 && !d.ceil_mode) {
-    max_pool2x2_s2(d, x, y, indices);
-    return;
-  }
-  const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
-  // Outputs whose windows lie inside the plane: [lo, hi) per axis (dilation 1 only; empty otherwise).
+namespace {
+
+// Which outputs of a plane take which loop: the 2x2 stride-2 rows, or per output row the windows inside the
+// plane, [ow_lo, ow_hi) of rows [oh_lo, oh_hi) (dilation 1 only; empty otherwise), and the general window.
+struct MaxPlan {
+  bool two_by_two = false;
+  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
+};
+MaxPlan max_plan(const Pool2dDesc& d) {
+  MaxPlan p;
+  p.two_by_two = d.kh == 2 && d.kw == 2 && d.stride_h == 2 && d.stride_w == 2 && d.pad_h == 0 && d.pad_w == 0 &&
+                 d.dil_h == 1 && d.dil_w == 1 && !d.ceil_mode;
   auto inside = [](int64_t pad, int64_t stride, int64_t k, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
     *lo = std::min(out, (pad + stride - 1) / stride);
     *hi = in + pad - k < 0 ? *lo : std::max(*lo, std::min(out, (in + pad - k) / stride + 1));
   };
-  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
   if (d.dil_h == 1 && d.dil_w == 1) {
-    inside(d.pad_h, d.stride_h, d.kh, d.H, OH, &oh_lo, &oh_hi);
-    inside(d.pad_w, d.stride_w, d.kw, d.W, OW, &ow_lo, &ow_hi);
+    inside(d.pad_h, d.stride_h, d.kh, d.H, d.out_h(), &p.oh_lo, &p.oh_hi);
+    inside(d.pad_w, d.stride_w, d.kw, d.W, d.out_w(), &p.ow_lo, &p.ow_hi);
   }
+  return p;
+}
+
+// One (n, c) plane: xp (H, W) -> yp (OH, OW), ip (OH, OW) or null.
+template <typename T>
+void max_plane(const Pool2dDesc& d, const MaxPlan& p, const T* xp, T* yp, int64_t* ip) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W;
+  if (p.two_by_two) {
+    for (int64_t oh = 0; oh < OH; ++oh)
+      max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
+                         ip ? ip + oh * OW : nullptr);
+    return;
+  }
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const bool row_inside = oh >= p.oh_lo && oh < p.oh_hi && p.ow_lo < p.ow_hi;
+    const int64_t a = row_inside ? p.ow_lo : OW, b = row_inside ? p.ow_hi : OW;
+    for (int64_t ow = 0; ow < a; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+    if (row_inside) max_interior_row(d, xp, oh, a, b, yp + oh * OW, ip ? ip + oh * OW : nullptr);
+    for (int64_t ow = b; ow < OW; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
+  pool2d_check(d, "max_pool2d_forward");
+  const int64_t HW = d.H * d.W, OHW = d.out_h() * d.out_w(), planes = d.N * d.C;
+  const MaxPlan p = max_plan(d);
+  if constexpr (!std::is_same_v<MaxVal<T>, T>) {
+    if (HW <= kStage && OHW <= kStage) {
+      // 16-bit: each plane widened to f32 on the stack, the f32 plane loop, y rounded back (the staged bits)
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* xp = x + pl * d.H * d.W;
-    T* yp = y + pl * OH * OW;
-    int64_t* ip = indices ? indices + pl * OH * OW : nullptr;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      const bool row_inside = oh >= oh_lo && oh < oh_hi && ow_lo < ow_hi;
-      const int64_t a = row_inside ? ow_lo : OW, b = row_inside ? ow_hi : OW;
-      for (int64_t ow = 0; ow < a; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
-      if (row_inside) max_interior_row(d, xp, oh, a, b, yp + oh * OW, ip ? ip + oh * OW : nullptr);
-      for (int64_t ow = b; ow < OW; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        float xb[kStage], yb[kStage];
+        widen_run(xb, x + pl * HW, HW);
+        max_plane<float>(d, p, xb, yb, indices ? indices + pl * OHW : nullptr);
+        narrow_run(y + pl * OHW, yb, OHW);
+      }
+      return;
     }
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t pl = 0; pl < planes; ++pl)
+    max_plane(d, p, x + pl * HW, y + pl * OHW, indices ? indices + pl * OHW : nullptr);
 }
 
 namespace {
@@ -200,44 +256,28 @@ void max_pool2d_backward_f(const Pool2dDesc& d, const T* dy, const int64_t* indi
   }
 }
 
-// The 16-bit backward: dx[e] = the f32 sum, in increasing output order, of the dy[o] whose index is e,
-// rounded once to S: the bits of the f32 kernel's scatter (dx32[id[o]] += dy32[o], o increasing) rounded
-// to S, with no f32 plane to scatter into. Gathered per input row h: the outputs whose window rows can hold h
-// (oh in [oh_lo, oh_hi]) are scanned in increasing order, and those whose index lies in row h add into an
-// f32 row buffer (columns in chunks of kCols). Indices must lie in their own window (the forward's do); the
-// contributions are counted, and an index elsewhere is an error naming the op and shape.
+// The 16-bit backward: the f32 kernel's scatter (dx32[id[o]] += dy32[o], o increasing, from +0) into an
+// f32 band of kStage values of the plane, rounded once to S: the same sums in the same order, so the bits of
+// the staged path. A plane larger than a band is scattered band by band (each scans all the plane's outputs).
 template <typename S>
 void max_pool2d_backward_16(const Pool2dDesc& d, const S* dy, const int64_t* indices, S* dx) {
-  const int64_t OH = d.out_h(), OW = d.out_w(), OHW = OH * OW, H = d.H, W = d.W, HW = H * W, planes = d.N * d.C;
-  constexpr int64_t kCols = 1024;
-  int64_t missed = 0;
-#pragma omp parallel for schedule(static) reduction(+ : missed)
+  const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
+#pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {
     const S* g = dy + pl * OHW;
     const int64_t* id = indices + pl * OHW;
     S* dxp = dx + pl * HW;
-    int64_t valid = 0, used = 0;
-    for (int64_t o = 0; o < OHW; ++o) valid += id[o] >= 0 && id[o] < HW;
-    float acc[kCols];
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t lo = h + d.pad_h - (d.kh - 1) * d.dil_h;
-      const int64_t oh_lo = lo <= 0 ? 0 : (lo + d.stride_h - 1) / d.stride_h;
-      const int64_t oh_hi = std::min(OH - 1, (h + d.pad_h) / d.stride_h);
-      for (int64_t w0 = 0; w0 < W; w0 += kCols) {
-        const int64_t nw = std::min(kCols, W - w0), first = h * W + w0;
-        std::fill(acc, acc + nw, 0.0f);
-        for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
-          for (int64_t o = oh * OW; o < (oh + 1) * OW; ++o) {
-            const int64_t e = id[o] - first;
-            if (e >= 0 && e < nw) acc[e] += (float)g[o], ++used;
-          }
-        for (int64_t j = 0; j < nw; ++j) dxp[first + j] = S(acc[j]);
+    float acc[kStage];
+    for (int64_t e0 = 0; e0 < HW; e0 += kStage) {
+      const int64_t nb = std::min(kStage, HW - e0);
+      std::fill(acc, acc + nb, 0.0f);
+      for (int64_t o = 0; o < OHW; ++o) {
+        const int64_t e = id[o] - e0;
+        if (e >= 0 && e < nb) acc[e] += (float)g[o];
       }
+      narrow_run(dxp + e0, acc, nb);
     }
-    missed += valid - used;
   }
-  KILN_CHECK(missed == 0, "max_pool2d_backward: ", missed, " indices lie outside their output's window (16-bit ",
-             "backward gathers each input from the windows that hold it): ", pool2d_desc_str(d));
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // f32 kernel, y rounded back; dy widened, the f32 scatter, dx rounded back) and the same indices, on windows
 // 2x2 stride 2 (the small CNN's), 3x3 stride 2 pad 1 (ResNet's stem: overlapping windows, so dx sums), a
 // dilated one and ceil mode, with NaN, +-inf, a window of -inf only, -0 against +0, ties, and 1 and 2
-// threads; an index outside its window is an error; the op runs the direct kernels and a meta run makes the
-// CPU run's allocation requests.
+// threads, planes staged on the stack and planes too large for it; the backward on arbitrary indices; the op
+// runs the direct kernels and a meta run makes the CPU run's allocation requests.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -120,7 +120,9 @@ TEST_CASE("max_pool2d 16-bit CPU kernels: bf16 and f16 give the f32-staged bits 
       {"3x3 stride 2 pad 1, ceil mode", desc(1, 2, 12, 11, 3, 2, 1, 1, true)},
       {"3x3 stride 1 dilation 2 pad 1", desc(1, 2, 9, 9, 3, 1, 1, 2, false)},
       {"2x2 stride 2 ceil mode, odd size", desc(1, 2, 7, 9, 2, 2, 0, 1, true)},
-      {"3x3 stride 2 pad 1, a row wider than the backward's column chunk", desc(1, 1, 5, 2100, 3, 2, 1, 1, false)},
+      // planes over the 16384 values staged on the stack: the direct 16-bit loops, the backward in two bands
+      {"3x3 stride 2 pad 1, a plane of 18900 values", desc(1, 2, 9, 2100, 3, 2, 1, 1, false)},
+      {"2x2 stride 2, a plane of 18900 values", desc(1, 2, 10, 1890, 2, 2, 0, 1, false)},
   };
   for (const PoolCase& pc : cases) {
     check_case<bfloat16>(pc, rng);
@@ -128,12 +130,23 @@ TEST_CASE("max_pool2d 16-bit CPU kernels: bf16 and f16 give the f32-staged bits 
   }
 }
 
-TEST_CASE("max_pool2d 16-bit CPU backward: an index outside its window is an error naming the op and shape") {
-  const Pool2dDesc d = desc(1, 1, 6, 6, 3, 2, 1, 1, false);  // 3x3 output
-  std::vector<bfloat16> dy(9, bfloat16(1.0f)), dx(36);
-  std::vector<int64_t> idx(9, 0);  // all point at (0, 0): outside the windows of outputs 2.. (rows/cols >= 1)
-  CHECK_THROWS_WITH(cpu::max_pool2d_backward<bfloat16>(d, dy.data(), idx.data(), dx.data()),
-                    doctest::Contains("indices lie outside their output's window"));
+TEST_CASE("max_pool2d 16-bit CPU backward: any indices, -1 and out of range skipped, give the f32 kernel's bits") {
+  const Pool2dDesc d = desc(2, 1, 6, 6, 3, 2, 1, 1, false);  // 3x3 output per plane
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<int64_t> any(-3, 40);  // -1.., in range 0..35, and past the plane
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<bfloat16> dy(18), dx(72);
+  std::vector<float> dy32(18), dx32(72);
+  std::vector<int64_t> idx(18);
+  for (int i = 0; i < 18; ++i) {
+    idx[(size_t)i] = i % 5 == 0 ? 7 : any(rng);  // index 7 repeated: a sum of several gradients
+    dy[(size_t)i] = bfloat16(nd(rng)), dy32[(size_t)i] = (float)dy[(size_t)i];
+  }
+  cpu::max_pool2d_backward<bfloat16>(d, dy.data(), idx.data(), dx.data());
+  cpu::max_pool2d_backward<float>(d, dy32.data(), idx.data(), dx32.data());
+  int bad = 0;
+  for (int i = 0; i < 72; ++i) bad += bits16(dx[(size_t)i]) != bits16(bfloat16(dx32[(size_t)i]));
+  CHECK(bad == 0);
 }
 
 TEST_CASE("max_pool2d 16-bit CPU op: the direct kernels run, the staged op's bits, and a meta run makes the CPU run's requests") {
