@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/core/half.h"
 #include "kernels/common/nn_check.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace kiln::cpu {
 
@@ -23,31 +24,57 @@ template <typename S>
 using MaxVal = std::conditional_t<std::is_same_v<S, bfloat16> || std::is_same_v<S, half>, float, S>;
 
 // 16-bit <-> f32 runs for the staged planes below: bf16 by its bits (the same formulas as half.h's, NaN
-// quieted, round to nearest even; written branch-free so they vectorize), f16 by its conversions.
+// quieted, round to nearest even; written branch-free so they vectorize), compiled per instruction set
+// (cpu_isa.h: SSE2 narrows bf16 poorly) with the same bits at every level; f16 by its conversions.
+inline __attribute__((always_inline)) void widen_bf16(float* o, const bfloat16* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    const uint32_t u = (uint32_t)b << 16;
+    std::memcpy(o + i, &u, sizeof u);
+  }
+}
+inline __attribute__((always_inline)) void narrow_bf16(bfloat16* o, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t f;
+    std::memcpy(&f, x + i, sizeof f);
+    const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (f >> 16) | 0x40u;
+    const uint16_t h = (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    std::memcpy(static_cast<void*>(o + i), &h, sizeof h);
+  }
+}
+void widen_bf16_baseline(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
+void narrow_bf16_baseline(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+#if KILN_CPU_ISA_CLONES
+KILN_TARGET_AVX2 void widen_bf16_avx2(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
+KILN_TARGET_AVX2 void narrow_bf16_avx2(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+KILN_TARGET_AVX512 void widen_bf16_avx512(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
+KILN_TARGET_AVX512 void narrow_bf16_avx512(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+#endif
+
 template <typename S>
-inline void widen_run(float* o, const S* x, int64_t n) {
+inline void widen_run(CpuIsa isa, float* o, const S* x, int64_t n) {
   if constexpr (std::is_same_v<S, bfloat16>) {
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t b;
-      std::memcpy(&b, x + i, sizeof b);
-      const uint32_t u = (uint32_t)b << 16;
-      std::memcpy(o + i, &u, sizeof u);
-    }
+#if KILN_CPU_ISA_CLONES
+    if (isa == CpuIsa::avx512) return widen_bf16_avx512(o, x, n);
+    if (isa == CpuIsa::avx2) return widen_bf16_avx2(o, x, n);
+#endif
+    (void)isa;
+    widen_bf16_baseline(o, x, n);
   } else {
     for (int64_t i = 0; i < n; ++i) o[i] = (float)x[i];
   }
 }
 template <typename S>
-inline void narrow_run(S* o, const float* x, int64_t n) {
+inline void narrow_run(CpuIsa isa, S* o, const float* x, int64_t n) {
   if constexpr (std::is_same_v<S, bfloat16>) {
-    for (int64_t i = 0; i < n; ++i) {
-      uint32_t f;
-      std::memcpy(&f, x + i, sizeof f);
-      const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
-      const uint32_t quiet = (f >> 16) | 0x40u;
-      const uint16_t h = (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-      std::memcpy(static_cast<void*>(o + i), &h, sizeof h);
-    }
+#if KILN_CPU_ISA_CLONES
+    if (isa == CpuIsa::avx512) return narrow_bf16_avx512(o, x, n);
+    if (isa == CpuIsa::avx2) return narrow_bf16_avx2(o, x, n);
+#endif
+    (void)isa;
+    narrow_bf16_baseline(o, x, n);
   } else {
     for (int64_t i = 0; i < n; ++i) o[i] = S(x[i]);
   }
@@ -223,12 +250,13 @@ void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices)
   if constexpr (!std::is_same_v<MaxVal<T>, T>) {
     if (HW <= kStage && OHW <= kStage) {
       // 16-bit: each plane widened to f32 on the stack, the f32 plane loop, y rounded back (the staged bits)
+      const CpuIsa isa = cpu_isa_vector(cpu_isa());
 #pragma omp parallel for schedule(static)
       for (int64_t pl = 0; pl < planes; ++pl) {
         float xb[kStage], yb[kStage];
-        widen_run(xb, x + pl * HW, HW);
+        widen_run(isa, xb, x + pl * HW, HW);
         max_plane<float>(d, p, xb, yb, indices ? indices + pl * OHW : nullptr);
-        narrow_run(y + pl * OHW, yb, OHW);
+        narrow_run(isa, y + pl * OHW, yb, OHW);
       }
       return;
     }
@@ -262,6 +290,7 @@ void max_pool2d_backward_f(const Pool2dDesc& d, const T* dy, const int64_t* indi
 template <typename S>
 void max_pool2d_backward_16(const Pool2dDesc& d, const S* dy, const int64_t* indices, S* dx) {
   const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
+  const CpuIsa isa = cpu_isa_vector(cpu_isa());
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl) {
     const S* g = dy + pl * OHW;
@@ -275,7 +304,7 @@ void max_pool2d_backward_16(const Pool2dDesc& d, const S* dy, const int64_t* ind
         const int64_t e = id[o] - e0;
         if (e >= 0 && e < nb) acc[e] += (float)g[o];
       }
-      narrow_run(dxp + e0, acc, nb);
+      narrow_run(isa, dxp + e0, acc, nb);
     }
   }
 }
