@@ -89,9 +89,14 @@ void check_case(const PoolCase& pc, std::mt19937& rng) {
       if (i32[(size_t)o] >= 0) ++hits[(size_t)((o / (d.out_h() * d.out_w())) * d.H * d.W + i32[(size_t)o])];
     for (int h : hits) sums += h > 1;
   }
+  std::vector<cpu::CpuIsa> levels = {cpu::CpuIsa::baseline};  // the bf16 widen / narrow runs per level
+  if ((int)cpu::cpu_isa_supported() >= (int)cpu::CpuIsa::avx2) levels.push_back(cpu::CpuIsa::avx2);
+  if ((int)cpu::cpu_isa_supported() >= (int)cpu::CpuIsa::avx512) levels.push_back(cpu::CpuIsa::avx512);
+  for (cpu::CpuIsa isa : levels)
   for (int threads : {1, 2}) {
+    kiln::test::IsaGuard guard(isa);
     cpu::ThreadScope ts(threads);
-    INFO(pc.name << " threads " << threads);
+    INFO(std::string(pc.name) << " isa " << cpu::cpu_isa_name(isa) << " threads " << threads);
     std::vector<X> y16((size_t)out), dx16((size_t)in);
     std::vector<int64_t> i16((size_t)out);
     cpu::max_pool2d_forward<X>(d, x16.data(), y16.data(), i16.data());
