@@ -14,8 +14,9 @@ namespace kiln {
 namespace {
 
 // A 16-bit training batch norm on the CPU (or on meta imitating the CPU: the same allocations, no kernels):
-// x, y, dy, dx stay 16-bit, the kernels widen on load and round through f32 on store, the bits of the
-// f32-staged path without its copies (measured: the copies were 17% of a ResNet18 bf16 step, docs/cpu-bf16.md).
+// x, y, dy, dx stay 16-bit, the kernels widen on load and compute in f32 lanes (kernels/cpu/batch_norm.h: within
+// a stated bound of the f64 result, not the f32-staged path's bits), without the staged path's copies (measured:
+// the copies were 17% of a ResNet18 bf16 step, docs/cpu-bf16.md).
 // Weight, bias, running stats: f32 (checked by batch_norm). xs: x contiguous in fmt, what backward keeps.
 Tensor batch_norm_cpu_16_train(const Tensor& x, const Tensor& xs, const Tensor& weight, const Tensor& bias,
                                const Tensor& rm, const Tensor& rv, double momentum, double eps, MemoryFormat fmt,

@@ -1,8 +1,8 @@
-// Pooling: max (with indices saved for backward), average, adaptive average. x (N, C, H, W).
-// 16-bit inputs stage through f32 copies, except bf16 max pooling on the CPU (and on meta imitating it):
-// cpu::max_pool2d_forward_bf16 / backward_bf16 give the staged bits without the f32 tensors.
+// Pooling: max (with indices saved for backward), average, adaptive average. x (N, C, H, W). 16-bit
+// max pool runs directly on the CPU; the other 16-bit pools (and max pool on CUDA) stage through f32.
 #include "engine/core/meta_target.h"
 #include "engine/ops/nn_common.h"
+#include "engine/ops/op_trace.h"
 #include "kernels/common/nn_check.h"
 #include "kernels/cpu/pool.h"
 
@@ -25,23 +25,43 @@ Pool2dDesc pool_desc(const Tensor& x, std::vector<int64_t> k, std::vector<int64_
   return d;
 }
 
-// bf16 max pooling on the CPU (or on meta imitating it: the same allocations, no kernels): y bf16 and the
-// i64 indices, dx bf16; no f32 copies.
-Tensor max_pool2d_bf16_cpu(const Tensor& x, const Pool2dDesc& d) {
+// Max pool on a 16-bit x on the CPU (or on meta imitating the CPU: the same allocations, no kernels): the
+// kernels compare in f32 and store the 16-bit winner, the bits of the f32-staged path (x copied to f32, the
+// f32 op, y rounded back; dx the f32 sum rounded) without its copies (x32, y32 in the forward; dy32, dx32 in
+// the backward). The indices are made before y: the staged path (the cuda plan's) makes them before its
+// rounded y, so both targets' requests differ by exactly those copies (tests/unit/test_cuda_plan_diff.cpp).
+Tensor max_pool2d_cpu_16(const Tensor& x, const Pool2dDesc& d) {
+  const Device dev = x.device();
+  const DType xdt = x.dtype();
   Tensor xc = contiguous(x.detach());
-  Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, DType::bf16, x.device());
-  Tensor idx = empty(y.sizes(), DType::i64, x.device());
-  if (x.device().is_cpu()) {
-    OpSpanScope span("max_pool2d_forward_bf16");
-    cpu::max_pool2d_forward_bf16(d, ptr<bfloat16>(xc), ptr<bfloat16>(y), ptr<int64_t>(idx));
+  Tensor idx = empty({d.N, d.C, d.out_h(), d.out_w()}, DType::i64, dev);
+  Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, xdt, dev);
+  if (dev.is_cpu()) {
+    OpSpanScope span("max_pool2d_forward_16");
+    if (xdt == DType::bf16)
+      cpu::max_pool2d_forward<bfloat16>(d, ptr<bfloat16>(xc), ptr<bfloat16>(y), ptr<int64_t>(idx));
+    else
+      cpu::max_pool2d_forward<half>(d, ptr<half>(xc), ptr<half>(y), ptr<int64_t>(idx));
   }
-  auto node = record_op("max_pool2d", {x}, {y}, [d](FunctionNode& n, const std::vector<Tensor>& g) {
+  auto node = record_op("max_pool2d", {x}, {y}, [d, xdt](FunctionNode& n, const std::vector<Tensor>& g) {
     Tensor idx = n.saved(0);
-    Tensor dy = contiguous(to_dtype(g[0], DType::bf16));
-    Tensor dx = empty({d.N, d.C, d.H, d.W}, DType::bf16, dy.device());
-    if (d.N == 0 || !dy.device().is_cpu()) return std::vector<Tensor>{dx};
-    OpSpanScope span("max_pool2d_backward_bf16");
-    cpu::max_pool2d_backward_bf16(d, ptr<bfloat16>(dy), ptr<int64_t>(idx), ptr<bfloat16>(dx));
+    // dy in x's dtype (another dtype is rounded to it: the staged path would round its f32 dx the same way
+    // only when dy is x's dtype, so a gradient of another dtype is computed in f32 as before)
+    if (g[0].dtype() != xdt) {
+      Tensor dy = contiguous(to_dtype(g[0], DType::f32));
+      Tensor dx = empty({d.N, d.C, d.H, d.W}, DType::f32, dy.device());
+      if (d.N > 0 && dy.device().is_cpu())
+        cpu::max_pool2d_backward<float>(d, ptr<float>(dy), ptr<int64_t>(idx), ptr<float>(dx));
+      return std::vector<Tensor>{to_dtype(dx, xdt)};
+    }
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty({d.N, d.C, d.H, d.W}, xdt, dy.device());
+    if (d.N == 0 || !dy.device().is_cpu()) return std::vector<Tensor>{dx};  // no sample, or meta: no kernel
+    OpSpanScope span("max_pool2d_backward_16");
+    if (xdt == DType::bf16)
+      cpu::max_pool2d_backward<bfloat16>(d, ptr<bfloat16>(dy), ptr<int64_t>(idx), ptr<bfloat16>(dx));
+    else
+      cpu::max_pool2d_backward<half>(d, ptr<half>(dy), ptr<int64_t>(idx), ptr<half>(dx));
     return std::vector<Tensor>{dx};
   });
   if (node) node->save(idx);
@@ -56,10 +76,12 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
   if (suggest_memory_format(x) == MemoryFormat::channels_last)  // no NHWC pooling kernel: pool in NCHW and give the output back channels-last
     return contiguous(max_pool2d(contiguous(x), kernel, stride, padding, dilation, ceil_mode),
                       MemoryFormat::channels_last);
-  const bool bf16_cpu = x.dtype() == DType::bf16 && (x.device().is_cpu() || (x.device().is_meta() && !meta_target().is_cuda()));
-  if (bf16_cpu) return max_pool2d_bf16_cpu(x, pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d"));
-  if (is_16bit(x.dtype()))
+  if (is_16bit(x.dtype())) {
+    if (x.device().is_cpu() || (x.device().is_meta() && !meta_target().is_cuda()))
+      return max_pool2d_cpu_16(x, pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d"));
+    // CUDA (and meta imitating it) stages through f32
     return to_dtype(max_pool2d(to_dtype(x, DType::f32), kernel, stride, padding, dilation, ceil_mode), x.dtype());
+  }
   Pool2dDesc d = pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
   Tensor xc = contiguous(x.detach());
   Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, x.dtype(), x.device());

@@ -6,13 +6,21 @@
 // the subtraction of shift cannot remove (tests/parity/test_parity_bn_precision.cpp). This is more
 // precise than PyTorch's CPU kernel (which uses the scale/shift form), deliberately. The training loops
 // run in the machine's best instruction set (batch_norm_train.inc, cpu_isa.h), the same bits in each.
+// The 16-bit training kernels (*_16) run their sums and outputs in f32 lanes instead where a channel's
+// runs hold at least 32 values (batch_norm_channel16.h: its error bound, and why f32 suffices for 8- and
+// 11-bit results); shorter runs keep the double loops.
 #include "kernels/cpu/batch_norm.h"
 
 #include <cmath>
 
 #include "engine/core/error.h"
 #include "kernels/cpu/batch_norm_channel.h"
+#include "kernels/cpu/batch_norm_channel16.h"
 #include "kernels/cpu/cpu_isa.h"
+
+// batch_norm_channel16.h's always-inlined helpers pass 64-byte vectors by value: GCC's ABI note about that
+// (-Wpsabi, given where the templates are instantiated) concerns no call that exists.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace kiln::cpu {
 
@@ -96,8 +104,28 @@ template <typename X>
 void batch_norm_forward_train_16(int64_t N, int64_t C, int64_t HW, const X* x, const float* gamma, const float* beta,
                                  double eps, X* y, float* save_mean, float* save_invstd, float* running_mean,
                                  float* running_var, double momentum) {
-  forward_train_any(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var, momentum,
-                    "batch_norm_forward_train_16");
+  const char* op = "batch_norm_forward_train_16";
+  // Runs shorter than one f32 vector (channels-last data is (N*H*W, C, 1); 2x2 and 4x4 planes) keep the
+  // double loops, which take short runs value by value: padded to 32 lanes they would do up to 32x the work.
+  if (HW < bn16::kMinRun)
+    return forward_train_any(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var,
+                             momentum, op);
+  check_sizes(N, C, HW, op);
+  KILN_CHECK(N * HW > 1, op, ": expected more than 1 value per channel when training, got input (", N, ", ", C, ", ",
+             HW, ")");
+#if KILN_CPU_ISA_CLONES
+  switch (cpu_isa_vector(cpu_isa())) {
+    case CpuIsa::avx512:
+      return forward_train_16_avx512(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean,
+                                     running_var, momentum);
+    case CpuIsa::avx2:
+      return forward_train_16_avx2(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean,
+                                   running_var, momentum);
+    default: break;
+  }
+#endif
+  forward_train_16_baseline(N, C, HW, x, gamma, beta, eps, y, save_mean, save_invstd, running_mean, running_var,
+                            momentum);
 }
 
 template <typename T>
@@ -127,8 +155,20 @@ template <typename X>
 void batch_norm_backward_train_16(int64_t N, int64_t C, int64_t HW, const X* dy, const X* x, const float* gamma,
                                   const float* save_mean, const float* save_invstd, X* dx, float* dgamma,
                                   float* dbeta) {
-  backward_train_any(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                     "batch_norm_backward_train_16");
+  if (HW < bn16::kMinRun)  // as the forward
+    return backward_train_any(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+                              "batch_norm_backward_train_16");
+  check_sizes(N, C, HW, "batch_norm_backward_train_16");
+#if KILN_CPU_ISA_CLONES
+  switch (cpu_isa_vector(cpu_isa())) {
+    case CpuIsa::avx512:
+      return backward_train_16_avx512(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    case CpuIsa::avx2:
+      return backward_train_16_avx2(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    default: break;
+  }
+#endif
+  backward_train_16_baseline(N, C, HW, dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 template <typename T>

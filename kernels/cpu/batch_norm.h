@@ -11,8 +11,10 @@ namespace kiln::cpu {
 #include "kernels/common/api/batch_norm.inc"
 
 // CPU only: the training forward and backward on 16-bit data (X = half or bfloat16: x, y, dy, dx) with
-// f32 parameters and statistics, the same bits as copying the data to f32, running the f32 kernels and
-// rounding y / dx to X (no f32 copies: the autocast step's batch norms read and write bf16 directly).
+// f32 parameters and statistics, no f32 copies (the autocast step's batch norms read and write bf16
+// directly). With HW >= 32 the sums and outputs run in f32 lanes (batch_norm_channel16.h): within a stated
+// bound of the f64 result (y, dx: the exact value's rounding to X or a neighbour of it), not the bits of the
+// f32 kernels; shorter runs (channels-last data, HW = 1) take the double loops of the f32 kernels.
 template <typename X>
 void batch_norm_forward_train_16(int64_t N, int64_t C, int64_t HW, const X* x, const float* gamma, const float* beta,
                                  double eps, X* y, float* save_mean, float* save_invstd, float* running_mean,

@@ -3,7 +3,8 @@
 // compute the same bits from the same sums. x, dy, y: (N, C, HW) contiguous; channel c is the N
 // strided runs x[n, c, 0:HW]. The data (x, y, dy, dx: type X) may be 16-bit while the parameters and
 // statistics (type T) are f32: a 16-bit value is widened exactly on load and a result is rounded to f32
-// first and then to 16 bits, the same bits as staging the data through f32 copies. Private to
+// first and then to 16 bits, the same bits as staging the data through f32 copies (the 16-bit training
+// kernels use this only for runs shorter than 32 values; longer ones: batch_norm_channel16.h). Private to
 // kernels/cpu; no allocation, no threads.
 #pragma once
 #include <cmath>

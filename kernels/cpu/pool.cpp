@@ -1,20 +1,88 @@
 // Pooling kernels (see pool.h). One OpenMP task per (n, c) plane: planes are independent in both
-// directions, so backward scatters need no atomics. The bf16 max pool runs the f32 plane routines on
-// per-thread f32 copies of one plane (the C++ heap, H*W floats per thread; no tensors).
+// directions, so backward scatters need no atomics. Max pool also runs on 16-bit data (bf16, f16): values
+// widen to f32 on load (exact), compare in f32 and store the winner rounded back (exact: it is one of the
+// inputs; a NaN comes out quieted, as f32 staging gives), the bits of the f32 kernel on the widened data.
 #include "kernels/cpu/pool.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
-#include <vector>
+#include <type_traits>
 
 #include "engine/core/error.h"
+#include "engine/core/half.h"
 #include "kernels/common/nn_check.h"
-#include "kernels/cpu/bf16_runs.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace kiln::cpu {
 
 namespace {
+
+// The type max pool compares in: f32 for 16-bit storage, else the storage type.
+template <typename S>
+using MaxVal = std::conditional_t<std::is_same_v<S, bfloat16> || std::is_same_v<S, half>, float, S>;
+
+// 16-bit <-> f32 runs for the staged planes below: bf16 by its bits (the same formulas as half.h's, NaN
+// quieted, round to nearest even; written branch-free so they vectorize), compiled per instruction set
+// (cpu_isa.h: SSE2 narrows bf16 poorly) with the same bits at every level; f16 by its conversions.
+inline __attribute__((always_inline)) void widen_bf16(float* o, const bfloat16* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    const uint32_t u = (uint32_t)b << 16;
+    std::memcpy(o + i, &u, sizeof u);
+  }
+}
+inline __attribute__((always_inline)) void narrow_bf16(bfloat16* o, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t f;
+    std::memcpy(&f, x + i, sizeof f);
+    const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (f >> 16) | 0x40u;
+    const uint16_t h = (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    std::memcpy(static_cast<void*>(o + i), &h, sizeof h);
+  }
+}
+void widen_bf16_baseline(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
+void narrow_bf16_baseline(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+#if KILN_CPU_ISA_CLONES
+KILN_TARGET_AVX2 void widen_bf16_avx2(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
+KILN_TARGET_AVX2 void narrow_bf16_avx2(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+KILN_TARGET_AVX512 void widen_bf16_avx512(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
+KILN_TARGET_AVX512 void narrow_bf16_avx512(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+#endif
+
+template <typename S>
+inline void widen_run(CpuIsa isa, float* o, const S* x, int64_t n) {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+#if KILN_CPU_ISA_CLONES
+    if (isa == CpuIsa::avx512) return widen_bf16_avx512(o, x, n);
+    if (isa == CpuIsa::avx2) return widen_bf16_avx2(o, x, n);
+#endif
+    (void)isa;
+    widen_bf16_baseline(o, x, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = (float)x[i];
+  }
+}
+template <typename S>
+inline void narrow_run(CpuIsa isa, S* o, const float* x, int64_t n) {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+#if KILN_CPU_ISA_CLONES
+    if (isa == CpuIsa::avx512) return narrow_bf16_avx512(o, x, n);
+    if (isa == CpuIsa::avx2) return narrow_bf16_avx2(o, x, n);
+#endif
+    (void)isa;
+    narrow_bf16_baseline(o, x, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = S(x[i]);
+  }
+}
+
+// The 16-bit staging happens per plane in kStage f32 values on the stack (64 KiB: ResNet's 112x112 stem
+// plane fits), in cache, instead of through whole f32 copies of the tensors.
+constexpr int64_t kStage = 16384;
 
 // One output row of the 2x2 stride-2 window: rows a and b of the input (2 * OW values each), the row's
 // first tap index `base` in its plane. The taps are visited in the generic loop's order (a[2o], a[2o+1],
@@ -23,32 +91,33 @@ namespace {
 // vectorizes the loop
 // (stride-2 loads and selects; the first tap needs no test: it replaces the -inf start in every case,
 // and a window of -inf keeps it). The winning tap (0-3) goes through a small buffer, then to indices.
-template <typename T>
-inline void max_pool2x2_s2_row(const T* __restrict a, const T* __restrict b, int64_t OW, int64_t W, int64_t base,
-                               T* __restrict y, int64_t* __restrict indices) {
+template <typename S>
+inline void max_pool2x2_s2_row(const S* __restrict a, const S* __restrict b, int64_t OW, int64_t W, int64_t base,
+                               S* __restrict y, int64_t* __restrict indices) {
+  using T = MaxVal<S>;
   constexpr int64_t kChunk = 256;
   int32_t tap[kChunk];
   for (int64_t o0 = 0; o0 < OW; o0 += kChunk) {
     const int64_t n = std::min(kChunk, OW - o0);
-    const T* ar = a + 2 * o0;
-    const T* br = b + 2 * o0;
-    T* yr = y + o0;
+    const S* ar = a + 2 * o0;
+    const S* br = b + 2 * o0;
+    S* yr = y + o0;
     for (int64_t j = 0; j < n; ++j) {
-      T best = ar[2 * j];
+      T best = (T)ar[2 * j];
       int32_t t = 0;
-      const T v1 = ar[2 * j + 1];
+      const T v1 = (T)ar[2 * j + 1];
       const bool m1 = (v1 > best) | (v1 != v1);
       best = m1 ? v1 : best;
       t = m1 ? 1 : t;
-      const T v2 = br[2 * j];
+      const T v2 = (T)br[2 * j];
       const bool m2 = (v2 > best) | (v2 != v2);
       best = m2 ? v2 : best;
       t = m2 ? 2 : t;
-      const T v3 = br[2 * j + 1];
+      const T v3 = (T)br[2 * j + 1];
       const bool m3 = (v3 > best) | (v3 != v3);
       best = m3 ? v3 : best;
       t = m3 ? 3 : t;
-      yr[j] = best;
+      yr[j] = S(best);
       tap[j] = t;
     }
     if (indices) {
@@ -59,54 +128,18 @@ inline void max_pool2x2_s2_row(const T* __restrict a, const T* __restrict b, int
   }
 }
 
-// The 2x2 stride-2 window without padding or dilation (the small CNN's pools): every tap is inside
-// the plane, so no bounds tests. It was 12% of a batch-16 small-CNN step as the general loop and ~10%
+// (max_plane below) The 2x2 stride-2 window without padding or dilation (the small CNN's pools): every
+// tap is inside the plane, so no bounds tests. It was 12% of a batch-16 small-CNN step as the general loop and ~10%
 // of a batch-128 one as a scalar loop with a branch per tap (docs/cpu-profile.md). Baseline SSE2 only:
 // compiled for AVX2 / AVX-512 (cpu_isa.h) it took 1.2x / 2x the time on the small CNN's rows of 7 and
 // 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md).
-template <typename T>
-void max_pool2x2_s2_plane(const Pool2dDesc& d, const T* xp, T* yp, int64_t* ip) {
-  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W;
-  for (int64_t oh = 0; oh < OH; ++oh)
-    max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
-                       ip ? ip + oh * OW : nullptr);
-}
-
-template <typename T>
-void max_pool2x2_s2(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
-  const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
-#pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl)
-    max_pool2x2_s2_plane(d, x + pl * d.H * d.W, y + pl * OH * OW, indices ? indices + pl * OH * OW : nullptr);
-}
-
-bool is_2x2_s2(const Pool2dDesc& d) {
-  return d.kh == 2 && d.kw == 2 && d.stride_h == 2 && d.stride_w == 2 && d.pad_h == 0 && d.pad_w == 0 &&
-         d.dil_h == 1 && d.dil_w == 1 && !d.ceil_mode;
-}
-
-// Outputs whose windows lie inside the plane: [oh_lo, oh_hi) x [ow_lo, ow_hi) (dilation 1 only; empty otherwise).
-struct Interior {
-  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
-};
-Interior interior(const Pool2dDesc& d) {
-  auto inside = [](int64_t pad, int64_t stride, int64_t k, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
-    *lo = std::min(out, (pad + stride - 1) / stride);
-    *hi = in + pad - k < 0 ? *lo : std::max(*lo, std::min(out, (in + pad - k) / stride + 1));
-  };
-  Interior r;
-  if (d.dil_h == 1 && d.dil_w == 1) {
-    inside(d.pad_h, d.stride_h, d.kh, d.H, d.out_h(), &r.oh_lo, &r.oh_hi);
-    inside(d.pad_w, d.stride_w, d.kw, d.W, d.out_w(), &r.ow_lo, &r.ow_hi);
-  }
-  return r;
-}
 
 // One output of the general window: taps in row order, those outside the plane skipped; PyTorch's
 // rule (a larger value or a NaN takes the place, the last NaN wins; the first tap inside starts, so
 // a window of -inf reports it).
-template <typename T>
-inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow, T* y, int64_t* index) {
+template <typename S>
+inline void max_window(const Pool2dDesc& d, const S* xp, int64_t oh, int64_t ow, S* y, int64_t* index) {
+  using T = MaxVal<S>;
   const int64_t h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   T best = -std::numeric_limits<T>::infinity();
   int64_t best_i = -1;
@@ -116,7 +149,7 @@ inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow,
     for (int64_t j = 0; j < d.kw; ++j) {
       const int64_t w = w0 + j * d.dil_w;
       if (w < 0 || w >= d.W) continue;
-      const T v = xp[h * d.W + w];
+      const T v = (T)xp[h * d.W + w];
       if (best_i < 0) best_i = h * d.W + w;  // PyTorch: index of the first tap if all are -inf
       if (v > best || std::isnan(v)) {      // PyTorch's rule: NaN propagates (last NaN wins)
         best = v;
@@ -124,7 +157,7 @@ inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow,
       }
     }
   }
-  *y = best;
+  *y = S(best);
   if (index) *index = best_i;
 }
 
@@ -132,28 +165,29 @@ inline void max_window(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow,
 // written branch-free, one tap at a time over a chunk of outputs (stride-s loads and selects, which
 // the compiler vectorizes); the first tap starts, as in max_window. ResNet's 3x3 stride-2 stem pool
 // took 5.5% of an 8x224 ResNet18 step through max_window alone (perf, 2026-12-03).
-template <typename T>
-void max_interior_row(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow0, int64_t ow1, T* y, int64_t* index) {
+template <typename S>
+void max_interior_row(const Pool2dDesc& d, const S* xp, int64_t oh, int64_t ow0, int64_t ow1, S* y, int64_t* index) {
+  using T = MaxVal<S>;
   constexpr int64_t kChunk = 256;
   T best[kChunk];
   int32_t tap[kChunk];
   const int64_t s = d.stride_w, h0 = oh * d.stride_h - d.pad_h;
   for (int64_t o0 = ow0; o0 < ow1; o0 += kChunk) {
     const int64_t n = std::min(kChunk, ow1 - o0);
-    const T* base = xp + h0 * d.W + o0 * s - d.pad_w;  // tap (0, 0) of output o0
-    for (int64_t o = 0; o < n; ++o) best[o] = base[o * s], tap[o] = 0;
+    const S* base = xp + h0 * d.W + o0 * s - d.pad_w;  // tap (0, 0) of output o0
+    for (int64_t o = 0; o < n; ++o) best[o] = (T)base[o * s], tap[o] = 0;
     for (int64_t i = 0; i < d.kh; ++i)
       for (int64_t j = (i == 0 ? 1 : 0); j < d.kw; ++j) {
-        const T* r = base + i * d.W + j;
+        const S* r = base + i * d.W + j;
         const int32_t t = (int32_t)(i * d.kw + j);
         for (int64_t o = 0; o < n; ++o) {
-          const T v = r[o * s];
+          const T v = (T)r[o * s];
           const bool m = (v > best[o]) | (v != v);
           best[o] = m ? v : best[o];
           tap[o] = m ? t : tap[o];
         }
       }
-    std::copy(best, best + n, y + o0);
+    for (int64_t o = 0; o < n; ++o) y[o0 + o] = S(best[o]);
     if (index) {
       const int64_t first = h0 * d.W - d.pad_w;
       for (int64_t o = 0; o < n; ++o)
@@ -162,13 +196,44 @@ void max_interior_row(const Pool2dDesc& d, const T* xp, int64_t oh, int64_t ow0,
   }
 }
 
-// One plane of the general window (in: interior(d)).
+}  // namespace
+
+namespace {
+
+// Which outputs of a plane take which loop: the 2x2 stride-2 rows, or per output row the windows inside the
+// plane, [ow_lo, ow_hi) of rows [oh_lo, oh_hi) (dilation 1 only; empty otherwise), and the general window.
+struct MaxPlan {
+  bool two_by_two = false;
+  int64_t oh_lo = 0, oh_hi = 0, ow_lo = 0, ow_hi = 0;
+};
+MaxPlan max_plan(const Pool2dDesc& d) {
+  MaxPlan p;
+  p.two_by_two = d.kh == 2 && d.kw == 2 && d.stride_h == 2 && d.stride_w == 2 && d.pad_h == 0 && d.pad_w == 0 &&
+                 d.dil_h == 1 && d.dil_w == 1 && !d.ceil_mode;
+  auto inside = [](int64_t pad, int64_t stride, int64_t k, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+    *lo = std::min(out, (pad + stride - 1) / stride);
+    *hi = in + pad - k < 0 ? *lo : std::max(*lo, std::min(out, (in + pad - k) / stride + 1));
+  };
+  if (d.dil_h == 1 && d.dil_w == 1) {
+    inside(d.pad_h, d.stride_h, d.kh, d.H, d.out_h(), &p.oh_lo, &p.oh_hi);
+    inside(d.pad_w, d.stride_w, d.kw, d.W, d.out_w(), &p.ow_lo, &p.ow_hi);
+  }
+  return p;
+}
+
+// One (n, c) plane: xp (H, W) -> yp (OH, OW), ip (OH, OW) or null.
 template <typename T>
-void max_pool_plane(const Pool2dDesc& d, const Interior& in, const T* xp, T* yp, int64_t* ip) {
-  const int64_t OH = d.out_h(), OW = d.out_w();
+void max_plane(const Pool2dDesc& d, const MaxPlan& p, const T* xp, T* yp, int64_t* ip) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W;
+  if (p.two_by_two) {
+    for (int64_t oh = 0; oh < OH; ++oh)
+      max_pool2x2_s2_row(xp + 2 * oh * W, xp + (2 * oh + 1) * W, OW, W, 2 * oh * W, yp + oh * OW,
+                         ip ? ip + oh * OW : nullptr);
+    return;
+  }
   for (int64_t oh = 0; oh < OH; ++oh) {
-    const bool row_inside = oh >= in.oh_lo && oh < in.oh_hi && in.ow_lo < in.ow_hi;
-    const int64_t a = row_inside ? in.ow_lo : OW, b = row_inside ? in.ow_hi : OW;
+    const bool row_inside = oh >= p.oh_lo && oh < p.oh_hi && p.ow_lo < p.ow_hi;
+    const int64_t a = row_inside ? p.ow_lo : OW, b = row_inside ? p.ow_hi : OW;
     for (int64_t ow = 0; ow < a; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
     if (row_inside) max_interior_row(d, xp, oh, a, b, yp + oh * OW, ip ? ip + oh * OW : nullptr);
     for (int64_t ow = b; ow < OW; ++ow) max_window(d, xp, oh, ow, yp + oh * OW + ow, ip ? ip + oh * OW + ow : nullptr);
@@ -180,63 +245,32 @@ void max_pool_plane(const Pool2dDesc& d, const Interior& in, const T* xp, T* yp,
 template <typename T>
 void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices) {
   pool2d_check(d, "max_pool2d_forward");
-  if (is_2x2_s2(d)) {
-    max_pool2x2_s2(d, x, y, indices);
-    return;
+  const int64_t HW = d.H * d.W, OHW = d.out_h() * d.out_w(), planes = d.N * d.C;
+  const MaxPlan p = max_plan(d);
+  if constexpr (!std::is_same_v<MaxVal<T>, T>) {
+    if (HW <= kStage && OHW <= kStage) {
+      // 16-bit: each plane widened to f32 on the stack, the f32 plane loop, y rounded back (the staged bits)
+      const CpuIsa isa = cpu_isa_vector(cpu_isa());
+#pragma omp parallel for schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        float xb[kStage], yb[kStage];
+        widen_run(isa, xb, x + pl * HW, HW);
+        max_plane<float>(d, p, xb, yb, indices ? indices + pl * OHW : nullptr);
+        narrow_run(isa, y + pl * OHW, yb, OHW);
+      }
+      return;
+    }
   }
-  const int64_t OH = d.out_h(), OW = d.out_w(), planes = d.N * d.C;
-  const Interior in = interior(d);
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < planes; ++pl)
-    max_pool_plane(d, in, x + pl * d.H * d.W, y + pl * OH * OW, indices ? indices + pl * OH * OW : nullptr);
+    max_plane(d, p, x + pl * HW, y + pl * OHW, indices ? indices + pl * OHW : nullptr);
 }
 
-// bf16: each plane widened to f32 in a per-thread buffer (exact), the f32 plane routines above, the result
-// rounded back (bf16_runs.h: a max is one of its inputs, so only a NaN changes, quieted as half.h does): the
-// same values, indices and bits as staging the tensor through f32 copies, without those tensors.
-void max_pool2d_forward_bf16(const Pool2dDesc& d, const bfloat16* x, bfloat16* y, int64_t* indices) {
-  pool2d_check(d, "max_pool2d_forward_bf16");
-  const int64_t HW = d.H * d.W, OHW = d.out_h() * d.out_w(), planes = d.N * d.C;
-  const bool fast = is_2x2_s2(d);
-  const Interior in = interior(d);
-#pragma omp parallel
-  {
-    std::vector<float> xf(HW), yf(OHW);
-#pragma omp for schedule(static)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      bf16_run_to_f32(xf.data(), x + pl * HW, HW);
-      int64_t* ip = indices ? indices + pl * OHW : nullptr;
-      if (fast) max_pool2x2_s2_plane(d, xf.data(), yf.data(), ip);
-      else max_pool_plane(d, in, xf.data(), yf.data(), ip);
-      f32_run_to_bf16(y + pl * OHW, yf.data(), OHW);
-    }
-  }
-}
+namespace {
 
-// bf16: dx accumulated in an f32 plane (the f32 kernel's order) and rounded once, as the staged path.
-void max_pool2d_backward_bf16(const Pool2dDesc& d, const bfloat16* dy, const int64_t* indices, bfloat16* dx) {
-  pool2d_check(d, "max_pool2d_backward_bf16");
-  const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
-  KILN_CHECK(indices != nullptr, "max_pool2d_backward_bf16: indices from the forward are required: ",
-             pool2d_desc_str(d));
-#pragma omp parallel
-  {
-    std::vector<float> df(HW);
-#pragma omp for schedule(static)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      std::fill(df.begin(), df.end(), 0.f);
-      const bfloat16* g = dy + pl * OHW;
-      const int64_t* id = indices + pl * OHW;
-      for (int64_t o = 0; o < OHW; ++o)
-        if (id[o] >= 0 && id[o] < HW) df[id[o]] += (float)g[o];
-      f32_run_to_bf16(dx + pl * HW, df.data(), HW);
-    }
-  }
-}
-
+// The f32 / f64 backward: a scatter per plane.
 template <typename T>
-void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
-  pool2d_check(d, "max_pool2d_backward");
+void max_pool2d_backward_f(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
   const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
   KILN_CHECK(indices != nullptr, "max_pool2d_backward: indices from the forward are required: ", pool2d_desc_str(d));
 #pragma omp parallel for schedule(static)
@@ -247,6 +281,45 @@ void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indice
     const int64_t* id = indices + pl * OHW;
     for (int64_t o = 0; o < OHW; ++o)
       if (id[o] >= 0 && id[o] < HW) dxp[id[o]] += g[o];
+  }
+}
+
+// The 16-bit backward: the f32 kernel's scatter (dx32[id[o]] += dy32[o], o increasing, from +0) into an
+// f32 band of kStage values of the plane, rounded once to S: the same sums in the same order, so the bits of
+// the staged path. A plane larger than a band is scattered band by band (each scans all the plane's outputs).
+template <typename S>
+void max_pool2d_backward_16(const Pool2dDesc& d, const S* dy, const int64_t* indices, S* dx) {
+  const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
+  const CpuIsa isa = cpu_isa_vector(cpu_isa());
+#pragma omp parallel for schedule(static)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const S* g = dy + pl * OHW;
+    const int64_t* id = indices + pl * OHW;
+    S* dxp = dx + pl * HW;
+    float acc[kStage];
+    for (int64_t e0 = 0; e0 < HW; e0 += kStage) {
+      const int64_t nb = std::min(kStage, HW - e0);
+      std::fill(acc, acc + nb, 0.0f);
+      for (int64_t o = 0; o < OHW; ++o) {
+        const int64_t e = id[o] - e0;
+        if (e >= 0 && e < nb) acc[e] += (float)g[o];
+      }
+      narrow_run(isa, dxp + e0, acc, nb);
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void max_pool2d_backward(const Pool2dDesc& d, const T* dy, const int64_t* indices, T* dx) {
+  pool2d_check(d, "max_pool2d_backward");
+  if constexpr (!std::is_same_v<MaxVal<T>, T>) {
+    KILN_CHECK(indices != nullptr, "max_pool2d_backward: indices from the forward are required: ",
+               pool2d_desc_str(d));
+    max_pool2d_backward_16(d, dy, indices, dx);
+  } else {
+    max_pool2d_backward_f(d, dy, indices, dx);
   }
 }
 
@@ -355,5 +428,10 @@ void adaptive_avg_pool2d_backward(int64_t N, int64_t C, int64_t H, int64_t W, in
 KILN_INSTANTIATE_POOL(float)
 KILN_INSTANTIATE_POOL(double)
 #undef KILN_INSTANTIATE_POOL
+// CPU only: max pool on 16-bit data (engine/ops/nn_pool.cpp calls these directly, not through KILN_DISPATCH).
+template void max_pool2d_forward<bfloat16>(const Pool2dDesc&, const bfloat16*, bfloat16*, int64_t*);
+template void max_pool2d_backward<bfloat16>(const Pool2dDesc&, const bfloat16*, const int64_t*, bfloat16*);
+template void max_pool2d_forward<half>(const Pool2dDesc&, const half*, half*, int64_t*);
+template void max_pool2d_backward<half>(const Pool2dDesc&, const half*, const int64_t*, half*);
 
 }  // namespace kiln::cpu

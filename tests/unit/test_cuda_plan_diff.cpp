@@ -4,7 +4,8 @@
 // for the cpu and the cuda:0 target, each item's bytes computed from the shapes in this file; a whole
 // training step (f32, --amp, --amp with 2 data-parallel ranks' buckets) and a run's whole plan (plan_run:
 // small_cnn f32 and --amp, resnet18_small --amp) whose request sequences for the two targets differ by exactly
-// the convolutions' items and the 16-bit batch norms' f32 staging (cuda only: the CPU's is direct); and `kiln train --dry-run --device cuda:0` plans of the same configurations marking
+// the convolutions' items and the 16-bit batch norms' and max pools' f32 staging (cuda only: the CPU's is
+// direct); and `kiln train --dry-run --device cuda:0` plans of the same configurations marking
 // each figure exact, bound or estimate.
 #include <doctest/doctest.h>
 
@@ -98,6 +99,23 @@ std::vector<int64_t> conv_log(const ConvCase& k, DType dt, Device target) {
   rec.start();
   {
     Tensor y = conv2d(x, w, b, {k.stride}, {k.pad}, {1}, 1);
+    y.backward(g);
+  }
+  return rec.log;
+}
+
+// The allocation log of a 16-bit max_pool2d forward + backward on meta (x needs its gradient), imitating target.
+std::vector<int64_t> pool_log(int64_t N, int64_t C, int64_t H, int64_t k, int64_t s, int64_t p, DType dt,
+                              Device target) {
+  MetaTargetScope imitate(target);
+  Recorder rec;
+  Tensor x = empty({N, C, H, H}, dt, Device::meta());
+  x.set_requires_grad(true);
+  const int64_t P = (H + 2 * p - k) / s + 1;
+  Tensor g = empty({N, C, P, P}, dt, Device::meta());
+  rec.start();
+  {
+    Tensor y = max_pool2d(x, {k}, {s}, {p});
     y.backward(g);
   }
   return rec.log;
@@ -390,17 +408,52 @@ Log cpu_bn_backward_items(int64_t X, bool half) {
   return l;
 }
 
+// A 16-bit max pool from X to Y values (engine/ops/nn_pool.cpp). The CPU (and meta imitating it) pools the
+// 16-bit x directly; the cuda target stages through f32. Both make, in the same order, the indices (Y*8) and
+// the 16-bit y (Y*2), in backward the 16-bit dx (X*2). The documented items:
+//   cuda only, forward:  x32 (X*4) and y32 (Y*4) before the indices, freed when the op returns (y32 first);
+//   cuda only, backward: dy32 (Y*4), then, inside a step, the 16-bit dy freed (Y*2: the cast's backward was
+//             its last reader), dx32 (X*4), the indices freed (Y*8: the f32 pool's node released its saved
+//             tensor before the cast back to 16 bits ran), dy32 freed, and after the 16-bit dx, dx32 freed;
+//   cpu only, backward:  the indices freed (Y*8) after the 16-bit dx is made (the kernel reads them), then,
+//             inside a step, the 16-bit dy (Y*2).
+// dy_freed: the step's dy is freed by the engine (a lone op's test holds it: false).
+Log cuda_pool_forward_items(int64_t X, int64_t Y, bool half) {
+  Log l;
+  if (half) add(l, {X * 4, Y * 4, -Y * 4, -X * 4});
+  return l;
+}
+
+Log cuda_pool_backward_items(int64_t X, int64_t Y, bool half, bool dy_freed = true) {
+  Log l;
+  if (half) add(l, {Y * 4, dy_freed ? -Y * 2 : 0, X * 4, -Y * 8, -Y * 4, -X * 4});
+  return l;
+}
+
+Log cpu_pool_backward_items(int64_t Y, bool half, bool dy_freed = true) {
+  Log l;
+  if (half) add(l, {-Y * 8, dy_freed ? -Y * 2 : 0});
+  return l;
+}
+
 // Each side's documented items of a whole step, forward then backward: the convolutions in forward order,
-// bn[i] true when a batch norm follows convolution i (over its output), backward in the reverse order (a
-// batch norm's backward before its convolution's).
-void step_items(const std::vector<ConvCase>& convs, const std::vector<bool>& bn, bool half, Log& cpu_items,
-                Log& gpu_items) {
+// bn[i] true when a batch norm follows convolution i (over its output), pool_y[i] > 0 the output size of a
+// max pool after that batch norm (0: none), backward in the reverse order (a pool's backward before its
+// batch norm's, a batch norm's before its convolution's).
+void step_items(const std::vector<ConvCase>& convs, const std::vector<bool>& bn, const std::vector<int64_t>& pool_y,
+                bool half, Log& cpu_items, Log& gpu_items) {
   for (size_t i = 0; i < convs.size(); ++i) {
     for (int64_t b : cpu_forward_items(convs[i], half)) cpu_items.push_back(b);
     if (bn[i])
       for (int64_t b : cuda_bn_forward_items(sizes_of(convs[i]).y, half)) gpu_items.push_back(b);
+    if (pool_y[i] > 0)
+      for (int64_t b : cuda_pool_forward_items(sizes_of(convs[i]).y, pool_y[i], half)) gpu_items.push_back(b);
   }
   for (size_t i = convs.size(); i-- > 0;) {
+    if (pool_y[i] > 0) {
+      for (int64_t b : cpu_pool_backward_items(pool_y[i], half)) cpu_items.push_back(b);
+      for (int64_t b : cuda_pool_backward_items(sizes_of(convs[i]).y, pool_y[i], half)) gpu_items.push_back(b);
+    }
     if (bn[i]) {
       for (int64_t b : cpu_bn_backward_items(sizes_of(convs[i]).y, half)) cpu_items.push_back(b);
       for (int64_t b : cuda_bn_backward_items(sizes_of(convs[i]).y, half)) gpu_items.push_back(b);
@@ -448,7 +501,30 @@ bool differ_by(const Log& a, const Log& a_items, const Log& b, const Log& b_item
 
 }  // namespace
 
-TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 differ by exactly the convolutions' and 16-bit batch norms' items") {
+TEST_CASE("cuda plan: a 16-bit max pool's allocations for cpu and for cuda:0 differ by exactly the documented items") {
+  // x (2, 3, 8, 8) f16 / bf16, 2x2 stride 2 and 3x3 stride 2 pad 1 (both to 4x4): X = 384 values, Y = 96
+  // (X * 2 == Y * 8: the 16-bit dx and the indices have the same size, which the items must not confuse)
+  for (DType dt : {DType::f16, DType::bf16})
+    for (int64_t k : {2, 3}) {
+      const int64_t X = 2 * 3 * 8 * 8, Y = 2 * 3 * 4 * 4;
+      INFO(dtype_name(dt), " kernel ", k);
+      const Log cpu_log = pool_log(2, 3, 8, k, 2, k == 2 ? 0 : 1, dt, Device::cpu());
+      const Log cuda_log = pool_log(2, 3, 8, k, 2, k == 2 ? 0 : 1, dt, Device::cuda(0));
+      // common: indices (Y*8) before y (Y*2), dx (X*2); the indices freed, y freed last (x keeps its grad)
+      Log cpu_expected, cuda_expected;
+      add(cpu_expected, {Y * 8, Y * 2, X * 2, -Y * 8, -Y * 2});
+      add(cuda_expected, {X * 4, Y * 4, Y * 8, Y * 2, -Y * 4, -X * 4, Y * 4, X * 4, -Y * 8, -Y * 4, X * 2, -X * 4, -Y * 2});
+      CHECK_MESSAGE(cpu_log == cpu_expected, "cpu: ", text(cpu_log));
+      CHECK_MESSAGE(cuda_log == cuda_expected, "cuda: ", text(cuda_log));
+      Log cpu_items, cuda_items;
+      for (int64_t b : cpu_pool_backward_items(Y, true, false)) cpu_items.push_back(b);
+      for (int64_t b : cuda_pool_forward_items(X, Y, true)) cuda_items.push_back(b);
+      for (int64_t b : cuda_pool_backward_items(X, Y, true, false)) cuda_items.push_back(b);
+      CHECK(differ_by(cpu_log, cpu_items, cuda_log, cuda_items));
+    }
+}
+
+TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 differ by exactly the convolutions', 16-bit batch norms' and max pools' items") {
   // A model of this file's own (four convolutions, with and without bias), small_cnn and resnet18_small, batch 4
   // of 3x16x16, SGD with momentum, the optimizer state made at construction (as a run makes it).
   using namespace kiln;
@@ -458,6 +534,7 @@ TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 diffe
                                        {4, 16, 4, 16, 1, 0, 1, false},  // 1x1
                                        {4, 16, 4, 8, 3, 1, 1, true}};   // -> (4, 8, 4, 4)
   const std::vector<bool> own_bn = {true, true, false, false};        // a batch norm after the first two
+  const std::vector<int64_t> own_pool = {4 * 8 * 8 * 8, 0, 0, 0};      // a 2x2 max pool after the first
   auto make_model = [] {
     auto s = std::make_shared<nn::Sequential>();
     s->push_back(std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1, true));
@@ -499,6 +576,11 @@ TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 diffe
     const std::vector<ConvCase>& convs = model == "own" ? own_convs : model == "small_cnn" ? small_cnn_convs : resnet_convs;
     // small_cnn and resnet18_small: a batch norm after every convolution (the downsample's too)
     const std::vector<bool> bn = model == "own" ? own_bn : std::vector<bool>(convs.size(), true);
+    // max pools: own's after its first block; small_cnn's 2x2 after each batch norm; resnet18_small none
+    // (the small stem has no max pool)
+    std::vector<int64_t> pool(convs.size(), 0);
+    if (model == "own") pool = own_pool;
+    if (model == "small_cnn") pool = {sizes_of(convs[0]).y / 4, sizes_of(convs[1]).y / 4};
     const train::ModelFactory factory = model == "own"         ? train::ModelFactory(make_model)
                                         : model == "small_cnn" ? train::ModelFactory(make_small_cnn)
                                                                : train::ModelFactory(make_resnet);
@@ -518,7 +600,7 @@ TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 diffe
     const Log cpu_log = replay(Device::cpu(), &cpu_r), gpu_log = replay(Device::cuda(0), &gpu_r);
     // The step is replayed twice (the first and a steady one): each step's items, forward then backward.
     Log cpu_items, gpu_items;
-    for (int step = 0; step < 2; ++step) step_items(convs, bn, cfg.amp, cpu_items, gpu_items);
+    for (int step = 0; step < 2; ++step) step_items(convs, bn, pool, cfg.amp, cpu_items, gpu_items);
     CHECK(!cpu_items.empty());
     CHECK(gpu_items.empty() == !cfg.amp);  // --amp: every model has 16-bit batch norms (and biased convolutions)
     CHECK_MESSAGE(differ_by(cpu_log, cpu_items, gpu_log, gpu_items), "cpu: ", text(cpu_log), "\ncuda: ", text(gpu_log));
@@ -532,7 +614,7 @@ TEST_CASE("cuda plan: a training step's allocations for cpu and for cuda:0 diffe
   }
 }
 
-TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequences that differ by exactly the convolutions' and 16-bit batch norms' items") {
+TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequences that differ by exactly the convolutions', 16-bit batch norms' and max pools' items") {
   using namespace kiln;
   // small_cnn (f32, --amp) and resnet18_small (--amp), 16 samples of 3x16x16 in batches of 8, SGD with momentum:
   // one epoch of two steps, both replayed on either target (set-up, model, optimizer state, loss scaler alike).
@@ -548,6 +630,8 @@ TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequen
     INFO(std::string(cfg.model), ", amp ", amp);
     const std::vector<ConvCase> convs = std::string(cfg.model) == "small_cnn" ? small_cnn_convs : resnet18_small_convs(8);
     const std::vector<bool> bn(convs.size(), true);  // both models: a batch norm after every convolution
+    std::vector<int64_t> pool(convs.size(), 0);       // small_cnn: a 2x2 max pool after each batch norm
+    if (std::string(cfg.model) == "small_cnn") pool = {sizes_of(convs[0]).y / 4, sizes_of(convs[1]).y / 4};
     RunConfig c;
     c.model = cfg.model;
     c.data = root;
@@ -572,7 +656,7 @@ TEST_CASE("cuda plan: a run's plan for cpu and for cuda:0 replays request sequen
     REQUIRE(cpu_plan.steps_replayed == 2);
     REQUIRE(gpu_plan.steps_replayed == 2);
     Log cpu_items, gpu_items;
-    for (int step = 0; step < 2; ++step) step_items(convs, bn, amp, cpu_items, gpu_items);
+    for (int step = 0; step < 2; ++step) step_items(convs, bn, pool, amp, cpu_items, gpu_items);
     CHECK_MESSAGE(differ_by(cpu_log, cpu_items, gpu_log, gpu_items), "cpu: ", text(cpu_log), "\ncuda: ", text(gpu_log));
     CHECK_FALSE(differ_by(cpu_log, {}, gpu_log, {}));
     CHECK(gpu_plan.cuda);

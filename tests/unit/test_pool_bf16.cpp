@@ -1,4 +1,4 @@
-// bf16 max pooling on the CPU (kernels/cpu/pool.h's max_pool2d_forward_bf16 / backward_bf16 through
+// bf16 max pooling on the CPU (kernels/cpu/pool.h's 16-bit max pool kernels (spans max_pool2d_forward_16 / backward_16) through
 // engine/ops/nn_pool.cpp): the same output bits and gradient bits as the f32 path on f32 copies rounded back
 // (the staging it replaces), on the small CNN's 2x2 stride-2 pool and general windows (padding, dilation,
 // ceil_mode, odd sizes) with ties, NaN and -inf, at 1 and 2 threads; its op-trace spans; and a bf16 max pool
@@ -71,7 +71,7 @@ TEST_CASE("max_pool2d bf16 on the CPU: the f32 path's output and gradient bits, 
       int64_t fwd_spans = 0, bwd_spans = 0, copies = 0;
       for (const OpSpan& sp : op_trace_take()) {
         const std::string name(sp.name);
-        fwd_spans += name == "max_pool2d_forward_bf16", copies += name == "copy";
+        fwd_spans += name == "max_pool2d_forward_16", copies += name == "copy";
       }
       // the staged reference: f32 copy, the f32 kernel, rounded back
       Tensor ys = to_dtype(max_pool2d(to_dtype(xs, DType::f32), {c.k}, {c.s}, {c.p}, {c.dil}, c.ceil), DType::bf16);
@@ -89,7 +89,7 @@ TEST_CASE("max_pool2d bf16 on the CPU: the f32 path's output and gradient bits, 
       y.backward(dy);
       for (const OpSpan& sp : op_trace_take()) {
         const std::string name(sp.name);
-        bwd_spans += name == "max_pool2d_backward_bf16", copies += name == "copy";
+        bwd_spans += name == "max_pool2d_backward_16", copies += name == "copy";
       }
       op_trace_enable(false);
       ys.backward(to_dtype(tensor_from<double>(dyv, ys.sizes()), DType::bf16));
