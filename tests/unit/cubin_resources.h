@@ -9,6 +9,7 @@
 // the global `.nv.info`, keyed by symbol index. Test support only: reads files, throws std::runtime_error
 // naming the file on anything malformed; knows nothing about kiln's kernels.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
