@@ -154,7 +154,6 @@ const std::map<std::string, KnownStack>& known_stack() {
       // are those of sm_80's ptxas report.
       // Listed so that CI stays green while they are open: docs/gpu-status.md names them; a new one fails.
       {"bn_eval_dx_kernel", {16, true, "spill (f64): open"}},
-      {"nll_bwd_kernel", {8, true, "spill (f32, f64): open"}},
       {"max_pool_fwd_kernel", {16, true, "spill (f64): open"}},
       {"reduce_block_rows", {8, true, "spill (f16): open"}},
       {"reduce_chunks_finish", {8, true, "spill (f16, bf16, f32, f64): open"}},
