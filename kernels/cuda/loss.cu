@@ -200,10 +200,13 @@ __global__ void KILN_KERNEL_BOUNDS(kThreads) nll_bwd_kernel(int64_t N, int64_t K
                                int64_t ignore_index, Reduction r, const TargetStats* __restrict__ st,
                                T* __restrict__ dlogp) {
   const int64_t total = N * K;
+  // sum / mean: one scale for every i, divided once here: an f64 division inside the loop made ptxas spill
+  // (its slow path is a call; tests/unit/test_cuda_ptx_resources.cpp checks the stack frame is 0).
+  const double g0 = r == Reduction::none ? 0.0 : grad_scale(r, grad_out, 0, st->D);
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e / K, c = e % K, t = targets[i];
     dlogp[e] = out_of_range(t, K, ignore_index)  ? T(CUDART_NAN)
-               : live(t, K, ignore_index) && c == t ? (T)(-grad_scale(r, grad_out, i, st->D) * wt(weight, t))
+               : live(t, K, ignore_index) && c == t ? (T)(-(r == Reduction::none ? (double)grad_out[i] : g0) * wt(weight, t))
                                                     : T(0);
   }
 }
