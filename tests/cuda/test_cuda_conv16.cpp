@@ -141,6 +141,9 @@ TEST_CASE("cuda: f16 conv2d forward and backward, kiln implicit GEMM (--kernels 
   if (skip_without_gpu()) return;
   for (const Case& k : kCases) {
     if (k.groups != 1 && kiln_test::cpu_mode()) continue;  // groups > 1 falls back to cuDNN: GPU only
+    // The 64-channel case is 60% of this test's time in the CPU mode (every mma emulated; 80 s under ASan):
+    // stride 2, 3x3 and channel counts that are multiples of 8 stay covered by the others there.
+    if (k.C == 64 && kiln_test::cpu_mode()) continue;
     for (bool cl : {false, true}) check_case(k, DType::f16, Src::kiln, cl);
   }
 }
