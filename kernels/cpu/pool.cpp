@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/core/half.h"
 #include "kernels/common/nn_check.h"
+#include "kernels/cpu/bf16_runs.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace kiln::cpu {
@@ -23,34 +24,16 @@ namespace {
 template <typename S>
 using MaxVal = std::conditional_t<std::is_same_v<S, bfloat16> || std::is_same_v<S, half>, float, S>;
 
-// 16-bit <-> f32 runs for the staged planes below: bf16 by its bits (the same formulas as half.h's, NaN
-// quieted, round to nearest even; written branch-free so they vectorize), compiled per instruction set
-// (cpu_isa.h: SSE2 narrows bf16 poorly) with the same bits at every level; f16 by its conversions.
-inline __attribute__((always_inline)) void widen_bf16(float* o, const bfloat16* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t b;
-    std::memcpy(&b, x + i, sizeof b);
-    const uint32_t u = (uint32_t)b << 16;
-    std::memcpy(o + i, &u, sizeof u);
-  }
-}
-inline __attribute__((always_inline)) void narrow_bf16(bfloat16* o, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t f;
-    std::memcpy(&f, x + i, sizeof f);
-    const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
-    const uint32_t quiet = (f >> 16) | 0x40u;
-    const uint16_t h = (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-    std::memcpy(static_cast<void*>(o + i), &h, sizeof h);
-  }
-}
-void widen_bf16_baseline(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
-void narrow_bf16_baseline(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+// 16-bit <-> f32 runs for the staged planes below: bf16 by bf16_runs.h's branch-free runs (half.h's
+// formulas, NaN quieted, round to nearest even), compiled per instruction set (cpu_isa.h: SSE2 narrows bf16
+// poorly) with the same bits at every level; f16 by its conversions.
+void widen_bf16_baseline(float* o, const bfloat16* x, int64_t n) { bf16_run_to_f32(o, x, n); }
+void narrow_bf16_baseline(bfloat16* o, const float* x, int64_t n) { f32_run_to_bf16(o, x, n); }
 #if KILN_CPU_ISA_CLONES
-KILN_TARGET_AVX2 void widen_bf16_avx2(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
-KILN_TARGET_AVX2 void narrow_bf16_avx2(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
-KILN_TARGET_AVX512 void widen_bf16_avx512(float* o, const bfloat16* x, int64_t n) { widen_bf16(o, x, n); }
-KILN_TARGET_AVX512 void narrow_bf16_avx512(bfloat16* o, const float* x, int64_t n) { narrow_bf16(o, x, n); }
+KILN_TARGET_AVX2 void widen_bf16_avx2(float* o, const bfloat16* x, int64_t n) { bf16_run_to_f32(o, x, n); }
+KILN_TARGET_AVX2 void narrow_bf16_avx2(bfloat16* o, const float* x, int64_t n) { f32_run_to_bf16(o, x, n); }
+KILN_TARGET_AVX512 void widen_bf16_avx512(float* o, const bfloat16* x, int64_t n) { bf16_run_to_f32(o, x, n); }
+KILN_TARGET_AVX512 void narrow_bf16_avx512(bfloat16* o, const float* x, int64_t n) { f32_run_to_bf16(o, x, n); }
 #endif
 
 template <typename S>
