@@ -108,8 +108,8 @@ TEST_CASE("memory plan: every row of the matrix, measured whole-run peaks == the
       {"resnet18_small, --amp x --accum 2", r18 + " --amp --accum 2"},
       {"resnet18_small, --amp bf16", r18 + " --amp bf16"},
       {"resnet18_small, --amp bf16 x --recompute 2", r18 + " --amp bf16 --recompute 2"},
-      // 2 threads: the bf16 weight gradients of the 16x16 layers split between the threads (every thread's
-      // partials in the workspace), the smaller ones stage through f32 (the rule, conv2d_bf16_wgrad).
+      // 2 threads: the bf16 weight gradients split between the threads by image (every thread's f32 partials
+      // in the workspace) or by output channel, the rest stage through f32 (the rule, conv2d_bf16_wgrad).
       {"resnet18_small, --amp bf16, 2 threads", r18 + " --amp bf16", 2},
       {"small_cnn, --amp bf16, 2 threads", cnn + " --amp bf16", 2},
       {"resnet18_small, --batch-memory",
