@@ -28,6 +28,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/common/nn_check.h"
+#include "kernels/cpu/conv2d_taps.h"
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/im2col.h"
@@ -108,7 +109,8 @@ Conv2dAlgo algo_from_env() {
   if (!v || !*v || std::string(v) == "auto") return Conv2dAlgo::automatic;
   if (std::string(v) == "im2col") return Conv2dAlgo::im2col;
   if (std::string(v) == "winograd") return Conv2dAlgo::winograd;
-  KILN_CHECK(false, "conv2d (cpu): environment variable KILN_CPU_CONV=", v, " is not auto, im2col or winograd");
+  if (std::string(v) == "taps") return Conv2dAlgo::taps;
+  KILN_CHECK(false, "conv2d (cpu): environment variable KILN_CPU_CONV=", v, " is not auto, im2col, winograd or taps");
   return Conv2dAlgo::automatic;
 }
 
@@ -175,7 +177,42 @@ bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass) {
   switch (conv2d_algo()) {
     case Conv2dAlgo::im2col: return false;
     case Conv2dAlgo::winograd: return winograd_applies(d);
+    case Conv2dAlgo::taps: return false;
     default: return conv2d_winograd_pays(d, pass);
+  }
+}
+
+// Valid taps (conv2d_taps.cpp) against im2col on small planes: im2col's GEMM multiplies the
+// padding's zeros, valid taps do not, but repack the weights (K*C*R*S values, ~0.9 ms for layer4's
+// 512x512x3x3; the weight gradient zeroes and unpacks its own per thread) and run one GEMM per
+// (output pixel, kernel row) with one thread's images as the columns. Measured (bench_conv_cpu
+// forced KILN_CPU_CONV=im2col / taps, CPU time of the process, 3 alternating runs, 2026-12-07 on the
+// Intel Xeon (Cooper Lake, 2 vCPUs) under load ~4 from other builds; ResNet18 at 32x64), with the share
+// of im2col's (output pixel, tap) pairs that valid taps skip in brackets:
+//   layer4 3x3 on 2x2 (56%), all passes: 1 thread 0.72x, 2 threads 0.80x.
+//   layer3 3x3 on 4x4 (31%): weight grad 1 thread 0.82x (Winograd, not chosen there: 0.87x), 2
+//     threads 0.96x; forward / input grad keep Winograd (it beat valid taps by 5-15%).
+//   layer4.0 3x3 stride 2 (31%): 1 thread 0.95x, 2 threads 1.2x (weight grad 1.15x).
+//   layer3.0 3x3 stride 2 (16%): 1 thread 1.16x, 2 threads 1.25x.
+// So: at least half the pairs skipped (any pass), or a quarter for the weight gradient of a stride-1
+// layer; planes of at most 16 outputs (one GEMM per output pixel and kernel row) and at least 16
+// images per thread (the GEMMs' columns: at 8x224 the share is 8 or 4, and im2col stays).
+bool conv2d_taps_pays(const Conv2dDesc& d, Conv2dPass pass) {
+  if (!taps_applies(d)) return false;
+  const int64_t nt = split_threads(d), share = (d.N + nt - 1) / nt;
+  const int64_t P = d.out_h() * d.out_w(), all = d.R * d.S * P, skipped = all - taps_met_pairs(d);
+  if (share < 16 || P > 16) return false;
+  if (skipped * 2 >= all) return true;
+  const bool stride1 = d.stride_h == 1 && d.stride_w == 1;
+  return pass == Conv2dPass::backward_weight && stride1 && skipped * 4 >= all;
+}
+
+bool conv2d_uses_taps(const Conv2dDesc& d, Conv2dPass pass) {
+  switch (conv2d_algo()) {
+    case Conv2dAlgo::im2col:
+    case Conv2dAlgo::winograd: return false;
+    case Conv2dAlgo::taps: return taps_applies(d);
+    default: return !conv2d_uses_winograd(d, pass) && conv2d_taps_pays(d, pass);
   }
 }
 
@@ -226,10 +263,13 @@ void im2col_rows(const Conv2dDesc& d, const Plan& p, const T* x, int64_t n, int6
 }
 
 // One thread's convolution of d's images (the bodies of the three passes; see the split below).
-// U: the Winograd weight transform shared by the threads (null: im2col); Winograd's V and M go past
-// U's place in this thread's workspace.
+// U: the Winograd weight transform shared by the threads, Wt: valid taps' repacked weights, likewise
+// (both null: im2col); Winograd's V and M, valid taps' gathered input and output go past U's / Wt's
+// place in this thread's workspace.
 template <typename T>
-void forward_one(const Conv2dDesc& d, const T* U, const T* x, const T* w, const T* bias, T* y, void* workspace) {
+void forward_one(const Conv2dDesc& d, const T* Wt, const T* U, const T* x, const T* w, const T* bias, T* y,
+                 void* workspace) {
+  if (Wt) return taps_forward_packed(d, x, Wt, bias, y, static_cast<T*>(workspace) + taps_wt_elems(d));
   if (U) return winograd_forward_u(d, x, U, bias, y, static_cast<T*>(workspace) + winograd_u_elems(d));
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
@@ -272,7 +312,9 @@ void forward_one(const Conv2dDesc& d, const T* U, const T* x, const T* w, const 
 }
 
 template <typename T>
-void backward_input_one(const Conv2dDesc& d, const T* U, const T* dy, const T* w, T* dx, void* workspace) {
+void backward_input_one(const Conv2dDesc& d, const T* Wt, const T* U, const T* dy, const T* w, T* dx,
+                        void* workspace) {
+  if (Wt) return taps_backward_input_packed(d, dy, Wt, dx, static_cast<T*>(workspace) + taps_wt_elems(d));
   if (U) return winograd_backward_input_u(d, dy, U, dx, static_cast<T*>(workspace) + winograd_u_elems(d));
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
@@ -301,7 +343,9 @@ void backward_input_one(const Conv2dDesc& d, const T* U, const T* dy, const T* w
 
 // dw only (the bias gradient is conv2d_backward_weight's).
 template <typename T>
-void backward_weight_one(const Conv2dDesc& d, bool wino, const T* x, const T* dy, T* dw, void* workspace) {
+void backward_weight_one(const Conv2dDesc& d, bool taps, bool wino, const T* x, const T* dy, T* dw,
+                         void* workspace) {
+  if (taps) return taps_backward_weight(d, x, dy, dw, workspace);
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
   if (wino && winograd_backward_weight(d, x, dy, dw, workspace)) return;
@@ -355,10 +399,13 @@ Conv2dDesc images(const Conv2dDesc& d, int64_t n) {
   return s;
 }
 
-// One thread's scratch for d's images.
-size_t one_thread_bytes(const Conv2dDesc& d, bool wino, size_t elem_size) {
-  const size_t im2col = im2col_workspace_bytes(d, elem_size);
-  return wino ? std::max(im2col, winograd_workspace_bytes(d, elem_size)) : im2col;
+// One thread's scratch for d's images: room for im2col (Winograd's per-call fallback), and for
+// Winograd and valid taps where some pass takes them.
+size_t one_thread_bytes(const Conv2dDesc& d, bool wino, bool taps, size_t elem_size) {
+  size_t bytes = im2col_workspace_bytes(d, elem_size);
+  if (wino) bytes = std::max(bytes, winograd_workspace_bytes(d, elem_size));
+  if (taps) bytes = std::max(bytes, taps_workspace_bytes(d, elem_size));
+  return bytes;
 }
 
 struct Split {
@@ -367,11 +414,11 @@ struct Split {
   size_t partials;  // bytes of the weight-gradient partials of threads 1..nt-1
 };
 
-Split split_of(const Conv2dDesc& d, bool wino, size_t elem_size) {
+Split split_of(const Conv2dDesc& d, bool wino, bool taps, size_t elem_size) {
   Split sp{split_threads(d), 0, 0};
   if (sp.nt == 1) return sp;
   const int64_t most = (d.N + sp.nt - 1) / sp.nt;
-  sp.slice = (one_thread_bytes(images(d, most), wino, elem_size) + 63) / 64 * 64;
+  sp.slice = (one_thread_bytes(images(d, most), wino, taps, elem_size) + 63) / 64 * 64;
   sp.partials = (size_t)(sp.nt - 1) * (size_t)(d.K * (d.C / d.groups) * d.R * d.S) * elem_size;
   return sp;
 }
@@ -380,6 +427,15 @@ Split split_of(const Conv2dDesc& d, bool wino, size_t elem_size) {
 bool any_winograd(const Conv2dDesc& d) {
   return conv2d_uses_winograd(d, Conv2dPass::forward) || conv2d_uses_winograd(d, Conv2dPass::backward_input) ||
          conv2d_uses_winograd(d, Conv2dPass::backward_weight);
+}
+
+bool any_taps(const Conv2dDesc& d) {
+  return conv2d_uses_taps(d, Conv2dPass::forward) || conv2d_uses_taps(d, Conv2dPass::backward_input) ||
+         conv2d_uses_taps(d, Conv2dPass::backward_weight);
+}
+
+Split split_for(const Conv2dDesc& d, size_t elem_size) {
+  return split_of(d, any_winograd(d), any_taps(d), elem_size);
 }
 
 // Runs f(t, n0, n) for each thread's images in one region; an exception in a thread is rethrown
@@ -405,9 +461,8 @@ void for_each_share(const Conv2dDesc& d, int nt, F f) {
 
 size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
   conv2d_check(d, "conv2d_workspace_bytes");
-  const bool wino = any_winograd(d);
-  const Split sp = split_of(d, wino, elem_size);
-  return sp.nt == 1 ? one_thread_bytes(d, wino, elem_size) : sp.nt * sp.slice + sp.partials;
+  const Split sp = split_for(d, elem_size);
+  return sp.nt == 1 ? one_thread_bytes(d, any_winograd(d), any_taps(d), elem_size) : sp.nt * sp.slice + sp.partials;
 }
 
 // The Winograd weight transform of a pass, once for all threads, into the start of the workspace
@@ -421,15 +476,26 @@ const T* shared_u(const Conv2dDesc& d, Conv2dPass pass, const T* in, int64_t n, 
   return winograd_transform_weights(d, w, pass == Conv2dPass::backward_input, U) ? U : nullptr;
 }
 
+// Valid taps' repacked weights of a pass, once for all threads, into the start of the workspace (as
+// U above). Null: the pass does not take valid taps.
+template <typename T>
+const T* shared_wt(const Conv2dDesc& d, Conv2dPass pass, const T* w, void* workspace) {
+  if (!conv2d_uses_taps(d, pass)) return nullptr;
+  T* Wt = static_cast<T*>(workspace);
+  taps_repack_weights(d, w, Wt);
+  return Wt;
+}
+
 template <typename T>
 void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
   conv2d_check(d, "conv2d_forward");
-  const T* U = shared_u(d, Conv2dPass::forward, x, d.N * d.C * d.H * d.W, w, workspace);
-  const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
-  if (sp.nt == 1) return forward_one(d, U, x, w, bias, y, workspace);
+  const T* Wt = shared_wt(d, Conv2dPass::forward, w, workspace);
+  const T* U = Wt ? nullptr : shared_u(d, Conv2dPass::forward, x, d.N * d.C * d.H * d.W, w, workspace);
+  const Split sp = split_for(d, sizeof(T));  // the workspace's layout, for all passes
+  if (sp.nt == 1) return forward_one(d, Wt, U, x, w, bias, y, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-    forward_one(images(d, n), U, x + n0 * d.C * d.H * d.W, w, bias, y + n0 * d.K * d.out_h() * d.out_w(),
+    forward_one(images(d, n), Wt, U, x + n0 * d.C * d.H * d.W, w, bias, y + n0 * d.K * d.out_h() * d.out_w(),
                 ws + t * sp.slice);
   });
 }
@@ -437,12 +503,14 @@ void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, 
 template <typename T>
 void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
   conv2d_check(d, "conv2d_backward_input");
-  const T* U = shared_u(d, Conv2dPass::backward_input, dy, d.N * d.K * d.out_h() * d.out_w(), w, workspace);
-  const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
-  if (sp.nt == 1) return backward_input_one(d, U, dy, w, dx, workspace);
+  const T* Wt = shared_wt(d, Conv2dPass::backward_input, w, workspace);
+  const T* U =
+      Wt ? nullptr : shared_u(d, Conv2dPass::backward_input, dy, d.N * d.K * d.out_h() * d.out_w(), w, workspace);
+  const Split sp = split_for(d, sizeof(T));  // the workspace's layout, for all passes
+  if (sp.nt == 1) return backward_input_one(d, Wt, U, dy, w, dx, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-    backward_input_one(images(d, n), U, dy + n0 * d.K * d.out_h() * d.out_w(), w, dx + n0 * d.C * d.H * d.W,
+    backward_input_one(images(d, n), Wt, U, dy + n0 * d.K * d.out_h() * d.out_w(), w, dx + n0 * d.C * d.H * d.W,
                        ws + t * sp.slice);
   });
 }
@@ -452,16 +520,17 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
                             void* workspace) {
   conv2d_check(d, "conv2d_backward_weight");
   const bool wino = conv2d_uses_winograd(d, Conv2dPass::backward_weight);
-  const Split sp = split_of(d, any_winograd(d), sizeof(T));  // the workspace's layout, for all passes
+  const bool taps = conv2d_uses_taps(d, Conv2dPass::backward_weight);
+  const Split sp = split_for(d, sizeof(T));  // the workspace's layout, for all passes
   const Plan p = plan_of(d);
   if (sp.nt == 1) {
-    backward_weight_one(d, wino, x, dy, dw, workspace);
+    backward_weight_one(d, taps, wino, x, dy, dw, workspace);
   } else {
     char* ws = static_cast<char*>(workspace);
     T* partials = reinterpret_cast<T*>(ws + sp.nt * sp.slice);  // (nt - 1, K, Cg*R*S)
     const int64_t nw = d.K * p.CRSg;
     for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-      backward_weight_one(images(d, n), wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
+      backward_weight_one(images(d, n), taps, wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
                           t == 0 ? dw : partials + (t - 1) * nw, ws + t * sp.slice);
     });
     // dw += partials, in thread order: one contiguous pass per partial, so the loop vectorizes.

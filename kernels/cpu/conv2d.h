@@ -19,13 +19,14 @@ namespace kiln::cpu {
 int64_t conv2d_images_per_block(const Conv2dDesc& d);
 
 // Which algorithm runs the three passes. automatic: Winograd where conv2d_winograd_pays(d, pass),
-// else im2col.
-enum class Conv2dAlgo { automatic, im2col, winograd };
+// else valid taps (conv2d_taps.h) where conv2d_taps_pays(d, pass), else im2col. im2col / winograd /
+// taps: that one wherever it applies (im2col elsewhere).
+enum class Conv2dAlgo { automatic, im2col, winograd, taps };
 enum class Conv2dPass { forward, backward_input, backward_weight };
 
 // For tests and benchmarks: every later call uses `a` (winograd still only where winograd_applies;
 // conv2d_workspace_bytes follows, so call it after this). The first use reads the environment
-// variable KILN_CPU_CONV=auto|im2col|winograd (unset: auto; anything else throws kiln::Error).
+// variable KILN_CPU_CONV=auto|im2col|winograd|taps (unset: auto; anything else throws kiln::Error).
 // Must not be called while a convolution runs.
 void conv2d_set_algo(Conv2dAlgo a);
 Conv2dAlgo conv2d_algo();
@@ -40,5 +41,12 @@ bool conv2d_winograd_pays(const Conv2dDesc& d, Conv2dPass pass);
 // falls back to im2col per call when x, dy or w holds a value that is non-finite or above 1e15 in
 // f32 / 1e150 in f64, see winograd_values_in_range).
 bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass);
+
+// The automatic choice of valid taps (conv2d_taps.h) for a pass that does not take Winograd: small
+// output planes, where im2col would multiply many padding zeros, and enough images per thread for
+// the GEMMs' columns (conv2d.cpp has the rule and the measurements). Depends on the thread count.
+bool conv2d_taps_pays(const Conv2dDesc& d, Conv2dPass pass);
+// Whether this pass takes valid taps for this desc under the current setting (no per-call fallback).
+bool conv2d_uses_taps(const Conv2dDesc& d, Conv2dPass pass);
 
 }  // namespace kiln::cpu

@@ -1,0 +1,206 @@
+// Convolution by valid taps on the CPU (see conv2d_taps.h).
+//
+// Workspace (elements): Wt (K, R*S, C) | xg (H*W, C, N) | yg (OH*OW, K, N).
+//   forward:         Wt <- w; xg <- x; for each output pixel o and kernel row r that meets the plane
+//                    (input row ih = oh*sh - ph + r, taps s0..s1 whose input columns iw0.. are inside):
+//                      yg[o] (K, N) (+)= Wt[:, r*S+s0 .. r*S+s1, :] (K, ns*C) @ xg[ih*W+iw0 ..] (ns*C, N)
+//                    then y[n, k, o] = yg[o, k, n] (+ bias).
+//   input grad:      the adjoint, Wt <- w; yg <- dy; xg = 0;
+//                      xg[ih*W+iw0 ..] (ns*C, N) += Wt[...]^T (ns*C, K) @ yg[o] (K, N);  dx <- xg.
+//   weight grad:     Wt (as dWt) = 0; xg <- x; yg <- dy;
+//                      dWt[:, r*S+s0 .., :] (K, ns*C) += yg[o] (K, N) @ xg[ih*W+iw0 ..]^T (N, ns*C);
+//                    dw[k, c, t] = dWt[k, t, c].
+// The (o, r) order is fixed, so every thread count gives the same bits for the same images.
+#include "kernels/cpu/conv2d_taps.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// One (output pixel, kernel row) block: taps r*S + s0 .. r*S + s1 - 1 read input pixels
+// ih*W + iw0 .. ih*W + iw0 + (s1 - s0) - 1.
+struct Run {
+  int64_t o, tap0, ns, in0;
+};
+
+// Calls f(Run) for every (output pixel, kernel row) that meets the plane, in a fixed order.
+template <typename F>
+void for_each_run(const Conv2dDesc& d, F f) {
+  const int64_t OH = d.out_h(), OW = d.out_w();
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int64_t iw_base = ow * d.stride_w - d.pad_w;
+      const int64_t s0 = std::max<int64_t>(0, -iw_base), s1 = std::min<int64_t>(d.S, d.W - iw_base);
+      if (s1 <= s0) continue;
+      for (int64_t r = 0; r < d.R; ++r) {
+        const int64_t ih = oh * d.stride_h - d.pad_h + r;
+        if (ih < 0 || ih >= d.H) continue;
+        f(Run{oh * OW + ow, r * d.S + s0, s1 - s0, ih * d.W + iw_base + s0});
+      }
+    }
+}
+
+template <typename T>
+struct Bufs {
+  T* xg;  // (H*W, C, N)
+  T* yg;  // (OH*OW, K, N)
+};
+
+// The scratch past Wt's place.
+template <typename T>
+Bufs<T> carve(const Conv2dDesc& d, T* scratch) {
+  return Bufs<T>{scratch, scratch + d.N * d.C * d.H * d.W};
+}
+
+}  // namespace
+
+// Wt[k][t][c] = w[k][c][t].
+template <typename T>
+void taps_repack_weights(const Conv2dDesc& d, const T* w, T* wt) {
+  const int64_t RS = d.R * d.S, C = d.C;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < d.K; ++k) {
+    const T* src = w + k * C * RS;
+    T* dst = wt + k * C * RS;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < RS; ++t) dst[t * C + c] = src[c * RS + t];
+  }
+}
+
+namespace {
+
+// dw[k][c][t] = dWt[k][t][c].
+template <typename T>
+void unpack_weights(const Conv2dDesc& d, const T* wt, T* dw) {
+  const int64_t RS = d.R * d.S, C = d.C;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < d.K; ++k) {
+    const T* src = wt + k * C * RS;
+    T* dst = dw + k * C * RS;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < RS; ++t) dst[c * RS + t] = src[t * C + c];
+  }
+}
+
+// g[(i*CH + c)*N + n] = a[(n*CH + c)*HW + i]: (N, CH, HW) -> (HW, CH, N).
+template <typename T>
+void gather(const T* a, int64_t N, int64_t CH, int64_t HW, T* g) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < CH; ++c)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* src = a + (n * CH + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) g[(i * CH + c) * N + n] = src[i];
+    }
+}
+
+// a[(n*CH + c)*HW + i] = g[(i*CH + c)*N + n] (+ bias[c]).
+template <typename T>
+void scatter(const T* g, int64_t N, int64_t CH, int64_t HW, const T* bias, T* a) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < CH; ++c) {
+    const T b = bias ? bias[c] : T(0);
+    for (int64_t n = 0; n < N; ++n) {
+      T* dst = a + (n * CH + c) * HW;
+      for (int64_t i = 0; i < HW; ++i) dst[i] = g[(i * CH + c) * N + n] + b;
+    }
+  }
+}
+
+}  // namespace
+
+bool taps_applies(const Conv2dDesc& d) { return d.groups == 1 && d.dil_h == 1 && d.dil_w == 1; }
+
+int64_t taps_met_pairs(const Conv2dDesc& d) {
+  int64_t pairs = 0;
+  for_each_run(d, [&](const Run& run) { pairs += run.ns; });
+  return pairs;
+}
+
+int64_t taps_wt_elems(const Conv2dDesc& d) { return d.K * d.R * d.S * d.C; }
+
+size_t taps_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
+  const int64_t elems = d.K * d.R * d.S * d.C + d.N * d.C * d.H * d.W + d.N * d.K * d.out_h() * d.out_w();
+  return (size_t)elems * elem_size;
+}
+
+template <typename T>
+void taps_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
+  T* wt = static_cast<T*>(workspace);
+  taps_repack_weights(d, w, wt);
+  taps_forward_packed(d, x, wt, bias, y, wt + taps_wt_elems(d));
+}
+
+template <typename T>
+void taps_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
+  T* wt = static_cast<T*>(workspace);
+  taps_repack_weights(d, w, wt);
+  taps_backward_input_packed(d, dy, wt, dx, wt + taps_wt_elems(d));
+}
+
+template <typename T>
+void taps_forward_packed(const Conv2dDesc& d, const T* x, const T* wt, const T* bias, T* y, T* scratch) {
+  if (d.N == 0) return;
+  const Bufs<T> b = carve<T>(d, scratch);
+  const int64_t N = d.N, K = d.K, C = d.C, P = d.out_h() * d.out_w(), ld_w = d.R * d.S * C;
+  gather(x, N, C, d.H * d.W, b.xg);
+  // Runs come in output-pixel order: the first of a pixel overwrites its yg (beta 0), the others
+  // add; a pixel no kernel row meets (padding only) gets 0 (+ bias).
+  int64_t next = 0;  // the first output pixel not yet written
+  for_each_run(d, [&](const Run& run) {
+    for (; next < run.o; ++next) std::fill(b.yg + next * K * N, b.yg + (next + 1) * K * N, T(0));
+    const bool first = next == run.o;
+    if (first) next = run.o + 1;
+    gemm<T>(false, false, K, N, run.ns * C, T(1), wt + run.tap0 * C, ld_w, b.xg + run.in0 * C * N, N,
+            first ? T(0) : T(1), b.yg + run.o * K * N, N);
+  });
+  for (; next < P; ++next) std::fill(b.yg + next * K * N, b.yg + (next + 1) * K * N, T(0));
+  scatter(b.yg, N, K, P, bias, y);
+}
+
+template <typename T>
+void taps_backward_input_packed(const Conv2dDesc& d, const T* dy, const T* wt, T* dx, T* scratch) {
+  if (d.N == 0) return;
+  const Bufs<T> b = carve<T>(d, scratch);
+  const int64_t N = d.N, K = d.K, C = d.C, HW = d.H * d.W, ld_w = d.R * d.S * C;
+  gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
+  std::fill(b.xg, b.xg + HW * C * N, T(0));
+  for_each_run(d, [&](const Run& run) {
+    gemm<T>(true, false, run.ns * C, N, K, T(1), wt + run.tap0 * C, ld_w, b.yg + run.o * K * N, N, T(1),
+            b.xg + run.in0 * C * N, N);
+  });
+  scatter<T>(b.xg, N, C, HW, nullptr, dx);
+}
+
+template <typename T>
+void taps_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, void* workspace) {
+  T* dwt = static_cast<T*>(workspace);
+  const Bufs<T> b = carve<T>(d, dwt + taps_wt_elems(d));
+  const int64_t N = d.N, K = d.K, C = d.C, ld_w = d.R * d.S * C;
+  std::fill(dwt, dwt + K * ld_w, T(0));
+  if (N > 0) {
+    gather(x, N, C, d.H * d.W, b.xg);
+    gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
+    for_each_run(d, [&](const Run& run) {
+      gemm<T>(false, true, K, run.ns * C, N, T(1), b.yg + run.o * K * N, N, b.xg + run.in0 * C * N, N, T(1),
+              dwt + run.tap0 * C, ld_w);
+    });
+  }
+  unpack_weights(d, dwt, dw);
+}
+
+#define KILN_INSTANTIATE_CONV2D_TAPS(T)                                                          \
+  template void taps_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*);     \
+  template void taps_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
+  template void taps_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
+  template void taps_repack_weights<T>(const Conv2dDesc&, const T*, T*);                         \
+  template void taps_forward_packed<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, T*); \
+  template void taps_backward_input_packed<T>(const Conv2dDesc&, const T*, const T*, T*, T*);
+KILN_INSTANTIATE_CONV2D_TAPS(float)
+KILN_INSTANTIATE_CONV2D_TAPS(double)
+#undef KILN_INSTANTIATE_CONV2D_TAPS
+
+}  // namespace kiln::cpu
