@@ -7,8 +7,9 @@
 //                       [--pass fwd|bwd_in|bwd_w] [--bf16] [--bf16-wgrad] [--model resnet18|small_cnn]
 // --pass times only that pass (the others print 0): for instruction counts under callgrind.
 //
-// The algorithm of the forward pass and input gradient follows KILN_CPU_CONV=auto|im2col|winograd
-// (conv2d.h; auto when unset: Winograd F(2x2,3x3) on the 3x3 stride-1 layers). --algos instead
+// The algorithm of the three passes follows KILN_CPU_CONV=auto|im2col|winograd|taps
+// (conv2d.h; auto when unset: Winograd F(2x2,3x3) on the 3x3 stride-1 layers where it pays, valid
+// taps on small planes where they pay, im2col elsewhere). --algos instead
 // times only the shapes Winograd applies to, im2col against Winograd for fwd, bwd_in and bwd_w,
 // alternating the two call by call (im2col, winograd, winograd, im2col, ...) so both see the same
 // machine load, and prints the medians of --reps calls each and their ratio (no peer).

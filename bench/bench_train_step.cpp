@@ -18,7 +18,7 @@
 // --conv-algos times the CPU step with conv2d's three passes on im2col against the
 // automatic choice (Winograd F(2x2,3x3) on the 3x3 stride-1 layers, kernels/cpu/conv2d.h), one model,
 // steps alternating (im2col, auto, auto, im2col, ...); prints both medians and their ratio. No peer
-// then. Without it, the environment variable KILN_CPU_CONV=auto|im2col|winograd picks the algorithm.
+// then. Without it, the environment variable KILN_CPU_CONV=auto|im2col|winograd|taps picks the algorithm.
 // --amp (or --amp f16) is kiln train's: f16 autocast around forward + loss, LossScaler around backward
 // and step. --amp bf16: AutocastGuard(true, DType::bf16) around forward + loss, no loss scaler (bf16 has
 // f32's range), f32 master weights (issue 35).

@@ -199,9 +199,9 @@ bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass) {
 // images per thread (the GEMMs' columns: at 8x224 the share is 8 or 4, and im2col stays).
 bool conv2d_taps_pays(const Conv2dDesc& d, Conv2dPass pass) {
   if (!taps_applies(d)) return false;
-  const int64_t nt = split_threads(d), share = (d.N + nt - 1) / nt;
-  const int64_t P = d.out_h() * d.out_w(), all = d.R * d.S * P, skipped = all - taps_met_pairs(d);
-  if (share < 16 || P > 16) return false;
+  const int64_t P = d.out_h() * d.out_w();
+  if (d.N < 16 || P > 16) return false;  // first: taps_met_pairs walks every output pixel
+  const int64_t all = d.R * d.S * P, skipped = all - taps_met_pairs(d);
   if (skipped * 2 >= all) return true;
   const bool stride1 = d.stride_h == 1 && d.stride_w == 1;
   return pass == Conv2dPass::backward_weight && stride1 && skipped * 4 >= all;
@@ -263,13 +263,10 @@ void im2col_rows(const Conv2dDesc& d, const Plan& p, const T* x, int64_t n, int6
 }
 
 // One thread's convolution of d's images (the bodies of the three passes; see the split below).
-// U: the Winograd weight transform shared by the threads, Wt: valid taps' repacked weights, likewise
-// (both null: im2col); Winograd's V and M, valid taps' gathered input and output go past U's / Wt's
-// place in this thread's workspace.
+// U: the Winograd weight transform shared by the threads (null: im2col); Winograd's V and M go past
+// U's place in this thread's workspace.
 template <typename T>
-void forward_one(const Conv2dDesc& d, const T* Wt, const T* U, const T* x, const T* w, const T* bias, T* y,
-                 void* workspace) {
-  if (Wt) return taps_forward_packed(d, x, Wt, bias, y, static_cast<T*>(workspace) + taps_wt_elems(d));
+void forward_one(const Conv2dDesc& d, const T* U, const T* x, const T* w, const T* bias, T* y, void* workspace) {
   if (U) return winograd_forward_u(d, x, U, bias, y, static_cast<T*>(workspace) + winograd_u_elems(d));
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
@@ -312,9 +309,7 @@ void forward_one(const Conv2dDesc& d, const T* Wt, const T* U, const T* x, const
 }
 
 template <typename T>
-void backward_input_one(const Conv2dDesc& d, const T* Wt, const T* U, const T* dy, const T* w, T* dx,
-                        void* workspace) {
-  if (Wt) return taps_backward_input_packed(d, dy, Wt, dx, static_cast<T*>(workspace) + taps_wt_elems(d));
+void backward_input_one(const Conv2dDesc& d, const T* U, const T* dy, const T* w, T* dx, void* workspace) {
   if (U) return winograd_backward_input_u(d, dy, U, dx, static_cast<T*>(workspace) + winograd_u_elems(d));
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
@@ -343,9 +338,7 @@ void backward_input_one(const Conv2dDesc& d, const T* Wt, const T* U, const T* d
 
 // dw only (the bias gradient is conv2d_backward_weight's).
 template <typename T>
-void backward_weight_one(const Conv2dDesc& d, bool taps, bool wino, const T* x, const T* dy, T* dw,
-                         void* workspace) {
-  if (taps) return taps_backward_weight(d, x, dy, dw, workspace);
+void backward_weight_one(const Conv2dDesc& d, bool wino, const T* x, const T* dy, T* dw, void* workspace) {
   const Plan p = plan_of(d);
   const Scratch<T> s = carve<T>(d, p, workspace);
   if (wino && winograd_backward_weight(d, x, dy, dw, workspace)) return;
@@ -399,13 +392,10 @@ Conv2dDesc images(const Conv2dDesc& d, int64_t n) {
   return s;
 }
 
-// One thread's scratch for d's images: room for im2col (Winograd's per-call fallback), and for
-// Winograd and valid taps where some pass takes them.
-size_t one_thread_bytes(const Conv2dDesc& d, bool wino, bool taps, size_t elem_size) {
-  size_t bytes = im2col_workspace_bytes(d, elem_size);
-  if (wino) bytes = std::max(bytes, winograd_workspace_bytes(d, elem_size));
-  if (taps) bytes = std::max(bytes, taps_workspace_bytes(d, elem_size));
-  return bytes;
+// One thread's scratch for d's images.
+size_t one_thread_bytes(const Conv2dDesc& d, bool wino, size_t elem_size) {
+  const size_t im2col = im2col_workspace_bytes(d, elem_size);
+  return wino ? std::max(im2col, winograd_workspace_bytes(d, elem_size)) : im2col;
 }
 
 struct Split {
@@ -414,11 +404,11 @@ struct Split {
   size_t partials;  // bytes of the weight-gradient partials of threads 1..nt-1
 };
 
-Split split_of(const Conv2dDesc& d, bool wino, bool taps, size_t elem_size) {
+Split split_of(const Conv2dDesc& d, bool wino, size_t elem_size) {
   Split sp{split_threads(d), 0, 0};
   if (sp.nt == 1) return sp;
   const int64_t most = (d.N + sp.nt - 1) / sp.nt;
-  sp.slice = (one_thread_bytes(images(d, most), wino, taps, elem_size) + 63) / 64 * 64;
+  sp.slice = (one_thread_bytes(images(d, most), wino, elem_size) + 63) / 64 * 64;
   sp.partials = (size_t)(sp.nt - 1) * (size_t)(d.K * (d.C / d.groups) * d.R * d.S) * elem_size;
   return sp;
 }
@@ -429,14 +419,7 @@ bool any_winograd(const Conv2dDesc& d) {
          conv2d_uses_winograd(d, Conv2dPass::backward_weight);
 }
 
-bool any_taps(const Conv2dDesc& d) {
-  return conv2d_uses_taps(d, Conv2dPass::forward) || conv2d_uses_taps(d, Conv2dPass::backward_input) ||
-         conv2d_uses_taps(d, Conv2dPass::backward_weight);
-}
-
-Split split_for(const Conv2dDesc& d, size_t elem_size) {
-  return split_of(d, any_winograd(d), any_taps(d), elem_size);
-}
+Split split_for(const Conv2dDesc& d, size_t elem_size) { return split_of(d, any_winograd(d), elem_size); }
 
 // Runs f(t, n0, n) for each thread's images in one region; an exception in a thread is rethrown
 // after the region (none is expected: the desc was checked before).
@@ -461,8 +444,14 @@ void for_each_share(const Conv2dDesc& d, int nt, F f) {
 
 size_t conv2d_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
   conv2d_check(d, "conv2d_workspace_bytes");
+  // The passes on im2col / Winograd (split by images), and room for valid taps' passes (all images at
+  // once, conv2d_taps.h) where some pass takes them; only the latter when all three do.
+  const bool taps_f = conv2d_uses_taps(d, Conv2dPass::forward), taps_i = conv2d_uses_taps(d, Conv2dPass::backward_input),
+             taps_w = conv2d_uses_taps(d, Conv2dPass::backward_weight);
+  if (taps_f && taps_i && taps_w) return taps_workspace_bytes(d, elem_size);
   const Split sp = split_for(d, elem_size);
-  return sp.nt == 1 ? one_thread_bytes(d, any_winograd(d), any_taps(d), elem_size) : sp.nt * sp.slice + sp.partials;
+  const size_t split = sp.nt == 1 ? one_thread_bytes(d, any_winograd(d), elem_size) : sp.nt * sp.slice + sp.partials;
+  return taps_f || taps_i || taps_w ? std::max(split, taps_workspace_bytes(d, elem_size)) : split;
 }
 
 // The Winograd weight transform of a pass, once for all threads, into the start of the workspace
@@ -476,26 +465,16 @@ const T* shared_u(const Conv2dDesc& d, Conv2dPass pass, const T* in, int64_t n, 
   return winograd_transform_weights(d, w, pass == Conv2dPass::backward_input, U) ? U : nullptr;
 }
 
-// Valid taps' repacked weights of a pass, once for all threads, into the start of the workspace (as
-// U above). Null: the pass does not take valid taps.
-template <typename T>
-const T* shared_wt(const Conv2dDesc& d, Conv2dPass pass, const T* w, void* workspace) {
-  if (!conv2d_uses_taps(d, pass)) return nullptr;
-  T* Wt = static_cast<T*>(workspace);
-  taps_repack_weights(d, w, Wt);
-  return Wt;
-}
-
 template <typename T>
 void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
   conv2d_check(d, "conv2d_forward");
-  const T* Wt = shared_wt(d, Conv2dPass::forward, w, workspace);
-  const T* U = Wt ? nullptr : shared_u(d, Conv2dPass::forward, x, d.N * d.C * d.H * d.W, w, workspace);
+  if (conv2d_uses_taps(d, Conv2dPass::forward)) return taps_forward(d, x, w, bias, y, workspace);
+  const T* U = shared_u(d, Conv2dPass::forward, x, d.N * d.C * d.H * d.W, w, workspace);
   const Split sp = split_for(d, sizeof(T));  // the workspace's layout, for all passes
-  if (sp.nt == 1) return forward_one(d, Wt, U, x, w, bias, y, workspace);
+  if (sp.nt == 1) return forward_one(d, U, x, w, bias, y, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-    forward_one(images(d, n), Wt, U, x + n0 * d.C * d.H * d.W, w, bias, y + n0 * d.K * d.out_h() * d.out_w(),
+    forward_one(images(d, n), U, x + n0 * d.C * d.H * d.W, w, bias, y + n0 * d.K * d.out_h() * d.out_w(),
                 ws + t * sp.slice);
   });
 }
@@ -503,14 +482,13 @@ void conv2d_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, 
 template <typename T>
 void conv2d_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
   conv2d_check(d, "conv2d_backward_input");
-  const T* Wt = shared_wt(d, Conv2dPass::backward_input, w, workspace);
-  const T* U =
-      Wt ? nullptr : shared_u(d, Conv2dPass::backward_input, dy, d.N * d.K * d.out_h() * d.out_w(), w, workspace);
+  if (conv2d_uses_taps(d, Conv2dPass::backward_input)) return taps_backward_input(d, dy, w, dx, workspace);
+  const T* U = shared_u(d, Conv2dPass::backward_input, dy, d.N * d.K * d.out_h() * d.out_w(), w, workspace);
   const Split sp = split_for(d, sizeof(T));  // the workspace's layout, for all passes
-  if (sp.nt == 1) return backward_input_one(d, Wt, U, dy, w, dx, workspace);
+  if (sp.nt == 1) return backward_input_one(d, U, dy, w, dx, workspace);
   char* ws = static_cast<char*>(workspace);
   for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-    backward_input_one(images(d, n), Wt, U, dy + n0 * d.K * d.out_h() * d.out_w(), w, dx + n0 * d.C * d.H * d.W,
+    backward_input_one(images(d, n), U, dy + n0 * d.K * d.out_h() * d.out_w(), w, dx + n0 * d.C * d.H * d.W,
                        ws + t * sp.slice);
   });
 }
@@ -523,14 +501,16 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
   const bool taps = conv2d_uses_taps(d, Conv2dPass::backward_weight);
   const Split sp = split_for(d, sizeof(T));  // the workspace's layout, for all passes
   const Plan p = plan_of(d);
-  if (sp.nt == 1) {
-    backward_weight_one(d, taps, wino, x, dy, dw, workspace);
+  if (taps) {
+    taps_backward_weight(d, x, dy, dw, workspace);
+  } else if (sp.nt == 1) {
+    backward_weight_one(d, wino, x, dy, dw, workspace);
   } else {
     char* ws = static_cast<char*>(workspace);
     T* partials = reinterpret_cast<T*>(ws + sp.nt * sp.slice);  // (nt - 1, K, Cg*R*S)
     const int64_t nw = d.K * p.CRSg;
     for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-      backward_weight_one(images(d, n), taps, wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
+      backward_weight_one(images(d, n), wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
                           t == 0 ? dw : partials + (t - 1) * nw, ws + t * sp.slice);
     });
     // dw += partials, in thread order: one contiguous pass per partial, so the loop vectorizes.

@@ -13,7 +13,10 @@
 // The (o, r) order is fixed, so every thread count gives the same bits for the same images.
 #include "kernels/cpu/conv2d_taps.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <exception>
 
 #include "kernels/cpu/gemm.h"
 
@@ -56,11 +59,9 @@ Bufs<T> carve(const Conv2dDesc& d, T* scratch) {
   return Bufs<T>{scratch, scratch + d.N * d.C * d.H * d.W};
 }
 
-}  // namespace
-
 // Wt[k][t][c] = w[k][c][t].
 template <typename T>
-void taps_repack_weights(const Conv2dDesc& d, const T* w, T* wt) {
+void repack_weights(const Conv2dDesc& d, const T* w, T* wt) {
   const int64_t RS = d.R * d.S, C = d.C;
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < d.K; ++k) {
@@ -70,8 +71,6 @@ void taps_repack_weights(const Conv2dDesc& d, const T* w, T* wt) {
       for (int64_t t = 0; t < RS; ++t) dst[t * C + c] = src[c * RS + t];
   }
 }
-
-namespace {
 
 // dw[k][c][t] = dWt[k][t][c].
 template <typename T>
@@ -120,57 +119,90 @@ int64_t taps_met_pairs(const Conv2dDesc& d) {
   return pairs;
 }
 
+namespace {
+
 int64_t taps_wt_elems(const Conv2dDesc& d) { return d.K * d.R * d.S * d.C; }
+
+}  // namespace
 
 size_t taps_workspace_bytes(const Conv2dDesc& d, size_t elem_size) {
   const int64_t elems = d.K * d.R * d.S * d.C + d.N * d.C * d.H * d.W + d.N * d.K * d.out_h() * d.out_w();
   return (size_t)elems * elem_size;
 }
 
+namespace {
+
+// Runs f(lo, hi) for thread t's share [n*t/nt, n*(t+1)/nt) of n channels, one OpenMP region (one
+// thread when called inside a region); an exception in a thread is rethrown after the region.
+template <typename F>
+void for_each_channel_share(int64_t n, F f) {
+  const int nt = omp_in_parallel() ? 1 : (int)std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), n));
+  if (nt == 1) return f(int64_t(0), n);
+  std::exception_ptr err;
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
+    try {
+      f(n * t / m, n * (t + 1) / m);
+    } catch (...) {
+#pragma omp critical(kiln_conv2d_taps_split)
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace
+
 template <typename T>
 void taps_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T* y, void* workspace) {
-  T* wt = static_cast<T*>(workspace);
-  taps_repack_weights(d, w, wt);
-  taps_forward_packed(d, x, wt, bias, y, wt + taps_wt_elems(d));
-}
-
-template <typename T>
-void taps_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
-  T* wt = static_cast<T*>(workspace);
-  taps_repack_weights(d, w, wt);
-  taps_backward_input_packed(d, dy, wt, dx, wt + taps_wt_elems(d));
-}
-
-template <typename T>
-void taps_forward_packed(const Conv2dDesc& d, const T* x, const T* wt, const T* bias, T* y, T* scratch) {
   if (d.N == 0) return;
-  const Bufs<T> b = carve<T>(d, scratch);
+  T* wt = static_cast<T*>(workspace);
+  const Bufs<T> b = carve<T>(d, wt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, P = d.out_h() * d.out_w(), ld_w = d.R * d.S * C;
+  repack_weights(d, w, wt);
   gather(x, N, C, d.H * d.W, b.xg);
-  // Runs come in output-pixel order: the first of a pixel overwrites its yg (beta 0), the others
-  // add; a pixel no kernel row meets (padding only) gets 0 (+ bias).
-  int64_t next = 0;  // the first output pixel not yet written
-  for_each_run(d, [&](const Run& run) {
-    for (; next < run.o; ++next) std::fill(b.yg + next * K * N, b.yg + (next + 1) * K * N, T(0));
-    const bool first = next == run.o;
-    if (first) next = run.o + 1;
-    gemm<T>(false, false, K, N, run.ns * C, T(1), wt + run.tap0 * C, ld_w, b.xg + run.in0 * C * N, N,
-            first ? T(0) : T(1), b.yg + run.o * K * N, N);
+  for_each_channel_share(K, [&](int64_t k0, int64_t k1) {
+    const int64_t kn = k1 - k0;
+    // Runs come in output-pixel order: the first of a pixel overwrites its rows of yg (beta 0), the
+    // others add; a pixel no kernel row meets (padding only) gets 0 (+ bias).
+    auto zero = [&](int64_t o) { std::fill(b.yg + o * K * N + k0 * N, b.yg + o * K * N + k1 * N, T(0)); };
+    int64_t next = 0;  // the first output pixel not yet written
+    for_each_run(d, [&](const Run& run) {
+      for (; next < run.o; ++next) zero(next);
+      const bool first = next == run.o;
+      if (first) next = run.o + 1;
+      gemm<T>(false, false, kn, N, run.ns * C, T(1), wt + k0 * ld_w + run.tap0 * C, ld_w, b.xg + run.in0 * C * N,
+              N, first ? T(0) : T(1), b.yg + run.o * K * N + k0 * N, N);
+    });
+    for (; next < P; ++next) zero(next);
   });
-  for (; next < P; ++next) std::fill(b.yg + next * K * N, b.yg + (next + 1) * K * N, T(0));
   scatter(b.yg, N, K, P, bias, y);
 }
 
 template <typename T>
-void taps_backward_input_packed(const Conv2dDesc& d, const T* dy, const T* wt, T* dx, T* scratch) {
+void taps_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, void* workspace) {
   if (d.N == 0) return;
-  const Bufs<T> b = carve<T>(d, scratch);
+  T* wt = static_cast<T*>(workspace);
+  const Bufs<T> b = carve<T>(d, wt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, HW = d.H * d.W, ld_w = d.R * d.S * C;
+  repack_weights(d, w, wt);
   gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
-  std::fill(b.xg, b.xg + HW * C * N, T(0));
-  for_each_run(d, [&](const Run& run) {
-    gemm<T>(true, false, run.ns * C, N, K, T(1), wt + run.tap0 * C, ld_w, b.yg + run.o * K * N, N, T(1),
-            b.xg + run.in0 * C * N, N);
+  for_each_channel_share(C, [&](int64_t c0, int64_t c1) {
+    const int64_t cn = c1 - c0;
+    for (int64_t i = 0; i < HW; ++i) std::fill(b.xg + (i * C + c0) * N, b.xg + (i * C + c1) * N, T(0));
+    if (cn == C) {  // all channels: the taps of a run are one GEMM
+      for_each_run(d, [&](const Run& run) {
+        gemm<T>(true, false, run.ns * C, N, K, T(1), wt + run.tap0 * C, ld_w, b.yg + run.o * K * N, N, T(1),
+                b.xg + run.in0 * C * N, N);
+      });
+      return;
+    }
+    for_each_run(d, [&](const Run& run) {  // a share of the channels: one GEMM per tap
+      for (int64_t s = 0; s < run.ns; ++s)
+        gemm<T>(true, false, cn, N, K, T(1), wt + (run.tap0 + s) * C + c0, ld_w, b.yg + run.o * K * N, N, T(1),
+                b.xg + ((run.in0 + s) * C + c0) * N, N);
+    });
   });
   scatter<T>(b.xg, N, C, HW, nullptr, dx);
 }
@@ -180,25 +212,25 @@ void taps_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, v
   T* dwt = static_cast<T*>(workspace);
   const Bufs<T> b = carve<T>(d, dwt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, ld_w = d.R * d.S * C;
-  std::fill(dwt, dwt + K * ld_w, T(0));
   if (N > 0) {
     gather(x, N, C, d.H * d.W, b.xg);
     gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
-    for_each_run(d, [&](const Run& run) {
-      gemm<T>(false, true, K, run.ns * C, N, T(1), b.yg + run.o * K * N, N, b.xg + run.in0 * C * N, N, T(1),
-              dwt + run.tap0 * C, ld_w);
-    });
   }
+  for_each_channel_share(K, [&](int64_t k0, int64_t k1) {
+    std::fill(dwt + k0 * ld_w, dwt + k1 * ld_w, T(0));
+    if (N > 0)
+      for_each_run(d, [&](const Run& run) {
+        gemm<T>(false, true, k1 - k0, run.ns * C, N, T(1), b.yg + run.o * K * N + k0 * N, N, b.xg + run.in0 * C * N,
+                N, T(1), dwt + k0 * ld_w + run.tap0 * C, ld_w);
+      });
+  });
   unpack_weights(d, dwt, dw);
 }
 
 #define KILN_INSTANTIATE_CONV2D_TAPS(T)                                                          \
   template void taps_forward<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, void*);     \
   template void taps_backward_input<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
-  template void taps_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, void*);        \
-  template void taps_repack_weights<T>(const Conv2dDesc&, const T*, T*);                         \
-  template void taps_forward_packed<T>(const Conv2dDesc&, const T*, const T*, const T*, T*, T*); \
-  template void taps_backward_input_packed<T>(const Conv2dDesc&, const T*, const T*, T*, T*);
+  template void taps_backward_weight<T>(const Conv2dDesc&, const T*, const T*, T*, void*);
 KILN_INSTANTIATE_CONV2D_TAPS(float)
 KILN_INSTANTIATE_CONV2D_TAPS(double)
 #undef KILN_INSTANTIATE_CONV2D_TAPS

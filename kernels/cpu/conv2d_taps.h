@@ -6,6 +6,11 @@
 // are repacked tap-major, Wt (K, R*S, C), so that the taps of one kernel row that meet the plane
 // are one contiguous block of columns; the images are the GEMMs' columns (x gathered to
 // (H*W, C, N)), so each (output pixel, kernel row) is one GEMM of (K, N, taps*C).
+// Threads: every GEMM keeps all images as its columns (split by images, a thread's GEMMs had 16 or
+// fewer at batch 32 and ran at 55-80% of the 32-column speed); the threads split the output channels
+// (forward, weight gradient) or the input channels (input gradient) in one OpenMP region, and the
+// repack, gathers and scatters are OpenMP loops. Inside an OpenMP region everything runs on the
+// calling thread.
 // Used only through conv2d.cpp, which decides per pass which algorithm runs (conv2d_uses_taps):
 // this file does not choose, does not allocate (the caller's workspace of taps_workspace_bytes),
 // and never starts OpenBLAS threads inside an OpenMP region (kiln's gemm).
@@ -42,18 +47,5 @@ void taps_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, vo
 // x, dy -> dw: (K, C, R, S), overwritten (0 when N is 0).
 template <typename T>
 void taps_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, void* workspace);
-
-// The two steps of taps_forward / taps_backward_input, so that the threads of conv2d.cpp's split by
-// images share one repack of the weights (the layout of the workspace is the same: Wt, its first
-// taps_wt_elems values, then each thread's scratch of the gathered input and output).
-int64_t taps_wt_elems(const Conv2dDesc& d);
-// Wt (K, R*S, C) from w (K, C, R, S); OpenMP over output channels.
-template <typename T>
-void taps_repack_weights(const Conv2dDesc& d, const T* w, T* wt);
-// scratch: N*C*H*W + N*K*OH*OW values of d (d.N: this call's images).
-template <typename T>
-void taps_forward_packed(const Conv2dDesc& d, const T* x, const T* wt, const T* bias, T* y, T* scratch);
-template <typename T>
-void taps_backward_input_packed(const Conv2dDesc& d, const T* dy, const T* wt, T* dx, T* scratch);
 
 }  // namespace kiln::cpu

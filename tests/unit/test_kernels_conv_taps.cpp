@@ -147,4 +147,12 @@ TEST_CASE("conv2d valid taps: met pairs, workspace, the automatic rule") {
   CHECK(cpu::conv2d_uses_taps(l3, cpu::Conv2dPass::backward_weight));
   CHECK_FALSE(cpu::conv2d_uses_taps(l3, cpu::Conv2dPass::forward));
   CHECK(cpu::conv2d_uses_winograd(l3, cpu::Conv2dPass::forward));
+  // 2 threads: valid taps split the channels, not the images (every GEMM has all 32 images as its
+  // columns), so the choice stays; the workspace holds all images' gathers (and the split by images'
+  // slices for layer3's Winograd passes).
+  cpu::set_num_threads(2);
+  CHECK(cpu::conv2d_uses_taps(l4, cpu::Conv2dPass::forward));
+  CHECK(cpu::conv2d_workspace_bytes(l4, 4) == (size_t)(512 * 9 * 512 + 32 * 512 * 4 + 32 * 512 * 4) * 4);
+  CHECK(cpu::conv2d_uses_taps(l3, cpu::Conv2dPass::backward_weight));
+  CHECK(cpu::conv2d_workspace_bytes(l3, 4) >= cpu::taps_workspace_bytes(l3, 4));
 }
