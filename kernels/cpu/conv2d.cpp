@@ -15,6 +15,8 @@
 // Winograd (conv2d_winograd.cpp) replaces a pass where conv2d_uses_winograd(d, pass); the
 // workspace is then the larger of its buffer and im2col's, since the per-call fallback for
 // out-of-range values (NaN, inf, huge) still runs im2col.
+// Valid taps (conv2d_taps.cpp) replace a pass where conv2d_uses_taps(d, pass) (small planes, not
+// split by images: the channels are); the workspace then has room for them too.
 #include "kernels/cpu/conv2d.h"
 
 #include <omp.h>
@@ -184,19 +186,20 @@ bool conv2d_uses_winograd(const Conv2dDesc& d, Conv2dPass pass) {
 
 // Valid taps (conv2d_taps.cpp) against im2col on small planes: im2col's GEMM multiplies the
 // padding's zeros, valid taps do not, but repack the weights (K*C*R*S values, ~0.9 ms for layer4's
-// 512x512x3x3; the weight gradient zeroes and unpacks its own per thread) and run one GEMM per
-// (output pixel, kernel row) with one thread's images as the columns. Measured (bench_conv_cpu
-// forced KILN_CPU_CONV=im2col / taps, CPU time of the process, 3 alternating runs, 2026-12-07 on the
-// Intel Xeon (Cooper Lake, 2 vCPUs) under load ~4 from other builds; ResNet18 at 32x64), with the share
-// of im2col's (output pixel, tap) pairs that valid taps skip in brackets:
-//   layer4 3x3 on 2x2 (56%), all passes: 1 thread 0.72x, 2 threads 0.80x.
+// 512x512x3x3) and run one GEMM per (output pixel, kernel row), all images as its columns (the
+// threads split the channels). Measured (bench_conv_cpu with KILN_CPU_CONV=im2col / taps, CPU time
+// of the process, 3 alternating runs, 2026-12-07 on the Intel Xeon (Cooper Lake, 2 vCPUs) under load
+// ~4 from other builds; ResNet18 at 32x64), the share of im2col's (output pixel, tap) pairs that
+// valid taps skip in brackets:
+//   layer4 3x3 on 2x2 (56%), all passes: 1 thread 0.72x, 2 threads 0.72x.
 //   layer3 3x3 on 4x4 (31%): weight grad 1 thread 0.82x (Winograd, not chosen there: 0.87x), 2
-//     threads 0.96x; forward / input grad keep Winograd (it beat valid taps by 5-15%).
-//   layer4.0 3x3 stride 2 (31%): 1 thread 0.95x, 2 threads 1.2x (weight grad 1.15x).
-//   layer3.0 3x3 stride 2 (16%): 1 thread 1.16x, 2 threads 1.25x.
+//     threads ~0.9x; forward / input grad: Winograd as fast or faster (1 thread by 5-10%), it stays.
+//   layer4.0 3x3 stride 2 (31%): 1 thread 0.95x, 2 threads 0.97x (weight grad alone at 2 threads
+//     with the image split it was 1.15x): too close to call.
+//   layer3.0 3x3 stride 2 (16%): 1 thread 1.16x.
 // So: at least half the pairs skipped (any pass), or a quarter for the weight gradient of a stride-1
 // layer; planes of at most 16 outputs (one GEMM per output pixel and kernel row) and at least 16
-// images per thread (the GEMMs' columns: at 8x224 the share is 8 or 4, and im2col stays).
+// images (the GEMMs' columns: at 8x224 the batch is 8, and im2col stays).
 bool conv2d_taps_pays(const Conv2dDesc& d, Conv2dPass pass) {
   if (!taps_applies(d)) return false;
   const int64_t P = d.out_h() * d.out_w();

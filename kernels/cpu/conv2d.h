@@ -1,7 +1,8 @@
 // 2-D convolution on the CPU (NCHW, contiguous): forward, input gradient, weight/bias gradient.
 // im2col + OpenBLAS GEMM, with several images per GEMM when the output plane is small and no
 // im2col at all for 1x1 / stride 1 / pad 0; Winograd F(2x2, 3x3) (conv2d_winograd.h) for the
-// passes of 3x3 stride-1 layers where it pays (conv2d_uses_winograd, per pass). With several threads each pass is split by
+// passes of 3x3 stride-1 layers where it pays (conv2d_uses_winograd, per pass); valid taps
+// (conv2d_taps.h: no padding zeros multiplied) for the passes of small planes where they pay. With several threads each pass is split by
 // images (each thread its own images and workspace slice; conv2d.cpp). Kernels never allocate: the
 // caller passes a scratch buffer of conv2d_workspace_bytes() bytes (kiln allocates it tagged
 // `temporary`); its size depends on the thread count (cpu::set_num_threads), so set that first.

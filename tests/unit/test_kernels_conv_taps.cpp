@@ -2,7 +2,7 @@
 // the same kernels (itself checked against a direct f64 reference in test_kernels_conv.cpp), both
 // forced with conv2d_set_algo, on odd shapes: non-square kernels, stride 2, padding wider than the
 // kernel's reach (output pixels that meet only padding), planes of 1 and 2 pixels, batches of 1 to
-// 5, 1 and 3 threads (the split by images), f32 and f64. The workspace is exactly
+// 5, 1 and 3 threads (the channel split), f32 and f64, NaN and inf inputs. The workspace is exactly
 // conv2d_workspace_bytes and filled with garbage. Also: which passes the automatic rule gives taps.
 // Tolerance: max |taps - im2col| <= tol * max |im2col| per output, tol = 1e-5 (f32), 1e-12 (f64):
 // the same products summed in another order.
@@ -110,13 +110,40 @@ TEST_CASE("conv2d valid taps: forward, input and weight gradients match im2col o
       desc(1, 6, 1, 1, 5, 3, 3, 1, 1, 1, 1),  // one pixel, one image
       desc(5, 9, 3, 3, 7, 3, 3, 1, 1, 0, 0),  // no padding: taps == im2col's
   };
-  for (int threads : {1, 3})  // 3 threads: uneven shares, and fewer images than threads
+  for (int threads : {1, 3})  // 3 threads: uneven channel shares (3 to 9 channels)
     for (const Conv2dDesc& d : cases) {
       INFO("threads ", threads, " N=", d.N, " C=", d.C, " H=", d.H, " W=", d.W, " K=", d.K, " R=", d.R, " S=", d.S);
       cpu::set_num_threads(threads);
       check_against_im2col<double>(d, g, 1e-12);
       check_against_im2col<float>(d, g, 1e-5);
     }
+}
+
+TEST_CASE("conv2d valid taps: a NaN or inf input reaches exactly the outputs im2col gives it") {
+  // x holds NaN at one pixel and inf at another: every output whose window meets them is NaN / inf
+  // (or NaN where both meet or inf meets a weight of the other sign), the same set as im2col's; the
+  // weight gradient likewise.
+  AlgoScope scope;
+  cpu::set_num_threads(1);
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> u(0.5f, 1.0f);  // positive: inf never meets -inf
+  const Conv2dDesc d = desc(2, 3, 3, 2, 4, 3, 3, 1, 1, 1, 1);
+  std::vector<float> x(d.N * d.C * d.H * d.W), w(d.K * d.C * 9), b(d.K), dy(d.N * d.K * d.out_h() * d.out_w());
+  for (auto* v : {&x, &w, &b, &dy})
+    for (auto& e : *v) e = u(g);
+  x[1] = std::nanf("");                                // image 0, channel 0, pixel (0, 1)
+  x[d.C * d.H * d.W + 5] = INFINITY;                   // image 1, channel 0, pixel (2, 1)
+  const Outs<float> ref = run(cpu::Conv2dAlgo::im2col, d, x, w, b, dy);
+  const Outs<float> got = run(cpu::Conv2dAlgo::taps, d, x, w, b, dy);
+  int nonfinite = 0;
+  for (size_t i = 0; i < ref.y.size(); ++i) {
+    CHECK(std::isnan(got.y[i]) == std::isnan(ref.y[i]));
+    CHECK(std::isinf(got.y[i]) == std::isinf(ref.y[i]));
+    nonfinite += !std::isfinite(ref.y[i]);
+  }
+  CHECK(nonfinite > 0);
+  CHECK(nonfinite < (int)ref.y.size());
+  for (size_t i = 0; i < ref.dw.size(); ++i) CHECK(std::isnan(got.dw[i]) == std::isnan(ref.dw[i]));
 }
 
 TEST_CASE("conv2d valid taps: met pairs, workspace, the automatic rule") {
