@@ -14,7 +14,8 @@
 // samples with AVX-512 on the small CNN, AVX2 level with SSE2) and the contiguous bf16 rows of the
 // elementwise kernels and casts (elementwise.cpp: SSE2 lacks the narrowing and blends bf16 rounding needs;
 // docs/cpu-bf16.md), the 16-bit batch norm's f32 lanes (batch_norm_channel16.h) and the bf16 widen / narrow
-// runs of the 16-bit max pool (pool.cpp). The 2x2 max pool rows and the Winograd
+// runs of the 16-bit max pool and its bf16 2x2 stride-2 loop (pool.cpp, AVX-512 intrinsics with masked row
+// ends). The f32 2x2 max pool rows and the Winograd
 // transforms measured slower with wider vectors (their rows of 7-14 values are shorter than one vector)
 // and stay SSE2 (docs/cpu-profile.md). Must not know tensors: kernels ask cpu_isa() and call their variant.
 #pragma once

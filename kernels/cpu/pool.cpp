@@ -2,6 +2,7 @@
 // directions, so backward scatters need no atomics. Max pool also runs on 16-bit data (bf16, f16): values
 // widen to f32 on load (exact), compare in f32 and store the winner rounded back (exact: it is one of the
 // inputs; a NaN comes out quieted, as f32 staging gives), the bits of the f32 kernel on the widened data.
+// The bf16 2x2 stride-2 window has an AVX-512 loop of its own (no staging; same bits and indices).
 #include "kernels/cpu/pool.h"
 
 #include <algorithm>
@@ -9,6 +10,10 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "engine/core/error.h"
 #include "engine/core/half.h"
@@ -115,7 +120,8 @@ inline void max_pool2x2_s2_row(const S* __restrict a, const S* __restrict b, int
 // tap is inside the plane, so no bounds tests. It was 12% of a batch-16 small-CNN step as the general loop and ~10%
 // of a batch-128 one as a scalar loop with a branch per tap (docs/cpu-profile.md). Baseline SSE2 only:
 // compiled for AVX2 / AVX-512 (cpu_isa.h) it took 1.2x / 2x the time on the small CNN's rows of 7 and
-// 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md).
+// 14 outputs, shorter than one wide vector (perf samples, docs/cpu-profile.md). bf16 on AVX-512 takes
+// max_pool2x2_s2_bf16_avx512 below instead (masked 16-output chunks: a short row costs one vector).
 
 // One output of the general window: taps in row order, those outside the plane skipped; PyTorch's
 // rule (a larger value or a NaN takes the place, the last NaN wins; the first tap inside starts, so
@@ -223,6 +229,79 @@ void max_plane(const Pool2dDesc& d, const MaxPlan& p, const T* xp, T* yp, int64_
   }
 }
 
+#if KILN_CPU_ISA_CLONES
+// The 2x2 stride-2 window on bf16 planes with AVX-512, no staging (the small CNN's pools: rows of 14 and 7
+// outputs, which the staged path's SSE2 loop and f32 widening ran one short row at a time; 3.7 ms of a
+// 128x28 step). Per output row, chunks of 16 outputs: a row's 2 * 16 inputs load as 16 u32 pairs (masked
+// at the row's end), the pair's two bf16 widen exactly by shift / mask, and the taps take
+// max_pool2x2_s2_row's rule in its order (a larger value or a NaN takes the place), so y is the winner's bits
+// (a NaN quieted, bit 0x40, as the f32 round trip gives) and the index the same tap: the bits and indices of
+// the staged path. Indices as i32 lanes widened to i64 (a plane's index < 2^31: the caller's kStage bound).
+// (GCC 12 warns that the shift intrinsics' _mm512_undefined_epi32() operand "may be used uninitialized" once
+// they are inlined into the OpenMP body: a false positive of the header, silenced for this function only.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// One plane: xp (H, W) -> yp (OH, OW), ip (OH, OW) or null. (Its own function with the target, called from the
+// OpenMP loop below: clang does not give an OpenMP body its function's target, and AVX-512 intrinsics need it.)
+KILN_TARGET_AVX512 __attribute__((noinline)) void max_pool2x2_s2_bf16_plane_avx512(const Pool2dDesc& d,
+                                                                                  const uint16_t* xp, uint16_t* yp,
+                                                                                  int64_t* ip) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W;
+  {
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u), quiet = _mm512_set1_epi32(0x40);
+    const __m512i iota2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), three = _mm512_set1_epi32(3);
+    const __m512i wv = _mm512_set1_epi32((int)W);
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const uint16_t* a = xp + 2 * oh * W;
+      const uint16_t* b = a + W;
+      for (int64_t o0 = 0; o0 < OW; o0 += 16) {
+        const int64_t n = std::min<int64_t>(16, OW - o0);
+        const __mmask16 k = (__mmask16)((1u << n) - 1u);
+        const __m512i ua = _mm512_maskz_loadu_epi32(k, a + 2 * o0), ub = _mm512_maskz_loadu_epi32(k, b + 2 * o0);
+        const __m512 v1 = _mm512_castsi512_ps(_mm512_and_si512(ua, hi_mask));
+        const __m512 v2 = _mm512_castsi512_ps(_mm512_slli_epi32(ub, 16));
+        const __m512 v3 = _mm512_castsi512_ps(_mm512_and_si512(ub, hi_mask));
+        __m512 best = _mm512_castsi512_ps(_mm512_slli_epi32(ua, 16));  // tap 0
+        __m512i t = _mm512_setzero_si512();
+        __mmask16 m = _mm512_cmp_ps_mask(v1, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+        best = _mm512_mask_mov_ps(best, m, v1), t = _mm512_mask_mov_epi32(t, m, one);
+        m = _mm512_cmp_ps_mask(v2, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v2, v2, _CMP_UNORD_Q);
+        best = _mm512_mask_mov_ps(best, m, v2), t = _mm512_mask_mov_epi32(t, m, two);
+        m = _mm512_cmp_ps_mask(v3, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v3, v3, _CMP_UNORD_Q);
+        best = _mm512_mask_mov_ps(best, m, v3), t = _mm512_mask_mov_epi32(t, m, three);
+        const __mmask16 nan = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
+        __m512i yb = _mm512_srli_epi32(_mm512_castps_si512(best), 16);
+        yb = _mm512_mask_or_epi32(yb, nan, yb, quiet);
+        _mm512_mask_cvtepi32_storeu_epi16(yp + oh * OW + o0, k, yb);
+        if (ip) {
+          // index = 2 * oh * W + 2 * (o0 + j) + (t & 1) + (t >> 1) * W
+          const __m512i first = _mm512_set1_epi32((int)(2 * oh * W + 2 * o0));
+          __m512i iv = _mm512_add_epi32(_mm512_add_epi32(first, iota2), _mm512_and_si512(t, one));
+          iv = _mm512_add_epi32(iv, _mm512_mullo_epi32(_mm512_srli_epi32(t, 1), wv));
+          int64_t* ir = ip + oh * OW + o0;
+          _mm512_mask_storeu_epi64(ir, (__mmask8)(k & 0xff), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(iv)));
+          _mm512_mask_storeu_epi64(ir + 8, (__mmask8)(k >> 8),
+                                   _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(iv, 1)));
+        }
+      }
+    }
+  }
+}
+void max_pool2x2_s2_bf16_avx512(const Pool2dDesc& d, const bfloat16* x, bfloat16* y, int64_t* indices) {
+  const int64_t HW = d.H * d.W, OHW = d.out_h() * d.out_w(), planes = d.N * d.C;
+#pragma omp parallel for schedule(static)
+  for (int64_t pl = 0; pl < planes; ++pl)
+    max_pool2x2_s2_bf16_plane_avx512(d, reinterpret_cast<const uint16_t*>(x) + pl * HW,
+                                     reinterpret_cast<uint16_t*>(y) + pl * OHW, indices ? indices + pl * OHW : nullptr);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 }  // namespace
 
 template <typename T>
@@ -232,6 +311,12 @@ void max_pool2d_forward(const Pool2dDesc& d, const T* x, T* y, int64_t* indices)
   const MaxPlan p = max_plan(d);
   if constexpr (!std::is_same_v<MaxVal<T>, T>) {
     if (HW <= kStage && OHW <= kStage) {
+#if KILN_CPU_ISA_CLONES
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        if (p.two_by_two && cpu_isa_vector(cpu_isa()) == CpuIsa::avx512)
+          return max_pool2x2_s2_bf16_avx512(d, x, y, indices);
+      }
+#endif
       // 16-bit: each plane widened to f32 on the stack, the f32 plane loop, y rounded back (the staged bits)
       const CpuIsa isa = cpu_isa_vector(cpu_isa());
 #pragma omp parallel for schedule(static)
@@ -270,26 +355,115 @@ void max_pool2d_backward_f(const Pool2dDesc& d, const T* dy, const int64_t* indi
 // The 16-bit backward: the f32 kernel's scatter (dx32[id[o]] += dy32[o], o increasing, from +0) into an
 // f32 band of kStage values of the plane, rounded once to S: the same sums in the same order, so the bits of
 // the staged path. A plane larger than a band is scattered band by band (each scans all the plane's outputs).
+// One (n, c) plane: g (OH, OW), id (OH, OW) -> dxp (H, W).
+template <typename S>
+void max_pool2d_backward_16_plane(const Pool2dDesc& d, CpuIsa isa, const S* g, const int64_t* id, S* dxp) {
+  const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W;
+  float acc[kStage];
+  for (int64_t e0 = 0; e0 < HW; e0 += kStage) {
+    const int64_t nb = std::min(kStage, HW - e0);
+    std::fill(acc, acc + nb, 0.0f);
+    for (int64_t o = 0; o < OHW; ++o) {
+      const int64_t e = id[o] - e0;
+      if (e >= 0 && e < nb) acc[e] += (float)g[o];
+    }
+    narrow_run(isa, dxp + e0, acc, nb);
+  }
+}
+
+#if KILN_CPU_ISA_CLONES
+// The bf16 2x2 stride-2 backward with AVX-512 (the small CNN's pools), per plane: when every output's index lies
+// in its own window (as the forward makes them), the windows are disjoint, so each input receives at most one
+// gradient and dx[i] = bf16(0.0f + dy[o]) where i is o's index, else +0: the f32 scatter's bits (-0 becomes +0, a
+// NaN is quieted, the sum in f32 as the scatter's, in the same MXCSR). Per output row, chunks of 16 outputs
+// write both input rows as 16 u32 pairs (masked). A plane with any other index (a caller's arbitrary
+// indices) is redone by the general scatter above, which writes all of it. Returns nothing; never allocates.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// One plane: gp (OH, OW), ip (OH, OW) -> xp (H, W); false (xp partly written) when an index is outside its window.
+KILN_TARGET_AVX512 __attribute__((noinline)) bool max_pool2x2_s2_backward_bf16_plane_avx512(const Pool2dDesc& d,
+                                                                                           const uint16_t* gp,
+                                                                                           const int64_t* ip,
+                                                                                           uint16_t* xp) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), W = d.W, H = d.H;
+  {
+    const __m512i iota2 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m512i c1 = _mm512_set1_epi64(1), cw = _mm512_set1_epi64(W), cw1 = _mm512_set1_epi64(W + 1);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    bool ok = true;
+    for (int64_t oh = 0; oh < OH && ok; ++oh) {
+      uint16_t* a = xp + 2 * oh * W;
+      uint16_t* b = a + W;
+      for (int64_t o0 = 0; o0 < OW; o0 += 16) {
+        const int64_t n = std::min<int64_t>(16, OW - o0);
+        const __mmask16 k = (__mmask16)((1u << n) - 1u);
+        const __mmask8 klo = (__mmask8)(k & 0xff), khi = (__mmask8)(k >> 8);
+        const int64_t* ir = ip + oh * OW + o0;
+        // rel = index - the window's first tap: 0, 1, W or W + 1 inside the window
+        const __m512i base = _mm512_add_epi64(_mm512_set1_epi64(2 * oh * W + 2 * o0), iota2);
+        const __m512i rlo = _mm512_sub_epi64(_mm512_maskz_loadu_epi64(klo, ir), base);
+        const __m512i rhi = _mm512_sub_epi64(_mm512_maskz_loadu_epi64(khi, ir + 8),
+                                             _mm512_add_epi64(base, _mm512_set1_epi64(16)));
+        const __m512i zero = _mm512_setzero_si512();
+        const __mmask16 m0 = (__mmask16)(_mm512_cmpeq_epi64_mask(rlo, zero) |
+                                         ((unsigned)_mm512_cmpeq_epi64_mask(rhi, zero) << 8));
+        const __mmask16 m1 = (__mmask16)(_mm512_cmpeq_epi64_mask(rlo, c1) |
+                                         ((unsigned)_mm512_cmpeq_epi64_mask(rhi, c1) << 8));
+        const __mmask16 mw = (__mmask16)(_mm512_cmpeq_epi64_mask(rlo, cw) |
+                                         ((unsigned)_mm512_cmpeq_epi64_mask(rhi, cw) << 8));
+        const __mmask16 mw1 = (__mmask16)(_mm512_cmpeq_epi64_mask(rlo, cw1) |
+                                          ((unsigned)_mm512_cmpeq_epi64_mask(rhi, cw1) << 8));
+        if ((__mmask16)((m0 | m1 | mw | mw1) & k) != k) {
+          ok = false;
+          break;
+        }
+        // g = bf16(0.0f + dy) as the low 16 bits of u32 lanes
+        const __m512i gw = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, gp + oh * OW + o0)), 16);
+        const __m512 sum = _mm512_add_ps(_mm512_setzero_ps(), _mm512_castsi512_ps(gw));
+        __m512i gb = _mm512_srli_epi32(_mm512_castps_si512(sum), 16);
+        gb = _mm512_mask_or_epi32(gb, _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q), gb, quiet);
+        const __m512i gh = _mm512_slli_epi32(gb, 16);
+        const __m512i ra = _mm512_or_si512(_mm512_maskz_mov_epi32(m0, gb), _mm512_maskz_mov_epi32(m1, gh));
+        const __m512i rb = _mm512_or_si512(_mm512_maskz_mov_epi32(mw, gb), _mm512_maskz_mov_epi32(mw1, gh));
+        _mm512_mask_storeu_epi32(a + 2 * o0, k, ra);
+        _mm512_mask_storeu_epi32(b + 2 * o0, k, rb);
+      }
+      if (W & 1) a[W - 1] = 0, b[W - 1] = 0;  // the last column no window reads
+    }
+    if (!ok) return false;
+    if (H & 1) std::memset(xp + (H - 1) * W, 0, (size_t)W * sizeof(uint16_t));  // the last row no window reads
+  }
+  return true;
+}
+void max_pool2x2_s2_backward_bf16_avx512(const Pool2dDesc& d, const bfloat16* dy, const int64_t* indices,
+                                         bfloat16* dx) {
+  const int64_t HW = d.H * d.W, OHW = d.out_h() * d.out_w(), planes = d.N * d.C;
+#pragma omp parallel for schedule(static)
+  for (int64_t pl = 0; pl < planes; ++pl)
+    if (!max_pool2x2_s2_backward_bf16_plane_avx512(d, reinterpret_cast<const uint16_t*>(dy) + pl * OHW,
+                                                   indices + pl * OHW, reinterpret_cast<uint16_t*>(dx) + pl * HW))
+      max_pool2d_backward_16_plane(d, CpuIsa::avx512, dy + pl * OHW, indices + pl * OHW, dx + pl * HW);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+// The 16-bit backward: bf16 2x2 stride-2 windows on AVX-512 by the loop above, else the scatter per plane.
 template <typename S>
 void max_pool2d_backward_16(const Pool2dDesc& d, const S* dy, const int64_t* indices, S* dx) {
   const int64_t OHW = d.out_h() * d.out_w(), HW = d.H * d.W, planes = d.N * d.C;
   const CpuIsa isa = cpu_isa_vector(cpu_isa());
-#pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const S* g = dy + pl * OHW;
-    const int64_t* id = indices + pl * OHW;
-    S* dxp = dx + pl * HW;
-    float acc[kStage];
-    for (int64_t e0 = 0; e0 < HW; e0 += kStage) {
-      const int64_t nb = std::min(kStage, HW - e0);
-      std::fill(acc, acc + nb, 0.0f);
-      for (int64_t o = 0; o < OHW; ++o) {
-        const int64_t e = id[o] - e0;
-        if (e >= 0 && e < nb) acc[e] += (float)g[o];
-      }
-      narrow_run(isa, dxp + e0, acc, nb);
-    }
+#if KILN_CPU_ISA_CLONES
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    if (isa == CpuIsa::avx512 && max_plan(d).two_by_two) return max_pool2x2_s2_backward_bf16_avx512(d, dy, indices, dx);
   }
+#endif
+#pragma omp parallel for schedule(static)
+  for (int64_t pl = 0; pl < planes; ++pl)
+    max_pool2d_backward_16_plane(d, isa, dy + pl * OHW, indices + pl * OHW, dx + pl * HW);
 }
 
 }  // namespace

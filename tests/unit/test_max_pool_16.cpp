@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/half.h"
@@ -72,6 +73,14 @@ void check_case(const PoolCase& pc, std::mt19937& rng) {
   std::vector<X> x16((size_t)in), dy16((size_t)out);
   std::vector<float> x32((size_t)in), dy32((size_t)out);
   for (int64_t i = 0; i < in; ++i) x16[(size_t)i] = X(xf[(size_t)i]), x32[(size_t)i] = (float)x16[(size_t)i];
+  // one signaling NaN per plane (a 16-bit pattern no f32 conversion makes): y must carry it quieted, as the
+  // f32 round trip does
+  const uint16_t snan = std::is_same_v<X, bfloat16> ? 0x7f81 : 0x7c01;
+  for (int64_t p = 0; p < d.N * d.C; ++p) {
+    const size_t i = (size_t)(p * d.H * d.W + (p * 7 + 3) % (d.H * d.W));
+    std::memcpy(static_cast<void*>(&x16[i]), &snan, sizeof snan);
+    x32[i] = (float)x16[i];
+  }
   for (int64_t i = 0; i < out; ++i) {
     float v = nd(rng);
     if (i % 13 == 0) v = -0.0f;  // a -0 gradient: 0 + -0 is +0 in the f32 scatter
@@ -121,6 +130,11 @@ TEST_CASE("max_pool2d 16-bit CPU kernels: bf16 and f16 give the f32-staged bits 
   std::mt19937 rng(35);
   const PoolCase cases[] = {
       {"2x2 stride 2", desc(2, 3, 8, 10, 2, 2, 0, 1, false)},
+      // the small CNN's planes (rows of 14 and 7 outputs) and rows of 17 (a full 16-output chunk and a tail)
+      // from an odd width and height (the last column and row unused): the AVX-512 bf16 2x2 loop's masks
+      {"2x2 stride 2, 28x28", desc(1, 2, 28, 28, 2, 2, 0, 1, false)},
+      {"2x2 stride 2, 14x14", desc(2, 2, 14, 14, 2, 2, 0, 1, false)},
+      {"2x2 stride 2, 9x35", desc(1, 3, 9, 35, 2, 2, 0, 1, false)},
       {"3x3 stride 2 pad 1 (ResNet stem)", desc(2, 3, 13, 17, 3, 2, 1, 1, false)},
       {"3x3 stride 2 pad 1, ceil mode", desc(1, 2, 12, 11, 3, 2, 1, 1, true)},
       {"3x3 stride 1 dilation 2 pad 1", desc(1, 2, 9, 9, 3, 1, 1, 2, false)},
@@ -152,6 +166,36 @@ TEST_CASE("max_pool2d 16-bit CPU backward: any indices, -1 and out of range skip
   int bad = 0;
   for (int i = 0; i < 72; ++i) bad += bits16(dx[(size_t)i]) != bits16(bfloat16(dx32[(size_t)i]));
   CHECK(bad == 0);
+
+  // 2x2 stride 2 (the bf16 AVX-512 loop's windows), 4 planes of 7x9 (rows of 4 outputs): plane 0's indices each in
+  // their own window, as the forward makes them; planes 1-3 with one index in another window (two gradients sum
+  // there), out of the plane, or -1: those planes are the scatter's, at every ISA level
+  const Pool2dDesc d2 = desc(2, 2, 7, 9, 2, 2, 0, 1, false);  // 3x4 outputs per plane
+  std::vector<bfloat16> dy2(48), dx2(252);
+  std::vector<float> dy2f(48), dx2f(252);
+  std::vector<int64_t> idx2(48);
+  for (int p = 0; p < 4; ++p)
+    for (int oh = 0; oh < 3; ++oh)
+      for (int ow = 0; ow < 4; ++ow) {
+        const int o = (p * 3 + oh) * 4 + ow;
+        idx2[(size_t)o] = (2 * oh + (o % 3 == 1)) * 9 + 2 * ow + (o % 2);
+        dy2[(size_t)o] = bfloat16(o % 7 == 0 ? -0.0f : nd(rng)), dy2f[(size_t)o] = (float)dy2[(size_t)o];
+      }
+  idx2[12 + 5] = idx2[12 + 4];  // plane 1: outputs 4 and 5 both at output 4's tap
+  idx2[24 + 2] = 63;            // plane 2: past the 7x9 plane
+  idx2[36 + 11] = -1;           // plane 3: none
+  cpu::max_pool2d_backward<float>(d2, dy2f.data(), idx2.data(), dx2f.data());
+  std::vector<cpu::CpuIsa> levels = {cpu::CpuIsa::baseline};
+  if ((int)cpu::cpu_isa_supported() >= (int)cpu::CpuIsa::avx512) levels.push_back(cpu::CpuIsa::avx512);
+  for (cpu::CpuIsa isa : levels) {
+    kiln::test::IsaGuard guard(isa);
+    INFO("isa " << cpu::cpu_isa_name(isa));
+    std::fill(dx2.begin(), dx2.end(), bfloat16(7.0f));  // every element written
+    cpu::max_pool2d_backward<bfloat16>(d2, dy2.data(), idx2.data(), dx2.data());
+    int bad2 = 0;
+    for (int i = 0; i < 252; ++i) bad2 += bits16(dx2[(size_t)i]) != bits16(bfloat16(dx2f[(size_t)i]));
+    CHECK(bad2 == 0);
+  }
 }
 
 TEST_CASE("max_pool2d 16-bit CPU op: the direct kernels run, the staged op's bits, and a meta run makes the CPU run's requests") {
