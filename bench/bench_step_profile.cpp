@@ -5,10 +5,12 @@
 // (pass, kernel name); a pass's time not inside any span (autograd bookkeeping, allocation, the
 // oneDNN path's reorders outside a span) is the row "(outside spans)". f32 and bf16 steps alternate
 // (ABAB...) so the machine's load hits both alike; the table is the sum over the timed steps / steps.
+// --pair bf16,bf16-cl compares bf16 on NCHW batches with bf16 on channels-last batches (any two of f32, f32-cl,
+// bf16, bf16-cl; the left one is the table's first column).
 // Measurement only: no kiln behaviour lives here.
 //
 //   bench_step_profile [--model resnet18|small_cnn] [--threads T] [--batch B] [--image-size S] [--steps N]
-//                      [--warmup N] [--detail KERNEL]
+//                      [--warmup N] [--detail KERNEL] [--pair A,B]
 // small_cnn: 10 classes, 1 input channel (Fashion-MNIST's shape; --image-size 28).
 #include <algorithm>
 #include <chrono>
@@ -42,6 +44,7 @@ struct Rig {
   std::unique_ptr<optim::SGD> opt;
   Tensor x, y;
   bool bf16 = false;
+  std::string mode;  // f32, f32-cl, bf16, bf16-cl
   // (pass, kernel) -> summed ms over the timed steps; pass totals; step count
   std::map<std::pair<std::string, std::string>, double> ms;
   std::map<std::string, double> pass_ms;
@@ -50,10 +53,11 @@ struct Rig {
   std::map<std::pair<std::string, std::string>, double> detail_ms;
 };
 
-Rig make_rig(const std::string& name, int64_t batch, int64_t size, bool bf16) {
+Rig make_rig(const std::string& name, int64_t batch, int64_t size, const std::string& mode) {
   manual_seed(0);
   Rig r;
-  r.bf16 = bf16;
+  r.mode = mode;
+  r.bf16 = mode.rfind("bf16", 0) == 0;
   const bool small = name == "small_cnn";
   const int64_t classes = small ? 10 : 1000, channels = small ? 1 : 3;
   r.model = models::make_model(name, classes, channels, size);
@@ -63,6 +67,7 @@ Rig make_rig(const std::string& name, int64_t batch, int64_t size, bool bf16) {
   o.momentum = 0.9;
   r.opt = std::make_unique<optim::SGD>(r.model->named_parameters(), o);
   r.x = randn({batch, channels, size, size});
+  if (mode.size() > 3 && mode.compare(mode.size() - 3, 3, "-cl") == 0) r.x = contiguous(r.x, MemoryFormat::channels_last);
   std::vector<int64_t> yv((size_t)batch);
   for (int64_t i = 0; i < batch; ++i) yv[(size_t)i] = (i * 37) % classes;
   r.y = tensor_from(yv, {batch});
@@ -113,7 +118,7 @@ int main(int argc, char** argv) {
                "bench_step_profile"};
   int threads = 1, steps = 3, warmup = 1;
   int64_t batch = 8, size = 224;
-  std::string detail, model = "resnet18";
+  std::string detail, model = "resnet18", pair = "f32,bf16";
   app.add_option("--model", model, "resnet18 or small_cnn")
       ->check(CLI::IsMember({"resnet18", "small_cnn"}))
       ->capture_default_str();
@@ -123,9 +128,16 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--detail", detail, "also print this kernel's time per module path (e.g. copy)");
+  app.add_option("--pair", pair, "the two steps compared: f32,bf16 or any two of f32, f32-cl, bf16, bf16-cl (-cl: "
+                                 "channels-last batches)")
+      ->check(CLI::IsMember({"f32,bf16", "bf16,bf16-cl", "f32,bf16-cl", "f32-cl,bf16-cl", "f32,f32-cl"}))
+      ->capture_default_str();
   return kiln_bench::run(app, argc, argv, [&]() -> int {
     cpu::set_num_threads(threads);
-    Rig f = make_rig(model, batch, size, false), b = make_rig(model, batch, size, true);
+    const std::string ma = pair.substr(0, pair.find(',')), mb = pair.substr(pair.find(',') + 1);
+    Rig f = make_rig(model, batch, size, ma), b = make_rig(model, batch, size, mb);
+    const char* na = ma.c_str();
+    const char* nb = mb.c_str();
     f.detail = b.detail = detail;
     op_trace_enable(true);
     for (int i = 0; i < warmup + steps; ++i) {
@@ -145,16 +157,17 @@ int main(int argc, char** argv) {
     for (auto& kv : b.pass_ms) tb += kv.second;
     tf /= steps;
     tb /= steps;
-    std::printf("%s %lldx%lld, %d thread(s), %d timed steps (+%d warmup), alternating f32/bf16\n",
-                model.c_str(), (long long)batch, (long long)size, threads, steps, warmup);
-    std::printf("step median: f32 %.1f ms, bf16 %.1f ms (bf16/f32 %.2fx); mean f32 %.1f, bf16 %.1f\n", sf, sb,
-                sb / sf, tf, tb);
+    std::printf("%s %lldx%lld, %d thread(s), %d timed steps (+%d warmup), alternating %s/%s\n",
+                model.c_str(), (long long)batch, (long long)size, threads, steps, warmup, na, nb);
+    std::printf("step median: %s %.1f ms, %s %.1f ms (%s/%s %.2fx); mean %s %.1f, %s %.1f\n", na, sf, nb, sb, nb, na,
+                sb / sf, na, tf, nb, tb);
     std::map<std::pair<std::string, std::string>, std::pair<double, double>> rows;
     for (auto& kv : f.ms) rows[kv.first].first = kv.second / steps;
     for (auto& kv : b.ms) rows[kv.first].second = kv.second / steps;
     std::vector<std::pair<std::pair<std::string, std::string>, std::pair<double, double>>> v(rows.begin(), rows.end());
     std::sort(v.begin(), v.end(), [](const auto& a, const auto& c) { return a.second.second > c.second.second; });
-    std::printf("| pass | kernel | f32 ms | f32 %% | bf16 ms | bf16 %% |\n| --- | --- | --- | --- | --- | --- |\n");
+    std::printf("| pass | kernel | %s ms | %s %% | %s ms | %s %% |\n| --- | --- | --- | --- | --- | --- |\n", na, na,
+                nb, nb);
     for (auto& row : v) {
       if (row.second.first < 0.05 * tf / 100 && row.second.second < 0.05 * tb / 100) continue;  // < 0.05%
       std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", row.first.first.c_str(), row.first.second.c_str(),
@@ -164,7 +177,7 @@ int main(int argc, char** argv) {
       std::printf("| %s | (pass total) | %.1f | %.1f | %.1f | %.1f |\n", p, f.pass_ms[p] / steps,
                   100 * f.pass_ms[p] / steps / tf, b.pass_ms[p] / steps, 100 * b.pass_ms[p] / steps / tb);
     if (!detail.empty()) {
-      std::printf("\n%s per module (ms per step): pass | module | f32 | bf16\n", detail.c_str());
+      std::printf("\n%s per module (ms per step): pass | module | %s | %s\n", detail.c_str(), na, nb);
       std::map<std::pair<std::string, std::string>, std::pair<double, double>> dm;
       for (auto& kv : f.detail_ms) dm[kv.first].first = kv.second / steps;
       for (auto& kv : b.detail_ms) dm[kv.first].second = kv.second / steps;

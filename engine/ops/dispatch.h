@@ -16,6 +16,10 @@ namespace kiln {
 
 // The operand view of `t` broadcast to `shape` (strides 0 on broadcast dims).
 StridedOperand operand_of(const Tensor& t, const Shape& shape);
+// Permutes the loop's dims (and every operand's strides) into the memory order of ops[0], the output:
+// a channels-last output walks (N, H, W, C), so channels-last operands coalesce into one contiguous run
+// (the bf16 rows, vectorized) instead of a C-strided loop. Elementwise results do not depend on the order.
+void in_memory_order(LoopShape& s, StridedOperand* ops, int nops);
 LoopShape loop_shape_of(const Shape& shape);
 
 void check_defined(const Tensor& t, const char* op, const char* what);

@@ -209,21 +209,21 @@ KILN_UNARY_SAVING(log, log, false, div(g[0], s))
 KILN_UNARY_SAVING(sqrt, sqrt, true, div(g[0], mul(s, 2.0)))
 KILN_UNARY_SAVING(rsqrt, rsqrt, true, mul(mul(g[0], pow(s, 3.0)), -0.5))
 KILN_UNARY_SAVING(abs, abs, false, mul(g[0], [&] {
-  Tensor sg = empty(s.sizes(), s.dtype(), s.device());
+  Tensor sg = empty(s.sizes(), s.dtype(), s.device(), out_format(s.sizes(), s));
   launch_unary(UnaryOp::sign, sg, s);
   return sg;
 }()))
 KILN_UNARY_SAVING(sigmoid, sigmoid, true, mul(g[0], mul(s, rsub(s, 1.0))))
 KILN_UNARY_SAVING(tanh, tanh, true, mul(g[0], rsub(mul(s, s), 1.0)))
 KILN_UNARY_SAVING(gelu, gelu, false, mul(g[0], [&] {
-  Tensor d = empty(s.sizes(), s.dtype(), s.device());
+  Tensor d = empty(s.sizes(), s.dtype(), s.device(), out_format(s.sizes(), s));
   launch_unary(UnaryOp::gelu_grad, d, s);
   return d;
 }()))
 #undef KILN_UNARY_SAVING
 
 static Tensor relu_grad(const Tensor& g, const Tensor& out) {
-  Tensor r = empty(g.sizes(), g.dtype(), g.device());
+  Tensor r = empty(g.sizes(), g.dtype(), g.device(), out_format(g.sizes(), g, out));
   launch_binary(BinaryOp::relu_grad, r, g, out);
   return r;
 }
@@ -240,7 +240,7 @@ Tensor relu(const Tensor& x) {
 Tensor leaky_relu(const Tensor& x, double slope) {
   Tensor out = unary_forward(UnaryOp::leaky_relu, "leaky_relu", x, slope);
   auto node = record_op("leaky_relu", {x}, {out}, [slope](FunctionNode& n, const Grads& g) {
-    Tensor r = empty(g[0].sizes(), g[0].dtype(), g[0].device());
+    Tensor r = empty(g[0].sizes(), g[0].dtype(), g[0].device(), out_format(g[0].sizes(), g[0], n.saved(0)));
     launch_binary(BinaryOp::leaky_relu_grad, r, g[0], n.saved(0), slope);
     return Grads{r};
   });
@@ -254,7 +254,7 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   auto node = record_op("clamp", {x}, {out}, [l, h](FunctionNode& n, const Grads& g) {
     Tensor x = n.saved(0);
     // gradient flows where lo <= x <= hi
-    Tensor m = empty(x.sizes(), x.dtype(), x.device());
+    Tensor m = empty(x.sizes(), x.dtype(), x.device(), out_format(x.sizes(), x));
     launch_unary(UnaryOp::clamp, m, x, l, h);
     // where, not mul: torch masks (a NaN or inf gradient at a clamped element gives 0, not NaN)
     return Grads{where(eq(m, x), g[0], zeros({}, g[0].dtype(), g[0].device()))};

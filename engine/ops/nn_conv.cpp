@@ -12,7 +12,9 @@
 // bf16 on the CPU (and on meta imitating it) takes oneDNN's matrix-unit kernels when
 // cpu::conv2d_bf16_uses_onednn (kernels/cpu/conv2d_bf16.h: AMX or AVX512-BF16, groups 1): x and w
 // stay bf16 (no f32 staging), and each pass's workspace (oneDNN's reorders and scratchpad) comes from
-// kiln's allocator, the same sizes on meta. bf16 with a reduction C*R*S below oneDNN's minimum (the small
+// kiln's allocator, the same sizes on meta. A channels-last input (suggest_memory_format) keeps x, y, dy and dx
+// channels-last there (oneDNN on NHWC, cpu::Bf16Layout::nhwc: no NCHW copies) and gives a channels-last output,
+// as on cuda; w and dw stay KCRS. bf16 with a reduction C*R*S below oneDNN's minimum (the small
 // CNN's 1->32 conv1) runs kiln's direct kernel (kernels/cpu/conv2d_bf16_direct.h, cpu::conv2d_bf16_uses_direct):
 // no workspace, no f32 copies. f16, and other bf16 shapes on the portable path, stage through f32.
 #include "engine/core/meta_target.h"
@@ -127,31 +129,36 @@ Tensor conv2d_cuda_16(const Tensor& x, const Tensor& w, const Tensor& b, const C
 }
 
 // bf16 conv2d on the CPU through oneDNN (or on meta imitating the CPU: the same allocations, no
-// kernels). x, w: bf16; b: bf16 or f32 (its gradient has its dtype). Saves the bf16 x and w.
+// kernels). x, w: bf16; b: bf16 or f32 (its gradient has its dtype). Saves the bf16 x and w. x, y, dy, dx are
+// NCHW, or NHWC when x is channels-last (suggest_memory_format): then y is channels-last too.
 Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dDesc& d) {
   using cpu::Bf16Bias;
+  using cpu::Bf16Layout;
   using cpu::Conv2dPass;
+  const MemoryFormat fmt = suggest_memory_format(x);
+  const Bf16Layout layout = fmt == MemoryFormat::channels_last ? Bf16Layout::nhwc : Bf16Layout::nchw;
   const Device dev = x.device();
   const bool run = dev.is_cpu();
   const DType bdt = b.defined() ? b.dtype() : DType::bf16;
   KILN_CHECK(!b.defined() || b.dtype() == DType::bf16 || b.dtype() == DType::f32, "conv2d: bias ", b.str(),
              " must be bf16 or f32 with a bf16 input");
   const Bf16Bias bt = !b.defined() ? Bf16Bias::none : bdt == DType::f32 ? Bf16Bias::f32 : Bf16Bias::bf16;
-  // x: (N, C, H, W), w: (K, C, R, S), b: (K), all contiguous bf16 (b bf16 or f32)
-  Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
+  // x: (N, C, H, W) dense in fmt, w: (K, C, R, S), b: (K), contiguous, all bf16 (b bf16 or f32)
+  Tensor xc = contiguous(x.detach(), fmt), wc = contiguous(w.detach());
   Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
-  Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, DType::bf16, dev);
+  Tensor y = empty({d.N, d.K, d.out_h(), d.out_w()}, DType::bf16, dev, fmt);
   {
-    Tensor ws = workspace(cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::forward, bt), dev);
+    Tensor ws = workspace(cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::forward, bt, layout), dev);
     if (run) {
       OpSpanScope span("conv2d_bf16_forward");
       cpu::conv2d_bf16_forward(d, ptr<bfloat16>(xc), ptr<bfloat16>(wc), bc.defined() ? bc.data_ptr() : nullptr, bt,
-                               ptr<bfloat16>(y), ws.data_ptr());
+                               ptr<bfloat16>(y), ws.data_ptr(), layout);
     }
   }
-  auto node = record_op("conv2d", {x, w, b}, {y}, [d, bt, bdt](FunctionNode& n, const std::vector<Tensor>& g) {
+  auto node = record_op("conv2d", {x, w, b}, {y}, [d, bt, bdt, fmt, layout](FunctionNode& n,
+                                                                             const std::vector<Tensor>& g) {
     Tensor xs = n.saved(0), ws_ = n.saved(1);
-    Tensor dy = contiguous(to_dtype(g[0], DType::bf16));  // (N, K, OH, OW)
+    Tensor dy = contiguous(to_dtype(g[0], DType::bf16), fmt);  // (N, K, OH, OW) dense in fmt
     const Device dev = xs.device();
     const bool run = dev.is_cpu();
     const bool need_dx = n.needs_input_grad(0), need_dw = n.needs_input_grad(1) || n.needs_input_grad(2);
@@ -160,26 +167,28 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
     // fewer than 32 output channels with short reductions N*OH*OW or one image); otherwise oneDNN's, above one
     // thread split between the threads by output channel or by image (the workspace holds every thread's
     // reorders and scratchpad, and for the image split its f32 partial: conv2d_bf16_workspace_bytes).
-    const bool dw_onednn = cpu::conv2d_bf16_pass_uses_onednn(d, Conv2dPass::backward_weight);
+    const bool dw_onednn = cpu::conv2d_bf16_pass_uses_onednn(d, Conv2dPass::backward_weight, layout);
     // One workspace for both passes, as the f32 path: the larger of the two.
     size_t bytes = 0;
-    if (need_dx) bytes = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none);
+    if (need_dx) bytes = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none, layout);
     if (need_dw)
-      bytes = std::max(bytes, dw_onednn ? cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, dbt)
+      bytes = std::max(bytes, dw_onednn ? cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, dbt, layout)
                                         : cpu::conv2d_workspace_bytes(d, sizeof(float)));
     Tensor ws = workspace(bytes, dev);
     std::vector<Tensor> r(3);
     if (need_dx) {
-      Tensor dx = empty(xs.sizes(), DType::bf16, dev);
+      Tensor dx = empty(xs.sizes(), DType::bf16, dev, fmt);
       if (run) {
         OpSpanScope span("conv2d_bf16_backward_input");
-        cpu::conv2d_bf16_backward_input(d, ptr<bfloat16>(dy), ptr<bfloat16>(ws_), ptr<bfloat16>(dx), ws.data_ptr());
+        cpu::conv2d_bf16_backward_input(d, ptr<bfloat16>(dy), ptr<bfloat16>(ws_), ptr<bfloat16>(dx), ws.data_ptr(),
+                                        layout);
       }
       r[0] = dx;
     }
     if (need_dw && !dw_onednn) {
-      // x, dy: f32 copies; dw, db computed in f32 and rounded to their dtypes.
-      Tensor xf = to_dtype(xs, DType::f32), dyf = to_dtype(dy, DType::f32);
+      // x, dy: f32 NCHW copies (kiln's f32 kernel reads NCHW; to_dtype keeps a channels-last input
+      // channels-last, so those are made NCHW first); dw, db computed in f32 and rounded to their dtypes.
+      Tensor xf = to_dtype(contiguous(xs), DType::f32), dyf = to_dtype(contiguous(dy), DType::f32);
       Tensor dwf = empty(ws_.sizes(), DType::f32, dev);
       Tensor dbf = dbt != Bf16Bias::none ? empty({d.K}, DType::f32, dev) : Tensor();
       if (run) {
@@ -195,7 +204,7 @@ Tensor conv2d_cpu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const 
       if (run) {
         OpSpanScope span("conv2d_bf16_backward_weight");
         cpu::conv2d_bf16_backward_weight(d, ptr<bfloat16>(xs), ptr<bfloat16>(dy), ptr<bfloat16>(dw),
-                                         db.defined() ? db.data_ptr() : nullptr, dbt, ws.data_ptr());
+                                         db.defined() ? db.data_ptr() : nullptr, dbt, ws.data_ptr(), layout);
       }
       r[1] = dw;
       r[2] = db;

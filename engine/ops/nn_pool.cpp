@@ -1,10 +1,13 @@
 // Pooling: max (with indices saved for backward), average, adaptive average. x (N, C, H, W). 16-bit
-// max pool runs directly on the CPU; the other 16-bit pools (and max pool on CUDA) stage through f32.
+// max pool runs directly on the CPU, on channels-last x too (kernels/cpu/pool_nhwc.h: y, the indices and dx
+// channels-last, no NCHW copies); the other 16-bit pools (and max pool on CUDA) stage through f32, and other
+// channels-last pools run in NCHW through copies.
 #include "engine/core/meta_target.h"
 #include "engine/ops/nn_common.h"
 #include "engine/ops/op_trace.h"
 #include "kernels/common/nn_check.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/pool_nhwc.h"
 
 namespace kiln {
 namespace {
@@ -68,12 +71,53 @@ Tensor max_pool2d_cpu_16(const Tensor& x, const Pool2dDesc& d) {
   return y;
 }
 
+// Max pool on a channels-last 16-bit x on the CPU (or on meta imitating the CPU): x, y, the indices (i64) and
+// dx all channels-last, the NCHW kernels' values and bits (pool_nhwc.h). A gradient of another dtype than
+// x's is computed in f32 and rounded, as max_pool2d_cpu_16.
+Tensor max_pool2d_cpu_16_nhwc(const Tensor& x, const Pool2dDesc& d) {
+  const Device dev = x.device();
+  const DType xdt = x.dtype();
+  const MemoryFormat cl = MemoryFormat::channels_last;
+  Tensor xc = contiguous(x.detach(), cl);
+  Tensor idx = empty({d.N, d.C, d.out_h(), d.out_w()}, DType::i64, dev, cl);
+  Tensor y = empty({d.N, d.C, d.out_h(), d.out_w()}, xdt, dev, cl);
+  if (dev.is_cpu() && d.N > 0) {
+    OpSpanScope span("max_pool2d_forward_16");
+    if (xdt == DType::bf16)
+      cpu::max_pool2d_forward_nhwc<bfloat16>(d, ptr<bfloat16>(xc), ptr<bfloat16>(y), ptr<int64_t>(idx));
+    else
+      cpu::max_pool2d_forward_nhwc<half>(d, ptr<half>(xc), ptr<half>(y), ptr<int64_t>(idx));
+  }
+  auto node = record_op("max_pool2d", {x}, {y}, [d, xdt, cl](FunctionNode& n, const std::vector<Tensor>& g) {
+    Tensor idx = n.saved(0);
+    const bool same = g[0].dtype() == xdt;
+    const DType gdt = same ? xdt : DType::f32;
+    Tensor dy = contiguous(same ? g[0] : to_dtype(g[0], DType::f32), cl);
+    Tensor dx = empty({d.N, d.C, d.H, d.W}, gdt, dy.device(), cl);
+    if (d.N > 0 && dy.device().is_cpu()) {
+      OpSpanScope span("max_pool2d_backward_16");
+      if (gdt == DType::f32)
+        cpu::max_pool2d_backward_nhwc<float>(d, ptr<float>(dy), ptr<int64_t>(idx), ptr<float>(dx));
+      else if (gdt == DType::bf16)
+        cpu::max_pool2d_backward_nhwc<bfloat16>(d, ptr<bfloat16>(dy), ptr<int64_t>(idx), ptr<bfloat16>(dx));
+      else
+        cpu::max_pool2d_backward_nhwc<half>(d, ptr<half>(dy), ptr<int64_t>(idx), ptr<half>(dx));
+    }
+    return std::vector<Tensor>{same ? dx : to_dtype(dx, xdt)};
+  });
+  if (node) node->save(idx);
+  return y;
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, std::vector<int64_t> dilation, bool ceil_mode) {
   check_defined(x, "max_pool2d", "input");
-  if (suggest_memory_format(x) == MemoryFormat::channels_last)  // no NHWC pooling kernel: pool in NCHW and give the output back channels-last
+  if (suggest_memory_format(x) == MemoryFormat::channels_last && is_16bit(x.dtype()) &&
+      (x.device().is_cpu() || (x.device().is_meta() && !meta_target().is_cuda())))
+    return max_pool2d_cpu_16_nhwc(x, pool_desc(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d"));
+  if (suggest_memory_format(x) == MemoryFormat::channels_last)  // no NHWC pooling kernel here: pool in NCHW and give the output back channels-last
     return contiguous(max_pool2d(contiguous(x), kernel, stride, padding, dilation, ceil_mode),
                       MemoryFormat::channels_last);
   if (is_16bit(x.dtype())) {

@@ -1,6 +1,7 @@
 // bf16 convolution through oneDNN with every byte in kiln's workspace (see conv2d_bf16.h).
-// A Plan holds one pass's primitive, the reorders between kiln's NCHW / KCRS tensors and the layouts
-// oneDNN chose (format_tag::any), and where each piece sits in the workspace:
+// A Plan holds one pass's primitive, the reorders between kiln's NCHW (or NHWC) / KCRS tensors and the layouts
+// oneDNN chose (format_tag::any; for NHWC the activations' own layout), and where each piece sits in the
+// workspace:
 //   [in0 reordered][in1 reordered][out in oneDNN's layout][scratchpad (max of the primitive's and the
 //   reorders')], each 64-byte aligned; a piece is absent (0 bytes) when oneDNN takes kiln's layout as is.
 // Passes: forward (in0 x, in1 w, out y), backward_input (in0 dy, in1 w, out dx), backward_weight (in0 x,
@@ -143,11 +144,13 @@ Bf16Wgrad set_bf16_wgrad_forced(Bf16Wgrad w) {
   return old;
 }
 
-Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d) {
+Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d, Bf16Layout layout) {
   const int threads = num_threads();
   Bf16Wgrad w = forced_wgrad();
   if (w == Bf16Wgrad::by_rule) {
-    if (threads == 1) return im2col_pays(d) ? Bf16Wgrad::im2col : Bf16Wgrad::onednn;
+    // kiln's im2col reads NCHW x and dy: on NHWC oneDNN's one call (its jit kernel on NHWC, no reorders).
+    if (threads == 1)
+      return im2col_pays(d) && layout == Bf16Layout::nchw ? Bf16Wgrad::im2col : Bf16Wgrad::onednn;
     const bool images = d.N > 1 && d.N * d.out_h() * d.out_w() >= kMinSplitReduction;
     // Each extra part of a channel split repeats x's reorder (N*C*H*W bf16 values); of an image split it
     // writes and sums an f32 partial of dw (K*C*R*S values): the channel split where its repeat is no larger.
@@ -159,12 +162,13 @@ Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d) {
   if (w == Bf16Wgrad::split && (threads == 1 || d.N == 1)) w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
   if (w == Bf16Wgrad::split_channels && (threads == 1 || d.K < 2 * kChannelBlock))
     w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
+  if (w == Bf16Wgrad::im2col && layout == Bf16Layout::nhwc) w = Bf16Wgrad::onednn;  // forced im2col, as above
   return w;
 }
 
-bool conv2d_bf16_pass_uses_onednn(const Conv2dDesc& d, Conv2dPass pass) {
+bool conv2d_bf16_pass_uses_onednn(const Conv2dDesc& d, Conv2dPass pass, Bf16Layout layout) {
   if (!conv2d_bf16_uses_onednn(d)) return false;
-  return !(pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::f32_staging);
+  return !(pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d, layout) == Bf16Wgrad::f32_staging);
 }
 
 #if defined(KILN_WITH_ONEDNN)
@@ -208,10 +212,11 @@ using Key = std::vector<int64_t>;
 // of the whole (N, k_total, OH, OW) tensor, dw and db rows of the whole, in their own dtypes).
 enum class Part { none, images, channels };
 
-Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path, Part part, int64_t k_total) {
+Key make_key(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Path path, Part part, int64_t k_total,
+             Bf16Layout layout) {
   return {d.N, d.C, d.H, d.W, d.K, d.R, d.S, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
           d.groups, (int64_t)pass, (int64_t)bias, (int64_t)(part != Part::none ? 1 : num_threads()), (int64_t)path,
-          (int64_t)part, k_total};
+          (int64_t)part, k_total, (int64_t)layout};
 }
 
 dnnl::primitive_attr user_scratchpad() {
@@ -231,10 +236,16 @@ size_t plan_slot(Slot& s, bool input) {
   return pd.scratchpad_desc().get_size();
 }
 
+bool starts_with(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
+
 // part (backward_weight only; the caller sets one thread): Part::images makes dw and db f32 (a split's
 // partials); Part::channels describes dy as d.K channels of a (N, k_total, OH, OW) tensor (strided).
-std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Part part_kind, int64_t k_total) {
+// layout: kiln's activations (user descs). blocked: oneDNN picks the activations' layouts (format_tag::any,
+// always for NCHW); else (NHWC only) the primitive runs on dense NHWC x, y, dy, dx.
+std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Part part_kind, int64_t k_total,
+                                 Bf16Layout layout, bool blocked) {
   const bool part = part_kind == Part::images;
+  const bool nhwc = layout == Bf16Layout::nhwc;
   auto plan = std::make_shared<Plan>();
   const memory::dims xd = {d.N, d.C, d.H, d.W}, wd = {d.K, d.C, d.R, d.S}, yd = {d.N, d.K, d.out_h(), d.out_w()};
   const memory::dims strides = {d.stride_h, d.stride_w}, dil = {d.dil_h - 1, d.dil_w - 1};
@@ -242,8 +253,9 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
   // The right/bottom padding that gives OH x OW (oneDNN wants it explicit; it may be below pad_l).
   const memory::dims pad_r = {(d.out_h() - 1) * d.stride_h + (d.R - 1) * d.dil_h + 1 - d.H - d.pad_h,
                               (d.out_w() - 1) * d.stride_w + (d.S - 1) * d.dil_w + 1 - d.W - d.pad_w};
-  const memory::desc x_any(xd, dt::bf16, tag::any), w_any(wd, dt::bf16, tag::any), y_any(yd, dt::bf16, tag::any);
-  const memory::desc x_user(xd, dt::bf16, tag::nchw), w_user(wd, dt::bf16, tag::oihw), y_user(yd, dt::bf16, tag::nchw);
+  const tag act = nhwc ? tag::nhwc : tag::nchw, prim_act = blocked ? tag::any : tag::nhwc;
+  const memory::desc x_any(xd, dt::bf16, prim_act), w_any(wd, dt::bf16, tag::any), y_any(yd, dt::bf16, prim_act);
+  const memory::desc x_user(xd, dt::bf16, act), w_user(wd, dt::bf16, tag::oihw), y_user(yd, dt::bf16, act);
   if (bias != Bf16Bias::none) plan->bias = memory::desc({d.K}, bias == Bf16Bias::f32 ? dt::f32 : dt::bf16, tag::x);
   const auto algo = dnnl::algorithm::convolution_direct;
   const dnnl::primitive_attr attr = user_scratchpad();
@@ -251,6 +263,16 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
                                      pass == Conv2dPass::forward ? plan->bias : memory::desc(), y_any, strides, dil,
                                      pad_l, pad_r);
   dnnl::convolution_forward::primitive_desc fpd(fd, attr, cpu_engine());
+  if (!blocked && pass == Conv2dPass::forward && bf16_path() == Bf16Path::onednn_avx512_bf16 &&
+      starts_with(fpd.impl_info_str(), "brgconv")) {
+    // On NHWC with AVX512-BF16 oneDNN 2.6 picks brgconv for the forward: the same convolution time as its
+    // jit_bf16 kernel on NHWC, but a weight layout that costs 2-5x more to reorder (layer4's 3x3 at 8x224: 2.6
+    // against 0.5 ms; docs/cpu-bf16.md "Channels-last"). Take the next jit implementation when there is one.
+    dnnl::convolution_forward::primitive_desc alt(fd, attr, cpu_engine());
+    while (!starts_with(alt.impl_info_str(), "jit") && alt.next_impl()) {
+    }
+    if (starts_with(alt.impl_info_str(), "jit")) fpd = alt;
+  }
   size_t scratch = 0;
   if (pass == Conv2dPass::forward) {
     plan->prim = dnnl::convolution_forward(fpd);
@@ -277,11 +299,12 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
     plan->prim = dnnl::convolution_backward_weights(bpd);
     plan->impl = bpd.impl_info_str();
     scratch = bpd.scratchpad_desc().get_size();
-    // A channel part reads its K channels of dy in place: image n's slice starts k_total * OH * OW values on.
+    // A channel part reads its K channels of dy in place: image n's slice starts k_total * OH * OW values on
+    // (NCHW), or pixel (n, p, q)'s k_total values on (NHWC; the caller offsets dy by the part's first channel).
     const memory::dim plane = d.out_h() * d.out_w();
-    const memory::desc dy_user = part_kind == Part::channels
-                                     ? memory::desc(yd, dt::bf16, memory::dims{k_total * plane, plane, d.out_w(), 1})
-                                     : y_user;
+    const memory::dims part_strides = nhwc ? memory::dims{k_total * plane, 1, d.out_w() * k_total, k_total}
+                                           : memory::dims{k_total * plane, plane, d.out_w(), 1};
+    const memory::desc dy_user = part_kind == Part::channels ? memory::desc(yd, dt::bf16, part_strides) : y_user;
     plan->in0 = slot(x_user, bpd.src_desc());
     plan->in1 = slot(dy_user, bpd.diff_dst_desc());
     plan->out = slot(dw_user, bpd.diff_weights_desc());
@@ -300,8 +323,14 @@ std::shared_ptr<Plan> build_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias 
   return plan;
 }
 
+// True when oneDNN's implementation is its im2col + gemm or reference convolution (slow: plain layouts move
+// oneDNN 2.6 there, docs/cpu-bf16.md).
+bool slow_impl(const std::string& impl) {
+  return impl.find("gemm") != std::string::npos || impl.find("ref") != std::string::npos;
+}
+
 std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Part part = Part::none,
-                               int64_t k_total = 0) {
+                               int64_t k_total = 0, Bf16Layout layout = Bf16Layout::nchw) {
   KILN_CHECK(d.groups == 1, "conv2d bf16 (oneDNN): groups ", d.groups, " is not supported (", desc_str(d),
              "); only groups 1 takes this path");
   const Bf16Path path = bf16_path();
@@ -311,7 +340,7 @@ std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bi
   static std::mutex m;
   static std::map<Key, std::shared_ptr<Plan>> cache;
   if (part != Part::channels) k_total = d.K;
-  const Key key = make_key(d, pass, bias, path, part, k_total);
+  const Key key = make_key(d, pass, bias, path, part, k_total, layout);
   std::lock_guard<std::mutex> lock(m);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -319,7 +348,21 @@ std::shared_ptr<Plan> get_plan(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bi
   try {
     // A part runs inside one of kiln's threads: oneDNN must size it (threads, scratchpad) for one thread.
     ThreadScope one(part != Part::none ? 1 : 0);
-    plan = build_plan(d, pass, bias, part, k_total);
+    if (layout == Bf16Layout::nhwc) {
+      // NHWC as is, unless oneDNN has no fast kernel there (or none at all): then the blocked layouts with
+      // reorders from and to NHWC, as for NCHW.
+      try {
+        plan = build_plan(d, pass, bias, part, k_total, layout, false);
+      } catch (const dnnl::error&) {
+        plan = nullptr;
+      }
+      if (!plan || slow_impl(plan->impl)) {
+        plan = build_plan(d, pass, bias, part, k_total, layout, true);
+        plan->impl += " (blocked)";
+      }
+    } else {
+      plan = build_plan(d, pass, bias, part, k_total, layout, true);
+    }
   } catch (const dnnl::error& e) {
     throw Error(str_cat("conv2d bf16 ", pass_name(pass), " (oneDNN ", onednn_version(), ", ", bf16_path_name(path),
                         "): no primitive for ", desc_str(d), ": ", e.what()));
@@ -386,7 +429,7 @@ struct Split {
   size_t total = 0;
 };
 
-Split split_of(const Conv2dDesc& d, Bf16Bias bias) {
+Split split_of(const Conv2dDesc& d, Bf16Bias bias, Bf16Layout layout) {
   Split sp;
   sp.P = (int)std::min<int64_t>(num_threads(), d.N);
   const size_t dw_bytes = align_up((size_t)(d.K * d.C * d.R * d.S) * sizeof(float));
@@ -398,7 +441,7 @@ Split split_of(const Conv2dDesc& d, Bf16Bias bias) {
     Conv2dDesc di = d;
     di.N = n;
     sp.n0.push_back(n0), sp.n.push_back(n);
-    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, Part::images));
+    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, Part::images, 0, layout));
     sp.offset.push_back(off);
     off += align_up(sp.plan.back()->total - kAlign);
     sp.dw_offset.push_back(off);
@@ -414,9 +457,9 @@ Split split_of(const Conv2dDesc& d, Bf16Bias bias) {
 // The split weight gradient: each part's single-threaded oneDNN call on its own thread, into its f32 partials;
 // then the partials summed (in part 0's, in part order) and rounded to dw (bf16) and dbias (bt).
 void backward_weight_split(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
-                           Bf16Bias bt, void* workspace) {
+                           Bf16Bias bt, void* workspace, Bf16Layout layout) {
   KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (split): workspace is null");
-  const Split sp = split_of(d, bt);
+  const Split sp = split_of(d, bt, layout);  // images are outermost in NCHW and NHWC alike
   char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
   const int64_t x_img = d.C * d.H * d.W, y_img = d.K * d.out_h() * d.out_w();
   std::exception_ptr err;
@@ -480,7 +523,7 @@ struct ChannelSplit {
   size_t total = 0;
 };
 
-ChannelSplit channel_split_of(const Conv2dDesc& d, Bf16Bias bias) {
+ChannelSplit channel_split_of(const Conv2dDesc& d, Bf16Bias bias, Bf16Layout layout) {
   ChannelSplit sp;
   const int64_t blocks = d.K / kChannelBlock;
   sp.P = (int)std::min<int64_t>(num_threads(), blocks);
@@ -493,7 +536,7 @@ ChannelSplit channel_split_of(const Conv2dDesc& d, Bf16Bias bias) {
     Conv2dDesc di = d;
     di.K = k;
     sp.k0.push_back(k0), sp.k.push_back(k);
-    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, Part::channels, d.K));
+    sp.plan.push_back(get_plan(di, Conv2dPass::backward_weight, bias, Part::channels, d.K, layout));
     sp.offset.push_back(off);
     off += align_up(sp.plan.back()->total - kAlign);
     k0 += k;
@@ -505,11 +548,12 @@ ChannelSplit channel_split_of(const Conv2dDesc& d, Bf16Bias bias) {
 // The channel split: each part's single-threaded oneDNN call on its own thread, writing its rows of dw and
 // its entries of dbias.
 void backward_weight_channels(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
-                              Bf16Bias bt, void* workspace) {
+                              Bf16Bias bt, void* workspace, Bf16Layout layout) {
   KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (split by channel): workspace is null");
-  const ChannelSplit sp = channel_split_of(d, bt);
+  const ChannelSplit sp = channel_split_of(d, bt, layout);
   char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
-  const int64_t plane = d.out_h() * d.out_w(), crs = d.C * d.R * d.S;
+  // Channel k of dy starts k * OH * OW values on (NCHW) or k values on (NHWC).
+  const int64_t plane = layout == Bf16Layout::nhwc ? 1 : d.out_h() * d.out_w(), crs = d.C * d.R * d.S;
   const size_t bias_size = bt == Bf16Bias::f32 ? sizeof(float) : sizeof(bfloat16);
   std::exception_ptr err;
 #pragma omp parallel for schedule(static, 1) num_threads(sp.P)
@@ -527,44 +571,45 @@ void backward_weight_channels(const Conv2dDesc& d, const bfloat16* x, const bflo
 
 }  // namespace
 
-size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
-  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split) return split_of(d, bias).total;
-  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::split_channels)
-    return channel_split_of(d, bias).total;
-  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col)
-    return conv2d_bf16_wgrad_im2col_bytes(d);
-  return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->total;
+size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Layout layout) {
+  const Bf16Wgrad how = pass == Conv2dPass::backward_weight ? conv2d_bf16_wgrad(d, layout) : Bf16Wgrad::onednn;
+  if (how == Bf16Wgrad::split) return split_of(d, bias, layout).total;
+  if (how == Bf16Wgrad::split_channels) return channel_split_of(d, bias, layout).total;
+  if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col_bytes(d);
+  return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias, Part::none, 0, layout)->total;
 }
 
-const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias) {
-  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d) == Bf16Wgrad::im2col) {
+const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Layout layout) {
+  if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d, layout) == Bf16Wgrad::im2col) {
     thread_local std::string name;
     name = std::string("im2col + matmul ") + conv2d_bf16_wgrad_im2col_impl(d);
     return name.c_str();
   }
-  return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias)->impl.c_str();
+  return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias, Part::none, 0, layout)
+      ->impl.c_str();
 }
 
 void conv2d_bf16_forward(const Conv2dDesc& d, const bfloat16* x, const bfloat16* w, const void* bias, Bf16Bias bt,
-                         bfloat16* y, void* workspace) {
+                         bfloat16* y, void* workspace, Bf16Layout layout) {
   check_bias(bias, bt, "conv2d_bf16_forward");
-  execute(*get_plan(d, Conv2dPass::forward, bt), Conv2dPass::forward, x, w, y, bias, workspace);
+  execute(*get_plan(d, Conv2dPass::forward, bt, Part::none, 0, layout), Conv2dPass::forward, x, w, y, bias, workspace);
 }
 
 void conv2d_bf16_backward_input(const Conv2dDesc& d, const bfloat16* dy, const bfloat16* w, bfloat16* dx,
-                                void* workspace) {
-  execute(*get_plan(d, Conv2dPass::backward_input, Bf16Bias::none), Conv2dPass::backward_input, dy, w, dx, nullptr,
-          workspace);
+                                void* workspace, Bf16Layout layout) {
+  execute(*get_plan(d, Conv2dPass::backward_input, Bf16Bias::none, Part::none, 0, layout), Conv2dPass::backward_input,
+          dy, w, dx, nullptr, workspace);
 }
 
 void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw,
-                                 void* dbias, Bf16Bias bt, void* workspace) {
+                                 void* dbias, Bf16Bias bt, void* workspace, Bf16Layout layout) {
   check_bias(dbias, bt, "conv2d_bf16_backward_weight");
-  const Bf16Wgrad how = conv2d_bf16_wgrad(d);
-  if (how == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace);
-  if (how == Bf16Wgrad::split_channels) return backward_weight_channels(d, x, dy, dw, dbias, bt, workspace);
+  const Bf16Wgrad how = conv2d_bf16_wgrad(d, layout);
+  if (how == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace, layout);
+  if (how == Bf16Wgrad::split_channels) return backward_weight_channels(d, x, dy, dw, dbias, bt, workspace, layout);
   if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col(d, x, dy, dw, dbias, bt, workspace);
-  execute(*get_plan(d, Conv2dPass::backward_weight, bt), Conv2dPass::backward_weight, x, dy, dw, dbias, workspace);
+  execute(*get_plan(d, Conv2dPass::backward_weight, bt, Part::none, 0, layout), Conv2dPass::backward_weight, x, dy, dw,
+          dbias, workspace);
 }
 
 #else  // built without oneDNN
@@ -576,19 +621,21 @@ namespace {
 }
 }  // namespace
 
-size_t conv2d_bf16_workspace_bytes(const Conv2dDesc&, Conv2dPass, Bf16Bias) {
+size_t conv2d_bf16_workspace_bytes(const Conv2dDesc&, Conv2dPass, Bf16Bias, Bf16Layout) {
   no_onednn("conv2d_bf16_workspace_bytes");
 }
-const char* conv2d_bf16_impl_name(const Conv2dDesc&, Conv2dPass, Bf16Bias) { no_onednn("conv2d_bf16_impl_name"); }
+const char* conv2d_bf16_impl_name(const Conv2dDesc&, Conv2dPass, Bf16Bias, Bf16Layout) {
+  no_onednn("conv2d_bf16_impl_name");
+}
 void conv2d_bf16_forward(const Conv2dDesc&, const bfloat16*, const bfloat16*, const void*, Bf16Bias, bfloat16*,
-                         void*) {
+                         void*, Bf16Layout) {
   no_onednn("conv2d_bf16_forward");
 }
-void conv2d_bf16_backward_input(const Conv2dDesc&, const bfloat16*, const bfloat16*, bfloat16*, void*) {
+void conv2d_bf16_backward_input(const Conv2dDesc&, const bfloat16*, const bfloat16*, bfloat16*, void*, Bf16Layout) {
   no_onednn("conv2d_bf16_backward_input");
 }
 void conv2d_bf16_backward_weight(const Conv2dDesc&, const bfloat16*, const bfloat16*, bfloat16*, void*, Bf16Bias,
-                                 void*) {
+                                 void*, Bf16Layout) {
   no_onednn("conv2d_bf16_backward_weight");
 }
 

@@ -4,6 +4,9 @@
 // stride 2, padding, dilation, N=1, odd sizes, 7x7 stems, 1x1; NaN/inf propagation; groups > 1 on the
 // portable path; the AMX request's refusal giving the next lower level; and a bf16 conv forward+backward
 // on the meta device making exactly the CPU run's allocation requests (sequence and peak) per path.
+// Channels-last (oneDNN on NHWC, cpu::Bf16Layout::nhwc): forward and both gradients against the same f64
+// bound and against the NCHW run, the outputs channels-last, at 1 and 2 threads with each weight-gradient
+// way; meta == cpu requests for channels-last inputs.
 // The direct kernel (kernels/cpu/conv2d_bf16_direct.h: the small CNN's 1->32 conv1 by rule, every groups-1
 // shape when forced): against f64, NaN/inf, the same bits at every ISA level and thread count, the rule and
 // its override, its op-trace spans, and meta == cpu allocation requests.
@@ -144,16 +147,19 @@ struct RunOut {
   std::vector<double> y, dx, dw, db;
 };
 
+// channels_last: x and dy channels-last (the op then keeps y, dx channels-last: checked).
 RunOut run_conv(const Shape2& sh, const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
-                const std::vector<double>& dy) {
+                const std::vector<double>& dy, bool channels_last = false) {
   const Conv2dDesc& d = sh.d;
-  Tensor xt = to_dtype(tensor_from<double>(x, {d.N, d.C, d.H, d.W}), DType::bf16).set_requires_grad(true);
+  const MemoryFormat fmt = channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  Tensor xt = contiguous(to_dtype(tensor_from<double>(x, {d.N, d.C, d.H, d.W}), DType::bf16), fmt).set_requires_grad(true);
   Tensor wt = to_dtype(tensor_from<double>(w, {d.K, d.C / d.groups, d.R, d.S}), DType::bf16).set_requires_grad(true);
   Tensor bt;
   if (sh.bias) bt = to_dtype(tensor_from<double>(b, {d.K}), sh.bias == 1 ? DType::f32 : DType::bf16).set_requires_grad(true);
   Tensor y = conv2d(xt, wt, bt, {d.stride_h, d.stride_w}, {d.pad_h, d.pad_w}, {d.dil_h, d.dil_w}, d.groups);
   REQUIRE(y.dtype() == DType::bf16);
-  y.backward(to_dtype(tensor_from<double>(dy, y.sizes()), DType::bf16));
+  if (channels_last) CHECK(is_channels_last(y));
+  y.backward(contiguous(to_dtype(tensor_from<double>(dy, y.sizes()), DType::bf16), fmt));
   RunOut o;
   o.y = y.to_vector<double>();
   REQUIRE(xt.grad().dtype() == DType::bf16);
@@ -269,20 +275,23 @@ void path_case(Bf16Path p, const char* name) {
   }
 }
 
-// A bf16 conv forward + backward (f32 bias, a ReLU between, like a layer under autocast) on `dev`.
-void conv_step(Device dev, const Conv2dDesc& d) {
-  Tensor x = empty({d.N, d.C, d.H, d.W}, DType::bf16, dev);
+// A bf16 conv forward + backward (f32 bias, a ReLU between, like a layer under autocast) on `dev`; x and the
+// output's gradient in fmt.
+void conv_step(Device dev, const Conv2dDesc& d, MemoryFormat fmt = MemoryFormat::contiguous) {
+  Tensor x = empty({d.N, d.C, d.H, d.W}, DType::bf16, dev, fmt);
   Tensor w = empty({d.K, d.C, d.R, d.S}, DType::bf16, dev);
   Tensor b = empty({d.K}, DType::f32, dev);
   if (dev.is_cpu()) fill_(x, 0.5), fill_(w, 0.25), fill_(b, 0.0);
   x.set_requires_grad(true), w.set_requires_grad(true), b.set_requires_grad(true);
   Tensor y = relu(conv2d(x, w, b, {d.stride_h, d.stride_w}, {d.pad_h, d.pad_w}));
-  Tensor g = empty(y.sizes(), DType::bf16, dev);
+  Tensor g = empty(y.sizes(), DType::bf16, dev, fmt);
   if (dev.is_cpu()) fill_(g, 1.0);
   y.backward(g);
 }
 
-void memory_case(Bf16Path p, const char* name) {
+void memory_case(Bf16Path p, const char* name, MemoryFormat fmt = MemoryFormat::contiguous) {
+  const bool cl = fmt == MemoryFormat::channels_last;
+  const cpu::Bf16Layout layout = cl ? cpu::Bf16Layout::nhwc : cpu::Bf16Layout::nchw;
   CpuIsa level;
   if (!bf16_level_for(p, name, &level)) return;
   IsaGuard guard(level);
@@ -297,29 +306,32 @@ void memory_case(Bf16Path p, const char* name) {
     // At 1 thread the 32->48 stride-2 shape (5x5 output) takes im2col + matmul (the rule), the others oneDNN's
     // direct kernel. At 2 threads (the rule) the 64->64 and 32->48 stride-2 shapes split their weight gradient by output
     // channel (x no larger than dw's partial; N*OH*OW = 75), the stem (K 16) by image, the 32->16 one (N = 1,
-    // K 16) stages it through f32: every way's allocations are compared.
+    // K 16) stages it through f32: every way's allocations are compared. Channels-last: no im2col (it reads
+    // NCHW), oneDNN's one call on NHWC instead.
     if (onednn)
-      CHECK(cpu::conv2d_bf16_wgrad(d) == (threads == 1 ? (d.K == 48 ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
-                                          : d.K >= 48  ? cpu::Bf16Wgrad::split_channels
-                                          : d.C == 3   ? cpu::Bf16Wgrad::split
-                                                       : cpu::Bf16Wgrad::f32_staging));
-    const size_t fwd = onednn ? cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::f32) : 0;
-    if (onednn) MESSAGE(std::string(name) << ": conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S << " workspace forward " << fwd
+      CHECK(cpu::conv2d_bf16_wgrad(d, layout) ==
+            (threads == 1 ? (d.K == 48 && !cl ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
+             : d.K >= 48  ? cpu::Bf16Wgrad::split_channels
+             : d.C == 3   ? cpu::Bf16Wgrad::split
+                          : cpu::Bf16Wgrad::f32_staging));
+    const size_t fwd =
+        onednn ? cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::forward, cpu::Bf16Bias::f32, layout) : 0;
+    if (onednn) MESSAGE(std::string(name) << (cl ? " channels-last" : "") << ": conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S << " workspace forward " << fwd
                  << " B, backward_input "
-                 << cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::backward_input, cpu::Bf16Bias::none)
+                 << cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::backward_input, cpu::Bf16Bias::none, layout)
                  << " B, backward_weight "
-                 << cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::backward_weight, cpu::Bf16Bias::f32) << " B");
+                 << cpu::conv2d_bf16_workspace_bytes(d, cpu::Conv2dPass::backward_weight, cpu::Bf16Bias::f32, layout) << " B");
     std::vector<int64_t> cpu_events, meta_events;
     int64_t cpu_peak = 0, meta_peak = 0;
     {
       RequestRecorder rec(Device::cpu());
-      conv_step(Device::cpu(), d);
+      conv_step(Device::cpu(), d, fmt);
       cpu_events = rec.events, cpu_peak = rec.peak;
       CHECK(rec.live == 0);
     }
     {
       RequestRecorder rec(Device::meta());
-      conv_step(Device::meta(), d);
+      conv_step(Device::meta(), d, fmt);
       meta_events = rec.events, meta_peak = rec.peak;
       CHECK(rec.live == 0);
     }
@@ -401,6 +413,83 @@ TEST_CASE("conv2d bf16 memory onednn avx512_bf16: meta requests == cpu requests"
 }
 TEST_CASE("conv2d bf16 memory portable: meta requests == cpu requests") {
   memory_case(Bf16Path::portable, "portable");
+}
+TEST_CASE("conv2d bf16 memory onednn amx channels-last: meta requests == cpu requests") {
+  memory_case(Bf16Path::onednn_amx, "onednn amx", MemoryFormat::channels_last);
+}
+TEST_CASE("conv2d bf16 memory onednn avx512_bf16 channels-last: meta requests == cpu requests") {
+  memory_case(Bf16Path::onednn_avx512_bf16, "onednn avx512_bf16", MemoryFormat::channels_last);
+}
+
+namespace {
+
+// Channels-last against NCHW on one oneDNN path: shapes() (bias f32 / bf16, stride 2, 1x1, the 7x7 stem,
+// dilation, K 40 / 48) at 1 and 2 threads, the weight gradient by the rule and forced to each oneDNN way. Each
+// of y, dx, dw, db within check_numerics' f64 bound (the same bound the NCHW path meets; oneDNN's NHWC
+// kernels add in another order, so the bits may differ), y channels-last, and no pass on a gemm / ref kernel.
+// The number of values that differ from the NCHW run's bits is printed.
+void channels_last_case(Bf16Path p, const char* name) {
+  using cpu::Bf16Wgrad;
+  CpuIsa level;
+  if (!bf16_level_for(p, name, &level)) return;
+  IsaGuard guard(level);
+  REQUIRE(cpu::bf16_path() == p);
+  std::mt19937 g(36);
+  const double u16 = std::ldexp(1.0, -8);
+  for (int threads : {1, 2})
+    for (Bf16Wgrad forced : {Bf16Wgrad::by_rule, Bf16Wgrad::split, Bf16Wgrad::split_channels}) {
+      if (threads == 1 && forced != Bf16Wgrad::by_rule) continue;  // one thread: splits are oneDNN's one call
+      cpu::ThreadScope ts(threads);
+      WgradGuard wg(forced);
+      int64_t differ = 0, total = 0;
+      for (const Shape2& sh : shapes()) {
+        const Conv2dDesc& d = sh.d;
+        INFO("N " << d.N << " C " << d.C << " H " << d.H << " W " << d.W << " K " << d.K << " R " << d.R << " S "
+                  << d.S << " stride " << d.stride_h << "," << d.stride_w << " bias " << sh.bias << " threads "
+                  << threads << " wgrad " << std::string(cpu::bf16_wgrad_name(forced)));
+        REQUIRE(cpu::conv2d_bf16_uses_onednn(d));
+        for (cpu::Conv2dPass pass : {cpu::Conv2dPass::forward, cpu::Conv2dPass::backward_input,
+                                     cpu::Conv2dPass::backward_weight}) {
+          const std::string impl = cpu::conv2d_bf16_impl_name(d, pass, cpu::Bf16Bias::none, cpu::Bf16Layout::nhwc);
+          if (threads == 1 && forced == Bf16Wgrad::by_rule)
+            MESSAGE(std::string(name) << " channels-last conv " << d.C << "->" << d.K << " " << d.R << "x" << d.S
+                                      << " s" << d.stride_h << " pass " << (int)pass << ": " << impl);
+          CHECK(impl.find("gemm") == std::string::npos);
+          CHECK(impl.find("ref") == std::string::npos);
+        }
+        const std::vector<double> x = bf16_values(d.N * d.C * d.H * d.W, g), w = bf16_values(d.K * d.C * d.R * d.S, g);
+        const std::vector<double> b = sh.bias ? bf16_values(d.K, g) : std::vector<double>();
+        const std::vector<double> dy = bf16_values(d.N * d.K * d.out_h() * d.out_w(), g);
+        const Ref r = reference(d, x, w, b, dy);
+        const RunOut cl = run_conv(sh, x, w, b, dy, true);
+        const RunOut nchw = run_conv(sh, x, w, b, dy, false);
+        CHECK(check_close(cl.y, r.y, r.y_abs, d.C * d.R * d.S + 1, u16, "y") == 0);
+        CHECK(check_close(cl.dx, r.dx, r.dx_abs, d.K * d.R * d.S, u16, "dx") == 0);
+        CHECK(check_close(cl.dw, r.dw, r.dw_abs, d.N * d.out_h() * d.out_w(), u16, "dw") == 0);
+        if (sh.bias)
+          CHECK(check_close(cl.db, r.db, r.db_abs, d.N * d.out_h() * d.out_w(),
+                            sh.bias == 1 ? std::ldexp(1.0, -24) : u16, "db") == 0);
+        REQUIRE(cl.y.size() == nchw.y.size());
+        REQUIRE(cl.dx.size() == nchw.dx.size());
+        REQUIRE(cl.dw.size() == nchw.dw.size());
+        for (size_t i = 0; i < cl.y.size(); ++i) differ += cl.y[i] != nchw.y[i];
+        for (size_t i = 0; i < cl.dx.size(); ++i) differ += cl.dx[i] != nchw.dx[i];
+        for (size_t i = 0; i < cl.dw.size(); ++i) differ += cl.dw[i] != nchw.dw[i];
+        total += (int64_t)(cl.y.size() + cl.dx.size() + cl.dw.size());
+      }
+      MESSAGE(std::string(name) << ", " << threads << " thread(s), wgrad " << std::string(cpu::bf16_wgrad_name(forced))
+                                << ": channels-last y, dx, dw differ from NCHW's bits in " << differ << " of " << total
+                                << " values");
+    }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d bf16 channels-last onednn amx: NHWC forward and gradients against f64 and NCHW") {
+  channels_last_case(Bf16Path::onednn_amx, "onednn amx");
+}
+TEST_CASE("conv2d bf16 channels-last onednn avx512_bf16: NHWC forward and gradients against f64 and NCHW") {
+  channels_last_case(Bf16Path::onednn_avx512_bf16, "onednn avx512_bf16");
 }
 
 namespace {

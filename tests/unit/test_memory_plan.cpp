@@ -112,6 +112,9 @@ TEST_CASE("memory plan: every row of the matrix, measured whole-run peaks == the
       // in the workspace) or by output channel, the rest stage through f32 (the rule, conv2d_bf16_wgrad).
       {"resnet18_small, --amp bf16, 2 threads", r18 + " --amp bf16", 2},
       {"small_cnn, --amp bf16, 2 threads", cnn + " --amp bf16", 2},
+      // Channels-last under bf16: oneDNN on NHWC (no NCHW copies; its workspace sizes from NHWC descriptors).
+      {"resnet18_small, --amp bf16 --channels-last", r18 + " --amp bf16 --channels-last"},
+      {"resnet18_small, --amp bf16 --channels-last, 2 threads", r18 + " --amp bf16 --channels-last", 2},
       {"resnet18_small, --batch-memory",
        "--model resnet18_small --data " + images() + " --batch-memory 120M --epochs 2"},
       {"resnet18_small, --batch-memory x --amp bf16",
