@@ -59,29 +59,19 @@ Bufs<T> carve(const Conv2dDesc& d, T* scratch) {
   return Bufs<T>{scratch, scratch + d.N * d.C * d.H * d.W};
 }
 
-// Wt[k][t][c] = w[k][c][t].
+// Per output channel k, (C, RS) <-> (RS, C): to_taps Wt[k][t][c] = w[k][c][t] (the weights, tap-major), else
+// dw[k][c][t] = dWt[k][t][c] (the weight gradient back to KCRS).
 template <typename T>
-void repack_weights(const Conv2dDesc& d, const T* w, T* wt) {
+void transpose_taps(const Conv2dDesc& d, const T* src, T* dst, bool to_taps) {
   const int64_t RS = d.R * d.S, C = d.C;
+  const int64_t src_c = to_taps ? RS : 1, src_t = to_taps ? 1 : C;  // src strides of c and t
+  const int64_t dst_c = to_taps ? 1 : RS, dst_t = to_taps ? C : 1;
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < d.K; ++k) {
-    const T* src = w + k * C * RS;
-    T* dst = wt + k * C * RS;
+    const T* s = src + k * C * RS;
+    T* o = dst + k * C * RS;
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < RS; ++t) dst[t * C + c] = src[c * RS + t];
-  }
-}
-
-// dw[k][c][t] = dWt[k][t][c].
-template <typename T>
-void unpack_weights(const Conv2dDesc& d, const T* wt, T* dw) {
-  const int64_t RS = d.R * d.S, C = d.C;
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < d.K; ++k) {
-    const T* src = wt + k * C * RS;
-    T* dst = dw + k * C * RS;
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < RS; ++t) dst[c * RS + t] = src[t * C + c];
+      for (int64_t t = 0; t < RS; ++t) o[t * dst_t + c * dst_c] = s[c * src_c + t * src_t];
   }
 }
 
@@ -160,7 +150,7 @@ void taps_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T*
   T* wt = static_cast<T*>(workspace);
   const Bufs<T> b = carve<T>(d, wt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, P = d.out_h() * d.out_w(), ld_w = d.R * d.S * C;
-  repack_weights(d, w, wt);
+  transpose_taps(d, w, wt, true);
   gather(x, N, C, d.H * d.W, b.xg);
   for_each_channel_share(K, [&](int64_t k0, int64_t k1) {
     const int64_t kn = k1 - k0;
@@ -186,7 +176,7 @@ void taps_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, vo
   T* wt = static_cast<T*>(workspace);
   const Bufs<T> b = carve<T>(d, wt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, HW = d.H * d.W, ld_w = d.R * d.S * C;
-  repack_weights(d, w, wt);
+  transpose_taps(d, w, wt, true);
   gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
   for_each_channel_share(C, [&](int64_t c0, int64_t c1) {
     const int64_t cn = c1 - c0;
@@ -224,7 +214,7 @@ void taps_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, v
                 N, T(1), dwt + k0 * ld_w + run.tap0 * C, ld_w);
       });
   });
-  unpack_weights(d, dwt, dw);
+  transpose_taps(d, dwt, dw, false);
 }
 
 #define KILN_INSTANTIATE_CONV2D_TAPS(T)                                                          \

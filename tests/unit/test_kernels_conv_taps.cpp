@@ -10,13 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_taps.h"
 #include "kernels/cpu/threads.h"
+#include "support/conv_passes.h"
 
 using namespace kiln;
 
@@ -41,28 +41,16 @@ Conv2dDesc desc(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R
 }
 
 template <typename T>
-struct Outs {
-  std::vector<T> y, dx, dw, db;
-};
+using Outs = test::ConvPasses<T>;
 
+// The three passes with algorithm a forced (left forced: the callers' AlgoScope restores it).
 template <typename T>
 Outs<T> run(cpu::Conv2dAlgo a, const Conv2dDesc& d, const std::vector<T>& x, const std::vector<T>& w,
             const std::vector<T>& b, const std::vector<T>& dy) {
   cpu::conv2d_set_algo(a);
   for (auto pass : {cpu::Conv2dPass::forward, cpu::Conv2dPass::backward_input, cpu::Conv2dPass::backward_weight})
     CHECK(cpu::conv2d_uses_taps(d, pass) == (a == cpu::Conv2dAlgo::taps));
-  const size_t bytes = cpu::conv2d_workspace_bytes(d, sizeof(T));
-  std::unique_ptr<unsigned char[]> ws(new unsigned char[std::max<size_t>(bytes, 1)]);
-  std::fill(ws.get(), ws.get() + bytes, (unsigned char)0xAB);  // garbage: the kernels must not read it
-  Outs<T> o;
-  o.y.assign(d.N * d.K * d.out_h() * d.out_w(), T(7));
-  o.dx.assign(x.size(), T(7));
-  o.dw.assign(w.size(), T(7));
-  o.db.assign(b.size(), T(7));
-  cpu::conv2d_forward<T>(d, x.data(), w.data(), b.data(), o.y.data(), ws.get());
-  cpu::conv2d_backward_input<T>(d, dy.data(), w.data(), o.dx.data(), ws.get());
-  cpu::conv2d_backward_weight<T>(d, x.data(), dy.data(), o.dw.data(), o.db.data(), ws.get());
-  return o;
+  return test::conv_passes(d, x, w, b, dy);
 }
 
 template <typename T>

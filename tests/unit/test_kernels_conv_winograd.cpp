@@ -17,6 +17,7 @@
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/threads.h"
+#include "support/conv_passes.h"
 
 using namespace kiln;
 
@@ -36,9 +37,7 @@ Conv2dDesc conv3x3(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_
 }
 
 template <typename T>
-struct Outs {
-  std::vector<T> y, dx, dw, db;
-};
+using Outs = test::ConvPasses<T>;
 
 // y = conv(x, w) + b, dx = conv2d_backward_input(dy, w), dw and db = conv2d_backward_weight(x, dy)
 // with algorithm a.
@@ -48,17 +47,7 @@ Outs<T> run(cpu::Conv2dAlgo a, const Conv2dDesc& d, const std::vector<T>& x, con
   AlgoScope scope(a);
   for (auto pass : {cpu::Conv2dPass::forward, cpu::Conv2dPass::backward_input, cpu::Conv2dPass::backward_weight})
     CHECK(cpu::conv2d_uses_winograd(d, pass) == (a == cpu::Conv2dAlgo::winograd));
-  // Workspace filled with garbage: kernels must not depend on its contents.
-  std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(T)) + 1, 0xAB);
-  Outs<T> o;
-  o.y.assign(d.N * d.K * d.out_h() * d.out_w(), T(7));
-  o.dx.assign(x.size(), T(7));
-  o.dw.assign(w.size(), T(7));
-  o.db.assign(b.size(), T(7));
-  cpu::conv2d_forward<T>(d, x.data(), w.data(), b.data(), o.y.data(), ws.data());
-  cpu::conv2d_backward_input<T>(d, dy.data(), w.data(), o.dx.data(), ws.data());
-  cpu::conv2d_backward_weight<T>(d, x.data(), dy.data(), o.dw.data(), o.db.data(), ws.data());
-  return o;
+  return test::conv_passes(d, x, w, b, dy);
 }
 
 // NaN where want is NaN, the same inf where want is inf, else within tol * max |finite want|; with
