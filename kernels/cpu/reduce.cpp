@@ -43,46 +43,53 @@ double row_sum(const T* p, int64_t n, double shift, bool parallel) {
   return acc;
 }
 
+// One row r of the reduction; its chunks are summed by the threads when `chunks_parallel`.
 template <typename T>
-void reduce_t(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
-  // One row (a full reduction): its chunks run in parallel; several rows: the rows do.
-  const bool chunks_parallel = rows == 1;
-#pragma omp parallel for schedule(static) if (rows * cols > 65536 && rows > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* p = x + r * cols;
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::mean: {
-        const double acc = row_sum<false>(p, cols, 0.0, chunks_parallel);
-        out[r] = T(op == ReduceOp::mean ? acc / (double)cols : acc);
-        break;
-      }
-      case ReduceOp::var:
-      case ReduceOp::var_unbiased: {
-        const double m = row_sum<false>(p, cols, 0.0, chunks_parallel) / (double)cols;
-        const double s = row_sum<true>(p, cols, m, chunks_parallel);
-        double den = op == ReduceOp::var_unbiased ? (double)(cols - 1) : (double)cols;
-        out[r] = T(den > 0 ? s / den : std::numeric_limits<double>::quiet_NaN());
-        break;
-      }
-      case ReduceOp::max:
-      case ReduceOp::min: {
-        int64_t best = 0;
-        double bv = (double)p[0];
-        for (int64_t c = 1; c < cols; ++c) {
-          double v = (double)p[c];
-          if (std::isnan(bv)) break;
-          if (std::isnan(v) || (op == ReduceOp::max ? v > bv : v < bv)) {
-            bv = v;
-            best = c;
-          }
+void reduce_row(ReduceOp op, const T* x, int64_t r, int64_t cols, T* out, int64_t* idx, bool chunks_parallel) {
+  const T* p = x + r * cols;
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::mean: {
+      const double acc = row_sum<false>(p, cols, 0.0, chunks_parallel);
+      out[r] = T(op == ReduceOp::mean ? acc / (double)cols : acc);
+      break;
+    }
+    case ReduceOp::var:
+    case ReduceOp::var_unbiased: {
+      const double m = row_sum<false>(p, cols, 0.0, chunks_parallel) / (double)cols;
+      const double s = row_sum<true>(p, cols, m, chunks_parallel);
+      double den = op == ReduceOp::var_unbiased ? (double)(cols - 1) : (double)cols;
+      out[r] = T(den > 0 ? s / den : std::numeric_limits<double>::quiet_NaN());
+      break;
+    }
+    case ReduceOp::max:
+    case ReduceOp::min: {
+      int64_t best = 0;
+      double bv = (double)p[0];
+      for (int64_t c = 1; c < cols; ++c) {
+        double v = (double)p[c];
+        if (std::isnan(bv)) break;
+        if (std::isnan(v) || (op == ReduceOp::max ? v > bv : v < bv)) {
+          bv = v;
+          best = c;
         }
-        out[r] = p[best];
-        if (idx) idx[r] = best;
-        break;
       }
+      out[r] = p[best];
+      if (idx) idx[r] = best;
+      break;
     }
   }
+}
+
+template <typename T>
+void reduce_t(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out, int64_t* idx) {
+  // One row (a full reduction): its chunks run in parallel, in row_sum's own region. It must not sit inside
+  // the rows' region (even one made serial by its `if`): libgomp gives a region nested in another a team of
+  // freshly created threads, not its pool, so every full sum (the f32 step's finite check, ~14 a ResNet18
+  // step) started and ended a new thread. Several rows: the rows run in parallel, their chunks serially.
+  if (rows == 1) return reduce_row(op, x, 0, cols, out, idx, true);
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r) reduce_row(op, x, r, cols, out, idx, false);
 }
 
 }  // namespace
