@@ -1,6 +1,8 @@
 // Convolution by valid taps on the CPU (see conv2d_taps.h).
 //
 // Workspace (elements): Wt (K, R*S, C) | xg (H*W, C, N) | yg (OH*OW, K, N).
+// Each pass opens one region for the gathers (every thread's GEMMs read all of xg, or of yg) and one in which
+// each thread repacks its share of Wt, runs its GEMMs and scatters or unpacks the channels it wrote.
 //   forward:         Wt <- w; xg <- x; for each output pixel o and kernel row r that meets the plane
 //                    (input row ih = oh*sh - ph + r, taps s0..s1 whose input columns iw0.. are inside):
 //                      yg[o] (K, N) (+)= Wt[:, r*S+s0 .. r*S+s1, :] (K, ns*C) @ xg[ih*W+iw0 ..] (ns*C, N)
@@ -59,26 +61,31 @@ Bufs<T> carve(const Conv2dDesc& d, T* scratch) {
   return Bufs<T>{scratch, scratch + d.N * d.C * d.H * d.W};
 }
 
-// Per output channel k, (C, RS) <-> (RS, C): to_taps Wt[k][t][c] = w[k][c][t] (the weights, tap-major), else
-// dw[k][c][t] = dWt[k][t][c] (the weight gradient back to KCRS).
+// Per output channel k in [k0, k1) and input channel c in [c0, c1), (C, RS) <-> (RS, C): to_taps
+// Wt[k][t][c] = w[k][c][t] (the weights, tap-major), else dw[k][c][t] = dWt[k][t][c] (the weight gradient
+// back to KCRS). Called by each thread for its own share inside the GEMMs' region (no region of its own):
+// a thread transposes the rows or columns its GEMMs read or wrote, so the 9.4 MB of a layer4 weight are
+// not handed from the core that transposed them to the core that reads them, and the pass opens one
+// region less (docs/cpu-bf16.md, "f32 at 32x64, 2 threads").
 template <typename T>
-void transpose_taps(const Conv2dDesc& d, const T* src, T* dst, bool to_taps) {
+void transpose_taps(const Conv2dDesc& d, const T* src, T* dst, bool to_taps, int64_t k0, int64_t k1, int64_t c0,
+                    int64_t c1) {
   const int64_t RS = d.R * d.S, C = d.C;
   const int64_t src_c = to_taps ? RS : 1, src_t = to_taps ? 1 : C;  // src strides of c and t
   const int64_t dst_c = to_taps ? 1 : RS, dst_t = to_taps ? C : 1;
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < d.K; ++k) {
+  for (int64_t k = k0; k < k1; ++k) {
     const T* s = src + k * C * RS;
     T* o = dst + k * C * RS;
-    for (int64_t c = 0; c < C; ++c)
+    for (int64_t c = c0; c < c1; ++c)
       for (int64_t t = 0; t < RS; ++t) o[t * dst_t + c * dst_c] = s[c * src_c + t * src_t];
   }
 }
 
-// g[(i*CH + c)*N + n] = a[(n*CH + c)*HW + i]: (N, CH, HW) -> (HW, CH, N).
+// g[(i*CH + c)*N + n] = a[(n*CH + c)*HW + i]: (N, CH, HW) -> (HW, CH, N), channels split over the threads
+// of the caller's region (an orphaned `omp for`: the caller opens the region; nowait, the caller's barrier).
 template <typename T>
-void gather(const T* a, int64_t N, int64_t CH, int64_t HW, T* g) {
-#pragma omp parallel for schedule(static)
+void gather_for(const T* a, int64_t N, int64_t CH, int64_t HW, T* g) {
+#pragma omp for schedule(static) nowait
   for (int64_t c = 0; c < CH; ++c)
     for (int64_t n = 0; n < N; ++n) {
       const T* src = a + (n * CH + c) * HW;
@@ -86,11 +93,22 @@ void gather(const T* a, int64_t N, int64_t CH, int64_t HW, T* g) {
     }
 }
 
-// a[(n*CH + c)*HW + i] = g[(i*CH + c)*N + n] (+ bias[c]).
+// gather_for of a (N, CH, HW), and of b (N, CH_B, HW_B) into gb when b is given, in one region.
 template <typename T>
-void scatter(const T* g, int64_t N, int64_t CH, int64_t HW, const T* bias, T* a) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < CH; ++c) {
+void gather(const T* a, int64_t N, int64_t CH, int64_t HW, T* g, const T* b = nullptr, int64_t CH_B = 0,
+            int64_t HW_B = 0, T* gb = nullptr) {
+#pragma omp parallel
+  {
+    gather_for(a, N, CH, HW, g);
+    if (b) gather_for(b, N, CH_B, HW_B, gb);
+  }
+}
+
+// a[(n*CH + c)*HW + i] = g[(i*CH + c)*N + n] (+ bias[c]) for the channels c in [c0, c1): called by each thread
+// for the channels its GEMMs wrote, inside their region, as transpose_taps.
+template <typename T>
+void scatter(const T* g, int64_t N, int64_t CH, int64_t HW, const T* bias, T* a, int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
     const T b = bias ? bias[c] : T(0);
     for (int64_t n = 0; n < N; ++n) {
       T* dst = a + (n * CH + c) * HW;
@@ -150,10 +168,10 @@ void taps_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T*
   T* wt = static_cast<T*>(workspace);
   const Bufs<T> b = carve<T>(d, wt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, P = d.out_h() * d.out_w(), ld_w = d.R * d.S * C;
-  transpose_taps(d, w, wt, true);
   gather(x, N, C, d.H * d.W, b.xg);
   for_each_channel_share(K, [&](int64_t k0, int64_t k1) {
     const int64_t kn = k1 - k0;
+    transpose_taps(d, w, wt, true, k0, k1, int64_t(0), C);  // the rows of Wt this share's GEMMs read
     // Runs come in output-pixel order: the first of a pixel overwrites its rows of yg (beta 0), the
     // others add; a pixel no kernel row meets (padding only) gets 0 (+ bias).
     auto zero = [&](int64_t o) { std::fill(b.yg + o * K * N + k0 * N, b.yg + o * K * N + k1 * N, T(0)); };
@@ -166,8 +184,8 @@ void taps_forward(const Conv2dDesc& d, const T* x, const T* w, const T* bias, T*
               N, first ? T(0) : T(1), b.yg + run.o * K * N + k0 * N, N);
     });
     for (; next < P; ++next) zero(next);
+    scatter(b.yg, N, K, P, bias, y, k0, k1);
   });
-  scatter(b.yg, N, K, P, bias, y);
 }
 
 template <typename T>
@@ -176,25 +194,25 @@ void taps_backward_input(const Conv2dDesc& d, const T* dy, const T* w, T* dx, vo
   T* wt = static_cast<T*>(workspace);
   const Bufs<T> b = carve<T>(d, wt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, HW = d.H * d.W, ld_w = d.R * d.S * C;
-  transpose_taps(d, w, wt, true);
   gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
   for_each_channel_share(C, [&](int64_t c0, int64_t c1) {
     const int64_t cn = c1 - c0;
+    transpose_taps(d, w, wt, true, int64_t(0), K, c0, c1);  // the columns of Wt this share's GEMMs read
     for (int64_t i = 0; i < HW; ++i) std::fill(b.xg + (i * C + c0) * N, b.xg + (i * C + c1) * N, T(0));
     if (cn == C) {  // all channels: the taps of a run are one GEMM
       for_each_run(d, [&](const Run& run) {
         gemm<T>(true, false, run.ns * C, N, K, T(1), wt + run.tap0 * C, ld_w, b.yg + run.o * K * N, N, T(1),
                 b.xg + run.in0 * C * N, N);
       });
-      return;
+    } else {
+      for_each_run(d, [&](const Run& run) {  // a share of the channels: one GEMM per tap
+        for (int64_t s = 0; s < run.ns; ++s)
+          gemm<T>(true, false, cn, N, K, T(1), wt + (run.tap0 + s) * C + c0, ld_w, b.yg + run.o * K * N, N, T(1),
+                  b.xg + ((run.in0 + s) * C + c0) * N, N);
+      });
     }
-    for_each_run(d, [&](const Run& run) {  // a share of the channels: one GEMM per tap
-      for (int64_t s = 0; s < run.ns; ++s)
-        gemm<T>(true, false, cn, N, K, T(1), wt + (run.tap0 + s) * C + c0, ld_w, b.yg + run.o * K * N, N, T(1),
-                b.xg + ((run.in0 + s) * C + c0) * N, N);
-    });
+    scatter<T>(b.xg, N, C, HW, nullptr, dx, c0, c1);
   });
-  scatter<T>(b.xg, N, C, HW, nullptr, dx);
 }
 
 template <typename T>
@@ -202,10 +220,7 @@ void taps_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, v
   T* dwt = static_cast<T*>(workspace);
   const Bufs<T> b = carve<T>(d, dwt + taps_wt_elems(d));
   const int64_t N = d.N, K = d.K, C = d.C, ld_w = d.R * d.S * C;
-  if (N > 0) {
-    gather(x, N, C, d.H * d.W, b.xg);
-    gather(dy, N, K, d.out_h() * d.out_w(), b.yg);
-  }
+  if (N > 0) gather(x, N, C, d.H * d.W, b.xg, dy, K, d.out_h() * d.out_w(), b.yg);
   for_each_channel_share(K, [&](int64_t k0, int64_t k1) {
     std::fill(dwt + k0 * ld_w, dwt + k1 * ld_w, T(0));
     if (N > 0)
@@ -213,8 +228,8 @@ void taps_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw, v
         gemm<T>(false, true, k1 - k0, run.ns * C, N, T(1), b.yg + run.o * K * N + k0 * N, N, b.xg + run.in0 * C * N,
                 N, T(1), dwt + k0 * ld_w + run.tap0 * C, ld_w);
       });
+    transpose_taps(d, dwt, dw, false, k0, k1, int64_t(0), C);  // the rows this share wrote
   });
-  transpose_taps(d, dwt, dw, false);
 }
 
 #define KILN_INSTANTIATE_CONV2D_TAPS(T)                                                          \
