@@ -2,7 +2,7 @@
 // the same kernels (itself checked against a direct f64 reference in test_kernels_conv.cpp), both
 // forced with conv2d_set_algo, on odd shapes: non-square kernels, stride 2, padding wider than the
 // kernel's reach (output pixels that meet only padding), planes of 1 and 2 pixels, batches of 1 to
-// 5, 1 and 3 threads (the channel split), f32 and f64, NaN and inf inputs. The workspace is exactly
+// 5, 1, 2 and 3 threads (the channel split: each thread repacks, multiplies and scatters its own share), f32 and f64, NaN and inf inputs. The workspace is exactly
 // conv2d_workspace_bytes and filled with garbage. Also: which passes the automatic rule gives taps.
 // Tolerance: max |taps - im2col| <= tol * max |im2col| per output, tol = 1e-5 (f32), 1e-12 (f64):
 // the same products summed in another order.
@@ -98,7 +98,7 @@ TEST_CASE("conv2d valid taps: forward, input and weight gradients match im2col o
       desc(1, 6, 1, 1, 5, 3, 3, 1, 1, 1, 1),  // one pixel, one image
       desc(5, 9, 3, 3, 7, 3, 3, 1, 1, 0, 0),  // no padding: taps == im2col's
   };
-  for (int threads : {1, 3})  // 3 threads: uneven channel shares (3 to 9 channels)
+  for (int threads : {1, 2, 3})  // 2: the step's count; 3: uneven channel shares (3 to 9 channels)
     for (const Conv2dDesc& d : cases) {
       INFO("threads ", threads, " N=", d.N, " C=", d.C, " H=", d.H, " W=", d.W, " K=", d.K, " R=", d.R, " S=", d.S);
       cpu::set_num_threads(threads);
