@@ -512,16 +512,32 @@ void conv2d_backward_weight(const Conv2dDesc& d, const T* x, const T* dy, T* dw,
     char* ws = static_cast<char*>(workspace);
     T* partials = reinterpret_cast<T*>(ws + sp.nt * sp.slice);  // (nt - 1, K, Cg*R*S)
     const int64_t nw = d.K * p.CRSg;
-    for_each_share(d, sp.nt, [&](int64_t t, int64_t n0, int64_t n) {
-      backward_weight_one(images(d, n), wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
-                          t == 0 ? dw : partials + (t - 1) * nw, ws + t * sp.slice);
-    });
-    // dw += partials, in thread order: one contiguous pass per partial, so the loop vectorizes.
-    for (int t = 1; t < sp.nt; ++t) {
-      const T* part = partials + (t - 1) * nw;
-#pragma omp parallel for schedule(static) firstprivate(part, dw)
-      for (int64_t i = 0; i < nw; ++i) dw[i] += part[i];
+    // for_each_share's region, and then in the same region (after a barrier, outside the try: a thread that
+    // threw still reaches it) dw += partials in thread order, each thread over its own range of dw: per element
+    // the same additions in the same order as one region per partial gave (the same bits), one fork/join less
+    // per pass (a futex wake-up of the sleeping worker each, at 2 threads).
+    std::exception_ptr err;
+#pragma omp parallel num_threads(sp.nt)
+    {
+      const int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
+      const int64_t n0 = d.N * t / m, n1 = d.N * (t + 1) / m;
+      try {
+        backward_weight_one(images(d, n1 - n0), wino, x + n0 * d.C * d.H * d.W, dy + n0 * d.K * p.P,
+                            t == 0 ? dw : partials + (t - 1) * nw, ws + t * sp.slice);
+      } catch (...) {
+#pragma omp critical(kiln_conv2d_split)
+        if (!err) err = std::current_exception();
+      }
+#pragma omp barrier
+      if (!err) {
+        const int64_t i0 = nw * t / m, i1 = nw * (t + 1) / m;
+        for (int64_t q = 1; q < m; ++q) {  // one contiguous pass per partial, so the loop vectorizes
+          const T* part = partials + (q - 1) * nw;
+          for (int64_t i = i0; i < i1; ++i) dw[i] += part[i];
+        }
+      }
     }
+    if (err) std::rethrow_exception(err);
   }
   if (dbias) {
     // Summed in double per channel (N*P terms of mixed sign lose digits in float), in 8 lanes
