@@ -248,6 +248,13 @@ void path_case(Bf16Path p, const char* name) {
     if (onednn) {
       CHECK(cpu::conv2d_bf16_wgrad(strided_small) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(plane4) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
+      // NHWC: also stride-1 planes of <= 64 values with C*R*S >= 4096 (512->512 3x3 on 7x7); NCHW keeps oneDNN
+      const Conv2dDesc deep7 = desc(2, 512, 7, 7, 16, 3, 3, 1, 1, 1, 1), shallow7 = desc(2, 448, 7, 7, 16, 3, 3, 1, 1, 1, 1);
+      CHECK(cpu::conv2d_bf16_wgrad(deep7, cpu::Bf16Layout::nhwc) ==
+            (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(deep7) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(shallow7, cpu::Bf16Layout::nhwc) ==
+            (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(big) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
       CHECK(cpu::conv2d_bf16_wgrad(small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(wide_small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split_channels));
