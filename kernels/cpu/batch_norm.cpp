@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "kernels/cpu/batch_norm_channel.h"
@@ -39,15 +40,15 @@ void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
 
 using bn_channel::grad_sums;
 
-// The rows kernels' helpers (batch_norm_rows16.inc): channels per task; a block's vector v of 16 channels
+// The rows kernels' helpers (batch_norm_rows16.inc): the task grid; a block's vector v of 16 channels
 // (the channels past the block's end read as 0, never stored); a lane sum's double accumulators.
 namespace rows16 {
-constexpr int64_t kRowChannels = 64;  // 4 vectors of 16 channels per task at most
-// Channels per task: C split over the threads in multiples of 16, at most kRowChannels.
-inline int64_t channels_per_task(int64_t C) {
-  const int64_t t = std::max(1, omp_get_max_threads()), per = (C + t - 1) / t;
-  return std::min(kRowChannels, std::max<int64_t>(16, (per + 15) / 16 * 16));
-}
+constexpr int64_t kRowChannels = 64;  // a task's block: 4 vectors of 16 channels (128 bytes of a bf16 row)
+constexpr int64_t kRowsPerPart = 4096;
+constexpr int64_t kMaxRowParts = 8;
+// The rows' parts: one per kRowsPerPart rows, at most kMaxRowParts; from M alone (the bits must not depend
+// on the thread count).
+inline int64_t row_parts(int64_t M) { return std::min(kMaxRowParts, std::max<int64_t>(1, M / kRowsPerPart)); }
 using bn16::F32h;
 using bn16::F32v;
 using bn16::F64h;
