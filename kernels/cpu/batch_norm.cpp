@@ -10,7 +10,8 @@
 // runs hold at least 32 values (batch_norm_channel16.h: its error bound, and why f32 suffices for 8- and
 // 11-bit results); shorter runs keep the double loops' arithmetic, and runs of one value (HW == 1: channels-last
 // data, (N*H*W, C) in memory) take it over rows with the channels innermost (batch_norm_rows16.inc: the same
-// bits, vectorized over C; the per-channel strided loops took 0.26 s of a 1.1 s bf16 ResNet18 step at 8x224).
+// f32-lane arithmetic and bound, one lane per channel; the per-channel strided loops took 0.26 s of a 1.1 s
+// bf16 ResNet18 step at 8x224, the rows in double 30 ms of a 490 ms channels-last step).
 #include "kernels/cpu/batch_norm.h"
 
 #include <omp.h>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "kernels/cpu/batch_norm_channel.h"
@@ -38,33 +40,44 @@ void check_sizes(int64_t N, int64_t C, int64_t HW, const char* op) {
 
 using bn_channel::grad_sums;
 
-// The rows kernels' helpers (batch_norm_rows16.inc): channels per task, and a 16-bit value widened exactly /
-// a double rounded to f32 and then to X (bn_channel::round_to's bits) with no branch, so the loops vectorize.
+// The rows kernels' helpers (batch_norm_rows16.inc): the task grid; a block's vector v of 16 channels
+// (the channels past the block's end read as 0, never stored); a lane sum's double accumulators.
 namespace rows16 {
-constexpr int64_t kRowChannels = 64;
-// Channels per task: C split over the threads in multiples of 16, at most kRowChannels.
-inline int64_t channels_per_task(int64_t C) {
-  const int64_t t = std::max(1, omp_get_max_threads()), per = (C + t - 1) / t;
-  return std::min(kRowChannels, std::max<int64_t>(16, (per + 15) / 16 * 16));
+constexpr int64_t kRowChannels = 64;  // a task's block: 4 vectors of 16 channels (128 bytes of a bf16 row)
+constexpr int64_t kRowsPerPart = 4096;
+constexpr int64_t kMaxRowParts = 8;
+// The rows' parts: one per kRowsPerPart rows, at most kMaxRowParts; from M alone (the bits must not depend
+// on the thread count).
+inline int64_t row_parts(int64_t M) { return std::min(kMaxRowParts, std::max<int64_t>(1, M / kRowsPerPart)); }
+using bn16::F32h;
+using bn16::F32v;
+using bn16::F64h;
+// the n (>= 1) channels of a row from p, n >= 16: a whole vector
+template <typename X>
+inline __attribute__((always_inline)) F32v load(const X* p, int64_t n) {
+  return n >= bn16::kLanes ? bn16::load(p) : bn16::load_tail(p, n, 0.0f);
 }
-inline __attribute__((always_inline)) double widen(const bfloat16* p, int64_t j) {
-  uint16_t h;
-  std::memcpy(&h, p + j, sizeof h);
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return (double)f;
+template <typename X>
+inline __attribute__((always_inline)) void store(X* o, const F32v& v, int64_t n) {
+  if (n >= bn16::kLanes)
+    bn16::store(o, v, bn16::kLanes);  // a constant size: the copy is one store, not a call
+  else
+    bn16::store(o, v, n);
 }
-inline __attribute__((always_inline)) double widen(const half* p, int64_t j) { return (double)(float)p[j]; }
-inline __attribute__((always_inline)) void store(bfloat16* o, int64_t j, double v) {
-  const float f = (float)v;  // engine/core/half.h's float_to_bf16_bits, branch-free (bf16_runs.h)
-  uint32_t fb;
-  std::memcpy(&fb, &f, sizeof fb);
-  const uint32_t rounded = (fb + 0x7fffu + ((fb >> 16) & 1u)) >> 16, quiet = (fb >> 16) | 0x40u;
-  const uint16_t h = (uint16_t)((fb & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-  std::memcpy(static_cast<void*>(o + j), &h, sizeof h);
+// 16 channels' sums in double lanes: each f32 lane set is added in (exactly) and cleared
+struct Sum {
+  F64h lo = {}, hi = {};
+};
+inline __attribute__((always_inline)) void flush(Sum& s, F32v& a) {
+  F32h h[2];
+  std::memcpy(h, &a, sizeof a);
+  s.lo += __builtin_convertvector(h[0], F64h);
+  s.hi += __builtin_convertvector(h[1], F64h);
+  a = F32v{};
 }
-inline __attribute__((always_inline)) void store(half* o, int64_t j, double v) { o[j] = half((float)v); }
+inline __attribute__((always_inline)) double lane(const Sum& s, int l) {
+  return l < bn16::kLanes / 2 ? s.lo[l] : s.hi[l - bn16::kLanes / 2];
+}
 }  // namespace rows16
 
 // The training loops once per instruction set (cpu_isa.h): baseline, AVX2, AVX-512.
@@ -143,7 +156,7 @@ void batch_norm_forward_train_16(int64_t N, int64_t C, int64_t HW, const X* x, c
                                  double eps, X* y, float* save_mean, float* save_invstd, float* running_mean,
                                  float* running_var, double momentum) {
   const char* op = "batch_norm_forward_train_16";
-  if (HW == 1 && N > 1) {  // rows (channels-last): the double loops' bits, vectorized over C
+  if (HW == 1 && N > 1) {  // rows (channels-last): f32 lanes over C
     check_sizes(N, C, HW, op);
 #if KILN_CPU_ISA_CLONES
     switch (cpu_isa_vector(cpu_isa())) {

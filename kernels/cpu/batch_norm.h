@@ -14,9 +14,9 @@ namespace kiln::cpu {
 // f32 parameters and statistics, no f32 copies (the autocast step's batch norms read and write bf16
 // directly). With HW >= 32 the sums and outputs run in f32 lanes (batch_norm_channel16.h): within a stated
 // bound of the f64 result (y, dx: the exact value's rounding to X or a neighbour of it), not the bits of the
-// f32 kernels; shorter runs take the arithmetic of the f32 kernels' double loops (the bits of f32 copies
-// rounded back): runs of one value (HW = 1: channels-last data, (N*H*W, C) in memory) walk the rows with the
-// channels innermost, vectorized over C (batch_norm_rows16.inc), the others channel by channel.
+// f32 kernels; so do runs of one value (HW = 1: channels-last data, (N*H*W, C) in memory), walking the rows
+// with one f32 lane per channel (batch_norm_rows16.inc, the same bound); other short runs take the arithmetic
+// of the f32 kernels' double loops channel by channel (the bits of f32 copies rounded back).
 template <typename X>
 void batch_norm_forward_train_16(int64_t N, int64_t C, int64_t HW, const X* x, const float* gamma, const float* beta,
                                  double eps, X* y, float* save_mean, float* save_invstd, float* running_mean,

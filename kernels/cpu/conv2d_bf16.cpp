@@ -95,10 +95,14 @@ constexpr int64_t kChannelBlock = 16;
 // layer4.0, 7x7) and on 2x2 outputs (layer4's 3x3 at 32x64), where im2col + matmul took 0.1-0.6x its time;
 // even on 4x4 / 7x7 stride-1 3x3s and on 1x1s, slower on larger planes (layer1, layer2, the stem at 8x224:
 // 1.3-1.6x). So: a window larger than 1x1 and an output plane of at most 64 values with a stride above 1 in
-// either direction, or of at most 4 values.
-bool im2col_pays(const Conv2dDesc& d) {
+// either direction, or of at most 4 values. On NHWC also a stride-1 plane of at most 64 values with a
+// reduction C*R*S >= 4096 (ResNet18 8x224 layer4's 512->512 3x3 on 7x7: oneDNN's NHWC jit kernel 13.8-16.0 ms,
+// NHWC im2col + matmul 10.7-10.9 ms; the 256->256 on 4x4 and 128->128 on 8x8 at 32x64 stay on oneDNN: 3.3 /
+// 2.9 ms against 3.5 / 4.3; 1 thread, docs/cpu-bf16.md "The channels-last step").
+bool im2col_pays(const Conv2dDesc& d, Bf16Layout layout) {
   const int64_t plane = d.out_h() * d.out_w();
   if (d.R * d.S == 1) return false;
+  if (layout == Bf16Layout::nhwc && plane <= 64 && d.C * d.R * d.S >= 4096) return true;
   return (plane <= 64 && (d.stride_h > 1 || d.stride_w > 1)) || plane <= 4;
 }
 
@@ -148,9 +152,9 @@ Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d, Bf16Layout layout) {
   const int threads = num_threads();
   Bf16Wgrad w = forced_wgrad();
   if (w == Bf16Wgrad::by_rule) {
-    // kiln's im2col reads NCHW x and dy: on NHWC oneDNN's one call (its jit kernel on NHWC, no reorders).
-    if (threads == 1)
-      return im2col_pays(d) && layout == Bf16Layout::nchw ? Bf16Wgrad::im2col : Bf16Wgrad::onednn;
+    // The same rule on NHWC (conv2d_bf16_im2col.h's NHWC im2col): oneDNN's jit kernel on NHWC was as slow
+    // on those planes (ResNet18 32x64 layer4's 3x3s: 2-2.5x NCHW's im2col + matmul, docs/cpu-bf16.md).
+    if (threads == 1) return im2col_pays(d, layout) ? Bf16Wgrad::im2col : Bf16Wgrad::onednn;
     const bool images = d.N > 1 && d.N * d.out_h() * d.out_w() >= kMinSplitReduction;
     // Each extra part of a channel split repeats x's reorder (N*C*H*W bf16 values); of an image split it
     // writes and sums an f32 partial of dw (K*C*R*S values): the channel split where its repeat is no larger.
@@ -162,7 +166,6 @@ Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d, Bf16Layout layout) {
   if (w == Bf16Wgrad::split && (threads == 1 || d.N == 1)) w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
   if (w == Bf16Wgrad::split_channels && (threads == 1 || d.K < 2 * kChannelBlock))
     w = threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging;
-  if (w == Bf16Wgrad::im2col && layout == Bf16Layout::nhwc) w = Bf16Wgrad::onednn;  // forced im2col, as above
   return w;
 }
 
@@ -575,14 +578,14 @@ size_t conv2d_bf16_workspace_bytes(const Conv2dDesc& d, Conv2dPass pass, Bf16Bia
   const Bf16Wgrad how = pass == Conv2dPass::backward_weight ? conv2d_bf16_wgrad(d, layout) : Bf16Wgrad::onednn;
   if (how == Bf16Wgrad::split) return split_of(d, bias, layout).total;
   if (how == Bf16Wgrad::split_channels) return channel_split_of(d, bias, layout).total;
-  if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col_bytes(d);
+  if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col_bytes(d, layout);
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias, Part::none, 0, layout)->total;
 }
 
 const char* conv2d_bf16_impl_name(const Conv2dDesc& d, Conv2dPass pass, Bf16Bias bias, Bf16Layout layout) {
   if (pass == Conv2dPass::backward_weight && conv2d_bf16_wgrad(d, layout) == Bf16Wgrad::im2col) {
     thread_local std::string name;
-    name = std::string("im2col + matmul ") + conv2d_bf16_wgrad_im2col_impl(d);
+    name = std::string("im2col + matmul ") + conv2d_bf16_wgrad_im2col_impl(d, layout);
     return name.c_str();
   }
   return get_plan(d, pass, pass == Conv2dPass::backward_input ? Bf16Bias::none : bias, Part::none, 0, layout)
@@ -607,7 +610,7 @@ void conv2d_bf16_backward_weight(const Conv2dDesc& d, const bfloat16* x, const b
   const Bf16Wgrad how = conv2d_bf16_wgrad(d, layout);
   if (how == Bf16Wgrad::split) return backward_weight_split(d, x, dy, dw, dbias, bt, workspace, layout);
   if (how == Bf16Wgrad::split_channels) return backward_weight_channels(d, x, dy, dw, dbias, bt, workspace, layout);
-  if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col(d, x, dy, dw, dbias, bt, workspace);
+  if (how == Bf16Wgrad::im2col) return conv2d_bf16_wgrad_im2col(d, x, dy, dw, dbias, bt, workspace, layout);
   execute(*get_plan(d, Conv2dPass::backward_weight, bt, Part::none, 0, layout), Conv2dPass::backward_weight, x, dy, dw,
           dbias, workspace);
 }

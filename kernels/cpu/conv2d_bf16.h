@@ -42,10 +42,10 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d);
 //   split_channels  kiln's threads each run a single-threaded oneDNN call over all images for their share of
 //               the output channels (whole blocks of 16), writing their rows of dw (and dbias) directly;
 //   im2col      kiln's im2col of x (bf16) and dy's planes side by side, then one oneDNN bf16 matmul
-//               dw = dy^T col^T (threaded by oneDNN), at any thread count.
+//               dw = dy^T col^T (threaded by oneDNN), at any thread count; on NHWC the windows' rows of x
+//               and dy read in place (conv2d_bf16_im2col.h).
 // With one thread split and split_channels are onednn; split with one image, and split_channels with K < 32,
-// are f32_staging; im2col on NHWC is onednn (kiln's im2col reads NCHW). by_rule is only a value for
-// set_bf16_wgrad_forced.
+// are f32_staging. by_rule is only a value for set_bf16_wgrad_forced.
 enum class Bf16Wgrad { by_rule, onednn, split, f32_staging, split_channels, im2col };
 // The weight gradient's algorithm for this desc and thread count (the measured rule in conv2d_bf16.cpp,
 // docs/cpu-bf16.md), unless forced (set_bf16_wgrad_forced, or KILN_BF16_WGRAD=onednn|split|channels|im2col|f32 read

@@ -1,7 +1,8 @@
 // bf16 weight gradient as im2col + one oneDNN matmul (see conv2d_bf16_im2col.h).
 // dw (K, C*R*S) = dy^T (K, N*OH*OW) x col^T: col (C*R*S, N*OH*OW) is kiln's im2col of x (image n's columns at
 // n*OH*OW; bf16 moved as its bit patterns), dy^T dy's (K, OH*OW) planes side by side. The workspace, 64-byte
-// aligned pieces: [col][dy^T][the matmul's workspace] + kAlign.
+// aligned pieces: [col][dy^T][the matmul's workspace] + kAlign. NHWC: dw = dy^T col with dy (npq, K) read in
+// place (trans_a) and col (npq, C*R*S) row-major: [col][the matmul's workspace] + kAlign.
 #include "kernels/cpu/conv2d_bf16_im2col.h"
 
 #include <cstdint>
@@ -23,10 +24,18 @@ struct Im2colPlan {
   size_t dyt_offset = 0, mm_offset = 0, total = 0;
 };
 
-Im2colPlan im2col_plan_of(const Conv2dDesc& d) {
+Im2colPlan im2col_plan_of(const Conv2dDesc& d, Bf16Layout layout) {
   Im2colPlan p;
   const int64_t npq = d.N * d.out_h() * d.out_w(), crs = d.C * d.R * d.S;
   p.mm.M = d.K, p.mm.N = crs, p.mm.K = npq;
+  if (layout == Bf16Layout::nhwc) {
+    p.mm.trans_a = true, p.mm.lda = d.K;    // A = dy^T: dy stored (npq, K)
+    p.mm.trans_b = false, p.mm.ldb = crs;  // B = col (npq, crs), row-major
+    p.dyt_offset = 0;                      // no dy^T piece
+    p.mm_offset = align_up((size_t)(crs * npq) * sizeof(bfloat16));
+    p.total = p.mm_offset + matmul_bf16_workspace_bytes(p.mm) + kAlign;
+    return p;
+  }
   p.mm.lda = npq;  // A = dy^T (K, npq), row-major
   p.mm.trans_b = true, p.mm.ldb = npq;  // B = col^T: col stored (crs, npq)
   p.dyt_offset = align_up((size_t)(crs * npq) * sizeof(bfloat16));
@@ -37,15 +46,59 @@ Im2colPlan im2col_plan_of(const Conv2dDesc& d) {
 
 }  // namespace
 
-size_t conv2d_bf16_wgrad_im2col_bytes(const Conv2dDesc& d) { return im2col_plan_of(d).total; }
+size_t conv2d_bf16_wgrad_im2col_bytes(const Conv2dDesc& d, Bf16Layout layout) {
+  return im2col_plan_of(d, layout).total;
+}
 
-std::string conv2d_bf16_wgrad_im2col_impl(const Conv2dDesc& d) { return matmul_bf16_impl_name(im2col_plan_of(d).mm); }
+std::string conv2d_bf16_wgrad_im2col_impl(const Conv2dDesc& d, Bf16Layout layout) {
+  return matmul_bf16_impl_name(im2col_plan_of(d, layout).mm);
+}
+
+namespace {
+
+// NHWC: col row (n, oh, ow) = the window's taps, column c*R*S + r*S + s = x[n, ih, iw, c] (0 outside x);
+// dy (npq, K) is the matmul's transposed A as it lies; dbias sums dy's column k over the rows in row order
+// (the NCHW path's order over dy^T's row k).
+void wgrad_im2col_nhwc(const Conv2dDesc& d, const Im2colPlan& p, const bfloat16* x, const bfloat16* dy, bfloat16* dw,
+                       void* dbias, Bf16Bias bt, char* base) {
+  const int64_t OH = d.out_h(), OW = d.out_w(), npq = d.N * OH * OW, rs = d.R * d.S, crs = d.C * rs;
+  const uint16_t* xb = (const uint16_t*)x;
+  uint16_t* col = (uint16_t*)base;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < npq; ++row) {
+    const int64_t n = row / (OH * OW), oh = (row / OW) % OH, ow = row % OW;
+    uint16_t* o = col + row * crs;
+    for (int64_t r = 0; r < d.R; ++r)
+      for (int64_t s = 0; s < d.S; ++s) {
+        const int64_t ih = oh * d.stride_h - d.pad_h + r * d.dil_h, iw = ow * d.stride_w - d.pad_w + s * d.dil_w;
+        uint16_t* t = o + r * d.S + s;
+        if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) {
+          for (int64_t c = 0; c < d.C; ++c) t[c * rs] = 0;
+          continue;
+        }
+        const uint16_t* xr = xb + ((n * d.H + ih) * d.W + iw) * d.C;
+        for (int64_t c = 0; c < d.C; ++c) t[c * rs] = xr[c];
+      }
+  }
+  matmul_bf16(p.mm, dy, (const bfloat16*)col, dw, base + p.mm_offset);
+  if (bt == Bf16Bias::none) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < d.K; ++k) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < npq; ++j) acc += (float)dy[j * d.K + k];
+    if (bt == Bf16Bias::f32) ((float*)dbias)[k] = acc;
+    else ((bfloat16*)dbias)[k] = bfloat16(acc);
+  }
+}
+
+}  // namespace
 
 void conv2d_bf16_wgrad_im2col(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
-                              Bf16Bias bt, void* workspace) {
+                              Bf16Bias bt, void* workspace, Bf16Layout layout) {
   KILN_CHECK(workspace != nullptr, "conv2d bf16 backward_weight (im2col): workspace is null");
-  const Im2colPlan p = im2col_plan_of(d);
+  const Im2colPlan p = im2col_plan_of(d, layout);
   char* base = (char*)(((uintptr_t)workspace + kAlign - 1) / kAlign * kAlign);
+  if (layout == Bf16Layout::nhwc) return wgrad_im2col_nhwc(d, p, x, dy, dw, dbias, bt, base);
   const int64_t pq = d.out_h() * d.out_w(), npq = d.N * pq, rs = d.R * d.S;
   uint16_t* col = (uint16_t*)base;
   bfloat16* dyt = (bfloat16*)(base + p.dyt_offset);

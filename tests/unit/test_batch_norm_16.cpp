@@ -7,7 +7,8 @@
 // (f32's error is ~2^-16 of X's spacing: the results differ from the exact value's rounding only on a
 // rounding boundary). Adversarial channels: NaN, +inf, -0 and zeros, constant, a mean of 1000 against a
 // spread of 0.2, mixed magnitudes, HW not a multiple of the 16 lanes, M = 2 and ~100k values; M = 1 is an
-// error (HW < 32, channels-last included, takes the double loops: the same bounds hold). Every
+// error (HW < 32 but HW > 1 takes the double loops: the same bounds hold; HW = 1, channels-last rows, takes
+// batch_norm_rows16.inc's f32 lanes, one channel per lane, the same bounds, C not a multiple of 16 included). Every
 // instruction-set level this CPU has and 1 / 2 threads give the same bits; the op's direct kernels run in
 // NCHW and channels-last; a meta run makes the CPU run's allocation requests.
 #include <doctest/doctest.h>
@@ -306,7 +307,13 @@ TEST_CASE("batch_norm 16-bit CPU kernels: f32 lanes against an f64 reference on 
   };
   for (const Shape sh : {Shape{"HW 35", 3, 8, 35}, Shape{"HW 1", 5, 8, 1}, Shape{"HW 33", 2, 8, 33},
                          Shape{"M 2", 2, 8, 1}, Shape{"HW 4 (a 2x2 plane)", 32, 8, 4}, Shape{"HW 49 (7x7)", 4, 8, 49},
-                         Shape{"M 100352 (8x112x112)", 8, 8, 12544}}) {
+                         Shape{"M 100352 (8x112x112)", 8, 8, 12544},
+                         // rows (channels-last, batch_norm_rows16.inc): C 40 = two vectors and a tail of 8
+                         // channels, an odd M (the last row alone), one part; M 9001 in 2 parts of the rows
+                         // (an odd one), over many 64-pair flushes, C 72 = blocks of 64 + 8 channels; M 40000
+                         // in 8 parts, C 20
+                         Shape{"rows: M 301, C 40", 301, 40, 1}, Shape{"rows: M 9001, C 72", 9001, 72, 1},
+                         Shape{"rows: M 40000, C 20", 40000, 20, 1}}) {
     KernelCase kc{sh.name, sh.N, sh.C, sh.HW, adversarial(sh.N, sh.C, sh.HW, rng, true), {}};
     // dy: normal, with a -0, and one NaN in channel 3's gradient too
     kc.dy = adversarial(sh.N, sh.C, sh.HW, rng, false);

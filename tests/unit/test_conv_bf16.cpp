@@ -6,7 +6,7 @@
 // on the meta device making exactly the CPU run's allocation requests (sequence and peak) per path.
 // Channels-last (oneDNN on NHWC, cpu::Bf16Layout::nhwc): forward and both gradients against the same f64
 // bound and against the NCHW run, the outputs channels-last, at 1 and 2 threads with each weight-gradient
-// way; meta == cpu requests for channels-last inputs.
+// way (im2col + matmul on NHWC included); meta == cpu requests for channels-last inputs.
 // The direct kernel (kernels/cpu/conv2d_bf16_direct.h: the small CNN's 1->32 conv1 by rule, every groups-1
 // shape when forced): against f64, NaN/inf, the same bits at every ISA level and thread count, the rule and
 // its override, its op-trace spans, and meta == cpu allocation requests.
@@ -248,6 +248,13 @@ void path_case(Bf16Path p, const char* name) {
     if (onednn) {
       CHECK(cpu::conv2d_bf16_wgrad(strided_small) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(plane4) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
+      // NHWC: also stride-1 planes of <= 64 values with C*R*S >= 4096 (512->512 3x3 on 7x7); NCHW keeps oneDNN
+      const Conv2dDesc deep7 = desc(2, 512, 7, 7, 16, 3, 3, 1, 1, 1, 1), shallow7 = desc(2, 448, 7, 7, 16, 3, 3, 1, 1, 1, 1);
+      CHECK(cpu::conv2d_bf16_wgrad(deep7, cpu::Bf16Layout::nhwc) ==
+            (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(deep7) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
+      CHECK(cpu::conv2d_bf16_wgrad(shallow7, cpu::Bf16Layout::nhwc) ==
+            (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(big) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
       CHECK(cpu::conv2d_bf16_wgrad(small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(wide_small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split_channels));
@@ -306,11 +313,11 @@ void memory_case(Bf16Path p, const char* name, MemoryFormat fmt = MemoryFormat::
     // At 1 thread the 32->48 stride-2 shape (5x5 output) takes im2col + matmul (the rule), the others oneDNN's
     // direct kernel. At 2 threads (the rule) the 64->64 and 32->48 stride-2 shapes split their weight gradient by output
     // channel (x no larger than dw's partial; N*OH*OW = 75), the stem (K 16) by image, the 32->16 one (N = 1,
-    // K 16) stages it through f32: every way's allocations are compared. Channels-last: no im2col (it reads
-    // NCHW), oneDNN's one call on NHWC instead.
+    // K 16) stages it through f32: every way's allocations are compared. Channels-last: the same (im2col
+    // gathers NHWC rows, its workspace has no dy^T piece).
     if (onednn)
       CHECK(cpu::conv2d_bf16_wgrad(d, layout) ==
-            (threads == 1 ? (d.K == 48 && !cl ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
+            (threads == 1 ? (d.K == 48 ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
              : d.K >= 48  ? cpu::Bf16Wgrad::split_channels
              : d.C == 3   ? cpu::Bf16Wgrad::split
                           : cpu::Bf16Wgrad::f32_staging));
@@ -424,7 +431,8 @@ TEST_CASE("conv2d bf16 memory onednn avx512_bf16 channels-last: meta requests ==
 namespace {
 
 // Channels-last against NCHW on one oneDNN path: shapes() (bias f32 / bf16, stride 2, 1x1, the 7x7 stem,
-// dilation, K 40 / 48) at 1 and 2 threads, the weight gradient by the rule and forced to each oneDNN way. Each
+// dilation, K 40 / 48) at 1 and 2 threads, the weight gradient by the rule and forced to each oneDNN way and
+// to im2col + matmul (NHWC windows gathered, dy read in place as the transposed operand). Each
 // of y, dx, dw, db within check_numerics' f64 bound (the same bound the NCHW path meets; oneDNN's NHWC
 // kernels add in another order, so the bits may differ), y channels-last, and no pass on a gemm / ref kernel.
 // The number of values that differ from the NCHW run's bits is printed.
@@ -437,8 +445,9 @@ void channels_last_case(Bf16Path p, const char* name) {
   std::mt19937 g(36);
   const double u16 = std::ldexp(1.0, -8);
   for (int threads : {1, 2})
-    for (Bf16Wgrad forced : {Bf16Wgrad::by_rule, Bf16Wgrad::split, Bf16Wgrad::split_channels}) {
-      if (threads == 1 && forced != Bf16Wgrad::by_rule) continue;  // one thread: splits are oneDNN's one call
+    for (Bf16Wgrad forced : {Bf16Wgrad::by_rule, Bf16Wgrad::split, Bf16Wgrad::split_channels, Bf16Wgrad::im2col}) {
+      // one thread: splits are oneDNN's one call; im2col (NHWC rows gathered) at any thread count
+      if (threads == 1 && forced != Bf16Wgrad::by_rule && forced != Bf16Wgrad::im2col) continue;
       cpu::ThreadScope ts(threads);
       WgradGuard wg(forced);
       int64_t differ = 0, total = 0;
