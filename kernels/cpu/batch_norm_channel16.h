@@ -41,6 +41,11 @@ typedef uint32_t U32v __attribute__((vector_size(kLanes * sizeof(uint32_t))));
 typedef uint16_t U16v __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 
 #define KILN_BN16_INLINE inline __attribute__((always_inline))
+// Software prefetch of a cache line the next run will read (bit-neutral: no value depends on it). A channel's
+// runs are N strided pieces of HW values (784 at 28x28: 25 lines), too short for the hardware prefetcher to
+// follow from one to the next, and the first pass over a channel reads it from L3 / memory.
+#define KILN_BN16_PF1(off) __builtin_prefetch(x + (off), 0, 3)
+#define KILN_BN16_PF2(off) (__builtin_prefetch(x + (off), 0, 3), __builtin_prefetch(dy + (off), 0, 3))
 
 KILN_BN16_INLINE F32v splat(float v) { return F32v{} + v; }
 
@@ -106,16 +111,21 @@ KILN_BN16_INLINE double fold(Acc& s) {
 // Runs the channel's values in steps: f(i0, i1, tail) per run of HW values at offset `base`, where lanes
 // i0 (16 values at i0, or none when i0 < 0) go to a0 and i1 (16 values, or the tail's `tail` values) to a1.
 // Each step adds at most one vector to each accumulator; flush every kFlush steps.
-#define KILN_BN16_RUNS(HW, STEP2, STEP1, TAIL, FLUSH)                 \
+// `next` is the offset of the next run (the next image's run of the channel; this one's for the last): each
+// step of 32 values (64 bytes of 16-bit data: one cache line) prefetches the same place of the next run, PF(off).
+#define KILN_BN16_RUNS(HW, STEP2, STEP1, TAIL, FLUSH, PF)             \
   do {                                                              \
     int64_t k_ = 0;                                                 \
     for (int64_t n = 0; n < N; ++n) {                               \
       const int64_t base = (n * C + c) * (HW);                      \
+      const int64_t next = n + 1 < N ? base + C * (HW) : base;      \
       int64_t i = 0;                                                \
       for (; i + 2 * kLanes <= (HW); i += 2 * kLanes) {             \
+        PF(next + i);                                               \
         STEP2;                                                      \
         if (++k_ == kFlush) FLUSH, k_ = 0;                          \
       }                                                             \
+      if (i < (HW)) PF(next + i);                                   \
       if (i + kLanes <= (HW)) {                                     \
         STEP1;                                                      \
         i += kLanes;                                                \
@@ -130,7 +140,8 @@ template <typename X>
 KILN_BN16_INLINE double sum(int64_t N, int64_t C, int64_t HW, const X* x, int64_t c) {
   Acc s;
   KILN_BN16_RUNS(HW, (s.a0 += load(x + base + i), s.a1 += load(x + base + i + kLanes)),
-                 (s.a0 += load(x + base + i)), (s.a1 += load_tail(x + base + i, HW - i, 0.0f)), flush(s));
+                 (s.a0 += load(x + base + i)), (s.a1 += load_tail(x + base + i, HW - i, 0.0f)), flush(s),
+                 KILN_BN16_PF1);
   return fold(s);
 }
 
@@ -144,7 +155,7 @@ KILN_BN16_INLINE void centered_sums(int64_t N, int64_t C, int64_t HW, const X* x
   auto add1 = [&](const F32v& d) { a.a1 += d, b.a1 += d * d; };
   KILN_BN16_RUNS(HW, (add0(load(x + base + i) - mv), add1(load(x + base + i + kLanes) - mv)),
                  (add0(load(x + base + i) - mv)), (add1(load_tail(x + base + i, HW - i, m) - mv)),
-                 (flush(a), flush(b)));
+                 (flush(a), flush(b)), KILN_BN16_PF1);
   *s1 = fold(a);
   *s2 = fold(b);
 }
@@ -162,7 +173,7 @@ KILN_BN16_INLINE void grad_sums(int64_t N, int64_t C, int64_t HW, const X* dy, c
                   add1(load(dy + base + i + kLanes), load(x + base + i + kLanes))),
                  (add0(load(dy + base + i), load(x + base + i))),
                  (add1(load_tail(dy + base + i, HW - i, 0.0f), load_tail(x + base + i, HW - i, m))),
-                 (flush(a), flush(b)));
+                 (flush(a), flush(b)), KILN_BN16_PF2);
   *sum_dy = fold(a);
   *sum_dy_xmu = fold(b);
 }
@@ -175,8 +186,12 @@ KILN_BN16_INLINE void normalize(int64_t N, int64_t C, int64_t HW, const X* x, in
   for (int64_t n = 0; n < N; ++n) {
     const X* p = x + (n * C + c) * HW;
     X* o = y + (n * C + c) * HW;
+    const int64_t next = n + 1 < N ? C * HW : 0;  // the next run's lines: x read, y written
     int64_t i = 0;
-    for (; i + kLanes <= HW; i += kLanes) store(o + i, (load(p + i) - mv) * kv + bv, kLanes);
+    for (; i + kLanes <= HW; i += kLanes) {
+      __builtin_prefetch(p + next + i, 0, 3), __builtin_prefetch(o + next + i, 1, 3);
+      store(o + i, (load(p + i) - mv) * kv + bv, kLanes);
+    }
     if (i < HW) store(o + i, (load_tail(p + i, HW - i, m) - mv) * kv + bv, HW - i);
   }
 }
@@ -190,15 +205,21 @@ KILN_BN16_INLINE void input_grad(int64_t N, int64_t C, int64_t HW, const X* dy, 
     const X* g = dy + (n * C + c) * HW;
     const X* p = x + (n * C + c) * HW;
     X* o = dx + (n * C + c) * HW;
+    const int64_t next = n + 1 < N ? C * HW : 0;  // the next run's lines: dy, x read, dx written
     int64_t i = 0;
-    for (; i + kLanes <= HW; i += kLanes)
+    for (; i + kLanes <= HW; i += kLanes) {
+      __builtin_prefetch(g + next + i, 0, 3), __builtin_prefetch(p + next + i, 0, 3);
+      __builtin_prefetch(o + next + i, 1, 3);
       store(o + i, kv * ((load(g + i) - gm) - (load(p + i) - mv) * pv), kLanes);
+    }
     if (i < HW)
       store(o + i, kv * ((load_tail(g + i, HW - i, 0.0f) - gm) - (load_tail(p + i, HW - i, m) - mv) * pv), HW - i);
   }
 }
 
 #undef KILN_BN16_RUNS
+#undef KILN_BN16_PF1
+#undef KILN_BN16_PF2
 #undef KILN_BN16_INLINE
 
 }  // namespace kiln::cpu::bn16
