@@ -39,8 +39,14 @@ typedef float F32h __attribute__((vector_size(kLanes / 2 * sizeof(float))));
 typedef double F64h __attribute__((vector_size(kLanes / 2 * sizeof(double))));
 typedef uint32_t U32v __attribute__((vector_size(kLanes * sizeof(uint32_t))));
 typedef uint16_t U16v __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+typedef uint16_t U16x32 __attribute__((vector_size(2 * kLanes * sizeof(uint16_t))));
 
 #define KILN_BN16_INLINE inline __attribute__((always_inline))
+// Software prefetch of a cache line the next run will read (bit-neutral: no value depends on it). A channel's
+// runs are N strided pieces of HW values (784 at 28x28: 25 lines), too short for the hardware prefetcher to
+// follow from one to the next, and the first pass over a channel reads it from L3 / memory.
+#define KILN_BN16_PF1(off) __builtin_prefetch(x + (off), 0, 3)
+#define KILN_BN16_PF2(off) (__builtin_prefetch(x + (off), 0, 3), __builtin_prefetch(dy + (off), 0, 3))
 
 KILN_BN16_INLINE F32v splat(float v) { return F32v{} + v; }
 
@@ -48,10 +54,18 @@ KILN_BN16_INLINE F32v splat(float v) { return F32v{} + v; }
 template <typename X>
 KILN_BN16_INLINE F32v load(const X* p) {
   F32v f;
-  if constexpr (std::is_same_v<X, bfloat16>) {  // the bits shifted up 16
+  if constexpr (std::is_same_v<X, bfloat16>) {  // the bits shifted up 16: each bf16 the high half of its f32
     U16v b;
     std::memcpy(&b, p, sizeof b);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    // interleaved with zero halves: one vpermi2w on AVX-512 (GCC 12 splits the zero-extending convert below
+    // into 256-bit halves, 5 instructions), the same bits
+    const U16v z = {};
+    const U16x32 w = __builtin_shufflevector(z, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9,
+                                             25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+#else
     const U32v w = __builtin_convertvector(b, U32v) << 16;
+#endif
     std::memcpy(&f, &w, sizeof f);
   } else {
     for (int j = 0; j < kLanes; ++j) f[j] = (float)p[j];
@@ -59,9 +73,14 @@ KILN_BN16_INLINE F32v load(const X* p) {
   return f;
 }
 
-// the first n < 16 values of p widened, the other lanes `pad`
+// the first n < 16 values of p widened, the other lanes `pad`; `end`: the end of p's tensor. Where 16 values can
+// be read below it, they are loaded whole and the lanes from n on replaced (the same lanes as value by value).
 template <typename X>
-KILN_BN16_INLINE F32v load_tail(const X* p, int64_t n, float pad) {
+KILN_BN16_INLINE F32v load_tail(const X* p, int64_t n, float pad, const X* end) {
+  if (end - p >= kLanes) {
+    const U32v lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return lane < (uint32_t)n ? load(p) : splat(pad);
+  }
   F32v f = splat(pad);
   for (int64_t j = 0; j < n; ++j) f[j] = (float)p[j];
   return f;
@@ -106,16 +125,21 @@ KILN_BN16_INLINE double fold(Acc& s) {
 // Runs the channel's values in steps: f(i0, i1, tail) per run of HW values at offset `base`, where lanes
 // i0 (16 values at i0, or none when i0 < 0) go to a0 and i1 (16 values, or the tail's `tail` values) to a1.
 // Each step adds at most one vector to each accumulator; flush every kFlush steps.
-#define KILN_BN16_RUNS(HW, STEP2, STEP1, TAIL, FLUSH)                 \
+// `next` is the offset of the next run (the next image's run of the channel; this one's for the last): each
+// step of 32 values (64 bytes of 16-bit data: one cache line) prefetches the same place of the next run, PF(off).
+#define KILN_BN16_RUNS(HW, STEP2, STEP1, TAIL, FLUSH, PF)             \
   do {                                                              \
     int64_t k_ = 0;                                                 \
     for (int64_t n = 0; n < N; ++n) {                               \
       const int64_t base = (n * C + c) * (HW);                      \
+      const int64_t next = n + 1 < N ? base + C * (HW) : base;      \
       int64_t i = 0;                                                \
       for (; i + 2 * kLanes <= (HW); i += 2 * kLanes) {             \
+        PF(next + i);                                               \
         STEP2;                                                      \
         if (++k_ == kFlush) FLUSH, k_ = 0;                          \
       }                                                             \
+      if (i < (HW)) PF(next + i);                                   \
       if (i + kLanes <= (HW)) {                                     \
         STEP1;                                                      \
         i += kLanes;                                                \
@@ -129,8 +153,10 @@ KILN_BN16_INLINE double fold(Acc& s) {
 template <typename X>
 KILN_BN16_INLINE double sum(int64_t N, int64_t C, int64_t HW, const X* x, int64_t c) {
   Acc s;
+  const X* x_end = x + N * C * HW;
   KILN_BN16_RUNS(HW, (s.a0 += load(x + base + i), s.a1 += load(x + base + i + kLanes)),
-                 (s.a0 += load(x + base + i)), (s.a1 += load_tail(x + base + i, HW - i, 0.0f)), flush(s));
+                 (s.a0 += load(x + base + i)), (s.a1 += load_tail(x + base + i, HW - i, 0.0f, x_end)), flush(s),
+                 KILN_BN16_PF1);
   return fold(s);
 }
 
@@ -139,12 +165,13 @@ template <typename X>
 KILN_BN16_INLINE void centered_sums(int64_t N, int64_t C, int64_t HW, const X* x, int64_t c, float m, double* s1,
                                     double* s2) {
   Acc a, b;
+  const X* x_end = x + N * C * HW;
   const F32v mv = splat(m);
   auto add0 = [&](const F32v& d) { a.a0 += d, b.a0 += d * d; };
   auto add1 = [&](const F32v& d) { a.a1 += d, b.a1 += d * d; };
   KILN_BN16_RUNS(HW, (add0(load(x + base + i) - mv), add1(load(x + base + i + kLanes) - mv)),
-                 (add0(load(x + base + i) - mv)), (add1(load_tail(x + base + i, HW - i, m) - mv)),
-                 (flush(a), flush(b)));
+                 (add0(load(x + base + i) - mv)), (add1(load_tail(x + base + i, HW - i, m, x_end) - mv)),
+                 (flush(a), flush(b)), KILN_BN16_PF1);
   *s1 = fold(a);
   *s2 = fold(b);
 }
@@ -154,6 +181,8 @@ template <typename X>
 KILN_BN16_INLINE void grad_sums(int64_t N, int64_t C, int64_t HW, const X* dy, const X* x, int64_t c, float m,
                                 double* sum_dy, double* sum_dy_xmu) {
   Acc a, b;
+  const X* x_end = x + N * C * HW;
+  const X* dy_end = dy + N * C * HW;
   const F32v mv = splat(m);
   auto add0 = [&](const F32v& g, const F32v& xv) { a.a0 += g, b.a0 += g * (xv - mv); };
   auto add1 = [&](const F32v& g, const F32v& xv) { a.a1 += g, b.a1 += g * (xv - mv); };
@@ -161,8 +190,8 @@ KILN_BN16_INLINE void grad_sums(int64_t N, int64_t C, int64_t HW, const X* dy, c
                  (add0(load(dy + base + i), load(x + base + i)),
                   add1(load(dy + base + i + kLanes), load(x + base + i + kLanes))),
                  (add0(load(dy + base + i), load(x + base + i))),
-                 (add1(load_tail(dy + base + i, HW - i, 0.0f), load_tail(x + base + i, HW - i, m))),
-                 (flush(a), flush(b)));
+                 (add1(load_tail(dy + base + i, HW - i, 0.0f, dy_end), load_tail(x + base + i, HW - i, m, x_end))),
+                 (flush(a), flush(b)), KILN_BN16_PF2);
   *sum_dy = fold(a);
   *sum_dy_xmu = fold(b);
 }
@@ -172,12 +201,17 @@ template <typename X>
 KILN_BN16_INLINE void normalize(int64_t N, int64_t C, int64_t HW, const X* x, int64_t c, float m, float k, float b,
                                 X* y) {
   const F32v mv = splat(m), kv = splat(k), bv = splat(b);
+  const X* x_end = x + N * C * HW;
   for (int64_t n = 0; n < N; ++n) {
     const X* p = x + (n * C + c) * HW;
     X* o = y + (n * C + c) * HW;
+    const int64_t next = n + 1 < N ? C * HW : 0;  // the next run's lines: x read, y written
     int64_t i = 0;
-    for (; i + kLanes <= HW; i += kLanes) store(o + i, (load(p + i) - mv) * kv + bv, kLanes);
-    if (i < HW) store(o + i, (load_tail(p + i, HW - i, m) - mv) * kv + bv, HW - i);
+    for (; i + kLanes <= HW; i += kLanes) {
+      __builtin_prefetch(p + next + i, 0, 3), __builtin_prefetch(o + next + i, 1, 3);
+      store(o + i, (load(p + i) - mv) * kv + bv, kLanes);
+    }
+    if (i < HW) store(o + i, (load_tail(p + i, HW - i, m, x_end) - mv) * kv + bv, HW - i);
   }
 }
 
@@ -186,19 +220,28 @@ template <typename X>
 KILN_BN16_INLINE void input_grad(int64_t N, int64_t C, int64_t HW, const X* dy, const X* x, int64_t c, float m,
                                  float k, float mean_dy, float proj, X* dx) {
   const F32v mv = splat(m), kv = splat(k), gm = splat(mean_dy), pv = splat(proj);
+  const X *x_end = x + N * C * HW, *dy_end = dy + N * C * HW;
   for (int64_t n = 0; n < N; ++n) {
     const X* g = dy + (n * C + c) * HW;
     const X* p = x + (n * C + c) * HW;
     X* o = dx + (n * C + c) * HW;
+    const int64_t next = n + 1 < N ? C * HW : 0;  // the next run's lines: dy, x read, dx written
     int64_t i = 0;
-    for (; i + kLanes <= HW; i += kLanes)
+    for (; i + kLanes <= HW; i += kLanes) {
+      __builtin_prefetch(g + next + i, 0, 3), __builtin_prefetch(p + next + i, 0, 3);
+      __builtin_prefetch(o + next + i, 1, 3);
       store(o + i, kv * ((load(g + i) - gm) - (load(p + i) - mv) * pv), kLanes);
-    if (i < HW)
-      store(o + i, kv * ((load_tail(g + i, HW - i, 0.0f) - gm) - (load_tail(p + i, HW - i, m) - mv) * pv), HW - i);
+    }
+    if (i < HW) {
+      const F32v gt = load_tail(g + i, HW - i, 0.0f, dy_end), xt = load_tail(p + i, HW - i, m, x_end);
+      store(o + i, kv * ((gt - gm) - (xt - mv) * pv), HW - i);
+    }
   }
 }
 
 #undef KILN_BN16_RUNS
+#undef KILN_BN16_PF1
+#undef KILN_BN16_PF2
 #undef KILN_BN16_INLINE
 
 }  // namespace kiln::cpu::bn16
