@@ -52,10 +52,10 @@ inline int64_t row_parts(int64_t M) { return std::min(kMaxRowParts, std::max<int
 using bn16::F32h;
 using bn16::F32v;
 using bn16::F64h;
-// the n (>= 1) channels of a row from p, n >= 16: a whole vector
+// the n (>= 1) channels of a row from p, n >= 16: a whole vector; fewer: value by value (p + n may be the tensor's end)
 template <typename X>
 inline __attribute__((always_inline)) F32v load(const X* p, int64_t n) {
-  return n >= bn16::kLanes ? bn16::load(p) : bn16::load_tail(p, n, 0.0f);
+  return n >= bn16::kLanes ? bn16::load(p) : bn16::load_tail(p, n, 0.0f, p + n);
 }
 template <typename X>
 inline __attribute__((always_inline)) void store(X* o, const F32v& v, int64_t n) {
