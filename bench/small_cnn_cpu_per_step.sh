@@ -6,6 +6,8 @@
 # of the peer's train_cpu_s (its CPU seconds over its training loop; python's start-up varies by seconds under
 # load). Fashion-MNIST in memory, 1 epoch, SGD as bench/cpu_table.sh's small rows; the order of the three reverses
 # every other run. CPU time still grows with a busy sibling hyperthread: compare within a run. Measurement only.
+# Since channels-last became --amp bf16's CPU default, a build from before it runs NCHW where a newer one runs
+# NHWC: KILN_TRAIN_FLAGS=--channels-last (both builds know it) compares like with like.
 #   KILN_A=OTHER_CHECKOUT/build/kiln [KILN_B=build/kiln] bench/small_cnn_cpu_per_step.sh [RUNS=4] [BATCH=128] [THREADS=1]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ T=$(mktemp)
 trap 'rm -f "$T"' EXIT
 kiln_cpu() {  # $1 binary, $2 images: user+sys seconds
   /usr/bin/time -f "%U %S" -o "$T" "$1" train --model small_cnn --data "$DATA" --amp bf16 --limit "$2" --epochs 1 \
-    --batch "$B" --threads "$TH" --optimizer sgd --lr 0.05 --momentum 0.9 > /dev/null 2>&1
+    --batch "$B" --threads "$TH" --optimizer sgd --lr 0.05 --momentum 0.9 ${KILN_TRAIN_FLAGS:-} > /dev/null 2>&1
   awk '{printf "%.3f", $1 + $2}' "$T"
 }
 torch_cpu() {  # $1 images: the peer's train_cpu_s

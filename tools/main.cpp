@@ -175,8 +175,13 @@ void add_train_options(CLI::App* t, kiln::RunConfig& c, std::string& class_weigh
   t->add_option("--kernels", c.kernels,
                 "GEMM/convolution kernels on CUDA: vendor (cuBLAS/cuDNN) or kiln (kiln's Tensor Core kernels)")
       ->capture_default_str();
-  t->add_flag("--channels-last", c.channels_last,
-              "feed the model channels-last (NHWC) batches: Tensor Core convolutions on CUDA want them");
+  CLI::Option* cl = t->add_flag("--channels-last", c.channels_last,
+                                 "feed the model channels-last (NHWC) batches: Tensor Core convolutions on CUDA want "
+                                 "them. Default (neither this nor --no-channels-last): on for --amp bf16 on the CPU "
+                                 "(kiln's bf16 CPU convolutions run fastest on NHWC), off otherwise");
+  t->add_flag("--no-channels-last", c.no_channels_last,
+              "feed the model NCHW batches, also where the default would be channels-last (--amp bf16 on the CPU)")
+      ->excludes(cl);
 }
 
 }  // namespace

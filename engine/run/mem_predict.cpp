@@ -60,8 +60,10 @@ MemPrediction predict_memory(const MemConfig& c) {
   o.step.accum = c.train.accum;
   o.step.clip = c.train.clip;
   o.step.lr = c.train.lr;
-  o.step.channels_last = c.train.channels_last;
   o.target = c.train.device == "auto" ? resolve_device("auto") : Device::parse(c.train.device);
+  RunConfig layout = c.train;  // a run's config arrives resolved (no change); kiln mem's is resolved here
+  resolve_channels_last(&layout, o.target);
+  o.step.channels_last = layout.channels_last;
   o.detail = c.detail;
   o.create_state = true;  // a run's optimizer (engine/run/run_setup.h)
   o.ranks = c.ranks;

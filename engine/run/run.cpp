@@ -206,7 +206,6 @@ void Run::State::prepare() {
   check_options(c);
   if (!o.plan_only) check_output_folders(c);  // before any data is read: a run must not train and then fail to save
   apply_kernels_option(c.kernels, log);
-  if (c.channels_last) log << "channels-last: training batches are NHWC in memory\n";
   check_model_name(c.model);
   if (!c.init.empty()) {
     init_file = read_safetensors(c.init);
@@ -232,6 +231,12 @@ void Run::State::prepare() {
     if (!device_note.empty()) log << device_note << "\n";
     apply_device_memory(c.alloc, device, log);
   }
+  // The layout, resolved once here for the device: the plan, the step, the ledger and the state all read it.
+  const bool explicit_layout = c.channels_last || c.no_channels_last;
+  resolve_channels_last(&c, device);
+  if (c.channels_last)
+    log << "channels-last: training batches are NHWC in memory"
+        << (explicit_layout ? "" : " (automatic for --amp bf16 on the CPU; --no-channels-last: NCHW)") << "\n";
   open_data();
   resume = read_resume_state(c, num_classes, log);  // compared with the options before anything is planned
   // --task segment: the model must give (N, K, H, W) at the masks' size (a meta forward, no arithmetic).

@@ -164,6 +164,19 @@ DType parse_amp_dtype(const std::string& text) {
   throw UsageError(str_cat("--amp '", text, "': expected f16 or bf16 (or --amp alone: f16)"));
 }
 
+bool auto_channels_last(const RunConfig& c, const Device& device) {
+  return c.amp && c.amp_dtype == DType::bf16 && device.is_cpu();
+}
+
+void resolve_channels_last(RunConfig* c, const Device& device) {
+  KILN_USAGE_CHECK(!(c->channels_last && c->no_channels_last),
+                   "train: --channels-last and --no-channels-last contradict each other: give one (or neither: "
+                   "channels-last for --amp bf16 on the CPU, NCHW otherwise)");
+  const bool on = c->channels_last || (!c->no_channels_last && auto_channels_last(*c, device));
+  c->channels_last = on;
+  c->no_channels_last = !on;
+}
+
 int parse_recompute_option(const std::string& text) {
   if (text == "auto") return -1;
   char* end = nullptr;

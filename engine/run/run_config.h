@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/run/alloc_options.h"
 #include "data/image_options.h"
@@ -86,7 +87,16 @@ struct RunConfig {
   bool detect_anomaly = false;
   int64_t max_skipped_steps = 50;  // 0: no limit
   std::string kernels = "vendor";  // GEMM/convolution kernels on CUDA: vendor | kiln (kernel_option.h)
-  bool channels_last = false;      // training batches converted once to channels-last (NHWC) memory
+  // The layout of the training batches, three states: `channels_last` (--channels-last) on; `no_channels_last`
+  // (--no-channels-last) NCHW; neither: automatic, resolve_channels_last() below decides once the device is known:
+  // on for --amp bf16 on the CPU (kiln's bf16 CPU convolutions run fastest on NHWC: docs/cpu-bf16.md, "Channels-last
+  // by default"), off otherwise (f32 and --amp f16 on the CPU measured no gain; CUDA keeps its opt-in). Two bools,
+  // not an enum or a std::optional<bool>: library code that sets `channels_last = true` or reads
+  // `if (c.channels_last)` keeps compiling and meaning "on" (an optional<bool> would read as "set" in that `if`).
+  // After resolution channels_last is the layout the run uses everywhere (the step, the memory plan, the log, the
+  // ledger's and training state's "channels_last" key, still a bool) and no_channels_last its negation.
+  bool channels_last = false;
+  bool no_channels_last = false;
   // Data-parallel (`mpirun -n N kiln train`): gradient bucket size in MiB (the first bucket: at most 1 MiB).
   double bucket_mb = 25;
   // Data-parallel: seconds a collective may wait for the other ranks before this rank names the stall and
@@ -112,6 +122,16 @@ struct RunConfig {
 // steps, N >= 1), or both joined by a comma ("2ep,500steps"). Sets c->checkpoint_every and
 // c->checkpoint_steps; throws kiln::Error naming the text on anything else.
 void parse_checkpoint_every(const std::string& text, RunConfig* c);
+
+// The automatic layout rule (neither --channels-last nor --no-channels-last): channels-last when the run is
+// --amp bf16 on a CPU device. A pure function of the options and the device, so a resumed run on the same device
+// resolves the same way (engine/run/resume_check.h does not compare the layout).
+bool auto_channels_last(const RunConfig& c, const Device& device);
+
+// Resolves the layout for `device`: an explicit flag wins, else auto_channels_last(). Afterwards
+// c->channels_last is the layout and c->no_channels_last its negation, so resolving again changes nothing.
+// Both flags set: a UsageError naming them.
+void resolve_channels_last(RunConfig* c, const Device& device);
 
 // "1,2.5,0.3" -> {1, 2.5, 0.3}; throws kiln::Error naming the bad item.
 std::vector<double> parse_double_list(const std::string& text, const char* what);

@@ -94,7 +94,7 @@ TEST_CASE("memory plan: every row of the matrix, measured whole-run peaks == the
       {"small_cnn, SGD momentum", cnn + " --momentum 0.9"},
       {"small_cnn, AdamW", cnn + " --optimizer adamw --lr 1e-3"},
       {"small_cnn, --amp", cnn + " --amp"},
-      {"small_cnn, --amp bf16", cnn + " --amp bf16"},
+      {"small_cnn, --amp bf16 (channels-last by default on the CPU)", cnn + " --amp bf16"},
       {"small_cnn, --accum 2", cnn + " --accum 2"},
       {"small_cnn, --clip 1", cnn + " --clip 1"},
       {"small_cnn, --drop-last", cnn + " --drop-last"},
@@ -106,15 +106,16 @@ TEST_CASE("memory plan: every row of the matrix, measured whole-run peaks == the
        "--model resnet18_small --data " + images() + " --image-size 16:1,24 --epochs 3 --batch 6"},
       {"resnet18_small, --amp x --recompute 2", r18 + " --amp --recompute 2"},
       {"resnet18_small, --amp x --accum 2", r18 + " --amp --accum 2"},
-      {"resnet18_small, --amp bf16", r18 + " --amp bf16"},
+      {"resnet18_small, --amp bf16 (channels-last by default on the CPU)", r18 + " --amp bf16"},
       {"resnet18_small, --amp bf16 x --recompute 2", r18 + " --amp bf16 --recompute 2"},
       // 2 threads: the bf16 weight gradients split between the threads by image (every thread's f32 partials
       // in the workspace) or by output channel, the rest stage through f32 (the rule, conv2d_bf16_wgrad).
-      {"resnet18_small, --amp bf16, 2 threads", r18 + " --amp bf16", 2},
-      {"small_cnn, --amp bf16, 2 threads", cnn + " --amp bf16", 2},
-      // Channels-last under bf16: oneDNN on NHWC (no NCHW copies; its workspace sizes from NHWC descriptors).
-      {"resnet18_small, --amp bf16 --channels-last", r18 + " --amp bf16 --channels-last"},
-      {"resnet18_small, --amp bf16 --channels-last, 2 threads", r18 + " --amp bf16 --channels-last", 2},
+      {"resnet18_small, --amp bf16 (channels-last by default), 2 threads", r18 + " --amp bf16", 2},
+      {"small_cnn, --amp bf16 (channels-last by default), 2 threads", cnn + " --amp bf16", 2},
+      // bf16 on NCHW (the default before channels-last became bf16's on the CPU): kiln's NCHW paths and oneDNN's
+      // NCHW workspaces, at 1 and 2 threads.
+      {"resnet18_small, --amp bf16 --no-channels-last", r18 + " --amp bf16 --no-channels-last"},
+      {"resnet18_small, --amp bf16 --no-channels-last, 2 threads", r18 + " --amp bf16 --no-channels-last", 2},
       {"resnet18_small, --batch-memory",
        "--model resnet18_small --data " + images() + " --batch-memory 120M --epochs 2"},
       {"resnet18_small, --batch-memory x --amp bf16",
@@ -167,6 +168,35 @@ TEST_CASE("memory plan: --dry-run prints the plan the run keeps, trains nothing,
   CHECK(over.status == 1);
   CHECK_MESSAGE(contains(over.output, "it runs out of memory at "), over.output);
   CHECK(contains(over.output, "remedies (each alone: the run's plan with that one change"));
+}
+
+TEST_CASE("memory plan: --dry-run --amp bf16 plans the layout the run resolves (channels-last by default on the CPU)") {
+  // The automatic layout (neither flag) must reach the plan as it reaches the step: the auto plan is the
+  // explicit --channels-last plan to the byte, not the --no-channels-last one, and the run keeps it (exact).
+  const std::string out = cli_temp_dir("plan_cl_auto");
+  fs::remove_all(out);
+  const std::string args = "train --model resnet18_small --data " + images() + " --image-size 16 --epochs 1 "
+                           "--batch 6 --amp bf16 --threads 1 --device cpu --out " + out;
+  auto plan_of = [&](const std::string& flags) {
+    const CliRun d = run_kiln(args + flags + " --dry-run --json");
+    REQUIRE_MESSAGE(d.status == 0, d.output);
+    return nlohmann::json::parse(d.output.substr(d.output.find('{')));
+  };
+  const nlohmann::json automatic = plan_of(""), on = plan_of(" --channels-last"), off = plan_of(" --no-channels-last");
+  MESSAGE("peak allocated / reserved: auto ", automatic["peak_allocated"], " / ", automatic["peak_reserved"],
+          ", channels-last ", on["peak_allocated"], " / ", on["peak_reserved"], ", NCHW ", off["peak_allocated"],
+          " / ", off["peak_reserved"]);
+  CHECK(automatic["peak_allocated"] == on["peak_allocated"]);
+  CHECK(automatic["peak_reserved"] == on["peak_reserved"]);
+  CHECK(automatic["phases"] == on["phases"]);
+  CHECK(automatic["phases"] != off["phases"]);
+  const CliRun t = run_kiln(args);
+  REQUIRE_MESSAGE(t.status == 0, t.output);
+  const nlohmann::json run = last_ledger_line(out + "/runs.jsonl");
+  CHECK(run["config"]["channels_last"] == true);
+  CHECK(run["plan"]["peak_allocated"] == automatic["peak_allocated"]);
+  CHECK(run["peak_allocated"] == automatic["peak_allocated"]);
+  CHECK(run["peak_reserved"] == automatic["peak_reserved"]);
 }
 
 TEST_CASE("memory plan: a short last batch too small for batch norm is found at planning, naming --drop-last") {
