@@ -20,6 +20,7 @@
 #include "engine/nn/layers.h"
 #include "engine/ops/ops.h"
 #include "models/model_file.h"
+#include "tests/support/process_temp_dir.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -47,7 +48,7 @@ double rel_err(const Tensor& got, const Tensor& want) {
 
 void check_file(const std::string& name) {
   const std::string file = std::string(KILN_SOURCE_DIR) + "/docs/models/" + name + ".json";
-  const fs::path dir = fs::temp_directory_path() / ("kiln_parity_mf_" + std::to_string(::getpid())) / name;
+  const fs::path dir = kiln_test::process_temp_root("kiln_parity_mf_") / name;  // removed at exit
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string script = std::string(KILN_SOURCE_DIR) + "/tests/support/oracle/model_file.py";

@@ -20,6 +20,7 @@
 #include "engine/ops/ops.h"
 #include "engine/ops/segmentation.h"
 #include "models/unet.h"
+#include "tests/support/process_temp_dir.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -55,7 +56,7 @@ struct Export {
 };
 
 Export run_export(const std::string& name, const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("kiln_parity_unet_" + std::to_string(::getpid())) / name;
+  const fs::path dir = kiln_test::process_temp_root("kiln_parity_unet_") / name;  // removed at exit
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string script = std::string(KILN_SOURCE_DIR) + "/tests/support/oracle/unet.py";

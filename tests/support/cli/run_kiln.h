@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/npy.h"
+#include "tests/support/process_temp_dir.h"
 
 namespace kiln_test {
 
@@ -40,7 +41,7 @@ inline CliRun run_kiln(const std::string& args, const std::string& env = "") {
 
 inline std::string cli_temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
-  fs::path p = fs::temp_directory_path() / ("kiln_test_cli_" + std::to_string(::getpid())) / name;
+  fs::path p = process_temp_root("kiln_test_cli_") / name;  // removed at exit
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
