@@ -3,8 +3,8 @@
 // data options, seed), one "NAME: saved X, now Y" line each. Not compared: what does not change the
 // trained weights (--epochs under a schedule that ignores the run's length, --val, --threads,
 // --device, output paths, --recompute, the batches' layout --[no-]channels-last: the same math in another
-// rounding order, resolved again by the resuming run from its own flags and device) and --amp, which a run may switch on or off when resuming
-// (the loss scaler then starts from its initial scale, with a note). The amp dtype does compare when both
+// rounding order, resolved again by the resuming run from its own flags and device) and --amp, which a run
+// may switch on or off when resuming (the loss scaler then starts from its initial scale, with a note). The amp dtype does compare when both
 // runs use --amp: an f16 state (loss scaled) resumed as --amp bf16, or the reverse, is one line
 // "amp: saved --amp f16, now --amp bf16" (a state without "amp_dtype" is f16). The batch compares as the global
 // batch, --batch x ranks (data-parallel: "batch: saved 8 x 2 ranks, now 8"), so a state resumes with
