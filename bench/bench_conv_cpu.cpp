@@ -4,7 +4,8 @@
 // time ratio kiln / torch. Timing only: correctness lives in tests/unit/test_kernels_conv.cpp.
 //
 // usage: bench_conv_cpu [--threads N] [--batch B] [--size S] [--reps R] [--no-peer] [--only NAME] [--algos]
-//                       [--pass fwd|bwd_in|bwd_w] [--bf16] [--bf16-wgrad] [--model resnet18|small_cnn]
+//                       [--pass fwd|bwd_in|bwd_w] [--bf16] [--bf16-wgrad] [--channels-last]
+//                       [--model resnet18|small_cnn]
 // --pass times only that pass (the others print 0): for instruction counts under callgrind.
 //
 // The algorithm of the three passes follows KILN_CPU_CONV=auto|im2col|winograd|taps
@@ -20,7 +21,9 @@
 // --bf16-wgrad times the bf16 weight gradient's five ways (cpu::Bf16Wgrad: f32 staging with its
 // conversions, oneDNN's one call, the split per kiln thread by images and by output channels, im2col + matmul)
 // round-robin, and
-// names the one the rule picks.
+// names the one the rule picks. --channels-last makes --bf16 and --bf16-wgrad call the bf16 kernels on NHWC
+// activations (cpu::Bf16Layout::nhwc, as the channels-last training step does; the data are random, so only
+// the layout the kernels are told changes); kiln's f32 kernels (the f32 column, the f32 staging way) stay NCHW.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -107,6 +110,8 @@ void alternating_medians(Call&& call, int reps, double m[3][2]) {
     }
 }
 
+const char* layout_name(cpu::Bf16Layout l) { return l == cpu::Bf16Layout::nhwc ? "NHWC" : "NCHW"; }
+
 std::string peer_path() {
   return kiln_bench::peers_dir(__FILE__) + "/conv_torch.py";
 }
@@ -166,14 +171,14 @@ int compare_algos(const std::vector<Conv2dDesc>& descs, const std::vector<const 
 
 // --bf16: kiln f32 against the bf16 kernels, fwd, bwd_in and bwd_w, alternating call by call.
 int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
-                 int reps) {
+                 int reps, cpu::Bf16Layout layout) {
   using cpu::Bf16Bias;
   using cpu::Conv2dPass;
   const cpu::Bf16Path path = cpu::bf16_path();
-  std::printf("conv2d CPU bf16 (%s) vs kiln f32, %s, isa %s, oneDNN %s, %d threads, alternating calls, median of "
-              "%d (ms)\n",
-              cpu::bf16_path_name(path), cpu::cpu_model_name().c_str(), cpu::cpu_isa_name(cpu::cpu_isa()),
-              cpu::onednn_version().c_str(), threads, reps);
+  std::printf("conv2d CPU bf16 (%s, layout %s) vs kiln f32 (NCHW), %s, isa %s, oneDNN %s, %d threads, alternating "
+              "calls, median of %d (ms)\n",
+              cpu::bf16_path_name(path), layout_name(layout), cpu::cpu_model_name().c_str(),
+              cpu::cpu_isa_name(cpu::cpu_isa()), cpu::onednn_version().c_str(), threads, reps);
   if (path == cpu::Bf16Path::portable) {
     std::fprintf(stderr, "bench_conv_cpu --bf16: the bf16 path is portable (f32 staging); set KILN_CPU_ISA=amx or "
                          "avx512_bf16 on a CPU that has it\n");
@@ -196,9 +201,10 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
     for (size_t i = 0; i < w.size(); ++i) wb[i] = bfloat16(w[i]);
     for (size_t i = 0; i < dy.size(); ++i) dyb[i] = bfloat16(dy[i]);
     std::vector<unsigned char> ws(cpu::conv2d_workspace_bytes(d, sizeof(float)) + 64);
-    const size_t bbytes = std::max({cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::forward, Bf16Bias::none),
-                                    cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none),
-                                    cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none)});
+    const size_t bbytes =
+        std::max({cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::forward, Bf16Bias::none, layout),
+                  cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_input, Bf16Bias::none, layout),
+                  cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none, layout)});
     std::vector<unsigned char> wsb(bbytes);
     auto call = [&](int pass, int bf) {
       const double t0 = now_ms();
@@ -207,9 +213,13 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
         else if (pass == 1) cpu::conv2d_backward_input<float>(d, dy.data(), w.data(), dx.data(), ws.data());
         else cpu::conv2d_backward_weight<float>(d, x.data(), dy.data(), dw.data(), nullptr, ws.data());
       } else {
-        if (pass == 0) cpu::conv2d_bf16_forward(d, xb.data(), wb.data(), nullptr, Bf16Bias::none, yb.data(), wsb.data());
-        else if (pass == 1) cpu::conv2d_bf16_backward_input(d, dyb.data(), wb.data(), dxb.data(), wsb.data());
-        else cpu::conv2d_bf16_backward_weight(d, xb.data(), dyb.data(), dwb.data(), nullptr, Bf16Bias::none, wsb.data());
+        if (pass == 0)
+          cpu::conv2d_bf16_forward(d, xb.data(), wb.data(), nullptr, Bf16Bias::none, yb.data(), wsb.data(), layout);
+        else if (pass == 1)
+          cpu::conv2d_bf16_backward_input(d, dyb.data(), wb.data(), dxb.data(), wsb.data(), layout);
+        else
+          cpu::conv2d_bf16_backward_weight(d, xb.data(), dyb.data(), dwb.data(), nullptr, Bf16Bias::none, wsb.data(),
+                                           layout);
       }
       return now_ms() - t0;
     };
@@ -223,9 +233,9 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
     std::printf("%-16s %-14s %8.2f %8.2f %5.2fx | %8.2f %8.2f %5.2fx | %8.2f %8.2f %5.2fx | %s / %s / %s\n",
                 shapes[si]->name, dims, m[0][0], m[0][1], m[0][1] / m[0][0], m[1][0], m[1][1], m[1][1] / m[1][0],
                 m[2][0], m[2][1], m[2][1] / m[2][0],
-                cpu::conv2d_bf16_impl_name(d, Conv2dPass::forward, Bf16Bias::none),
-                cpu::conv2d_bf16_impl_name(d, Conv2dPass::backward_input, Bf16Bias::none),
-                cpu::conv2d_bf16_impl_name(d, Conv2dPass::backward_weight, Bf16Bias::none));
+                std::string(cpu::conv2d_bf16_impl_name(d, Conv2dPass::forward, Bf16Bias::none, layout)).c_str(),
+                std::string(cpu::conv2d_bf16_impl_name(d, Conv2dPass::backward_input, Bf16Bias::none, layout)).c_str(),
+                std::string(cpu::conv2d_bf16_impl_name(d, Conv2dPass::backward_weight, Bf16Bias::none, layout)).c_str());
     std::fflush(stdout);
   }
   std::printf("weighted by count: fwd %.1f -> %.1f ms (%.2fx), bwd_in %.1f -> %.1f ms (%.2fx), bwd_w %.1f -> %.1f "
@@ -241,7 +251,7 @@ int compare_bf16(const std::vector<Conv2dDesc>& descs, const std::vector<const S
 // split by channel (one single-threaded call per kiln thread on its output channels, no sum), and im2col + one
 // oneDNN matmul.
 int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<const Shape*>& shapes, int threads,
-                       int reps) {
+                       int reps, cpu::Bf16Layout layout) {
   using cpu::Bf16Bias;
   using cpu::Bf16Wgrad;
   using cpu::Conv2dPass;
@@ -251,8 +261,10 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
                          "or avx512_bf16 on a CPU that has it\n");
     return 1;
   }
-  std::printf("conv2d CPU bf16 weight gradient (%s), %s, oneDNN %s, %d threads, round-robin calls, median of %d (ms)\n",
-              cpu::bf16_path_name(path), cpu::cpu_model_name().c_str(), cpu::onednn_version().c_str(), threads, reps);
+  std::printf("conv2d CPU bf16 weight gradient (%s), layout %s (f32 staging: NCHW), %s, oneDNN %s, %d threads, "
+              "round-robin calls, median of %d (ms)\n",
+              cpu::bf16_path_name(path), layout_name(layout), cpu::cpu_model_name().c_str(),
+              cpu::onednn_version().c_str(), threads, reps);
   std::printf("%-16s %-14s %9s %9s %9s %9s %9s | %6s %6s %6s %6s | %s\n", "shape", "N,C,H,K", "f32 stage", "onednn",
               "split", "channels", "im2col", "on/f32", "sp/f32", "ch/f32", "ic/f32", "rule picks");
   std::mt19937 g(0);
@@ -263,7 +275,7 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
                                  Bf16Wgrad::split_channels, Bf16Wgrad::im2col};
   for (size_t si = 0; si < descs.size(); ++si) {
     const Conv2dDesc& d = descs[si];
-    const Bf16Wgrad rule = cpu::conv2d_bf16_wgrad(d);
+    const Bf16Wgrad rule = cpu::conv2d_bf16_wgrad(d, layout);
     std::vector<bfloat16> xb(d.N * d.C * d.H * d.W), dyb(d.N * d.K * d.out_h() * d.out_w()), dwb(d.K * d.C * d.R * d.S);
     for (auto& v : xb) v = bfloat16(u(g));
     for (auto& v : dyb) v = bfloat16(u(g));
@@ -272,7 +284,7 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
     size_t bbytes[kWays] = {0, 0, 0, 0, 0};
     for (int k = 1; k < kWays; ++k) {
       cpu::set_bf16_wgrad_forced(ways[k]);
-      bbytes[k] = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none);
+      bbytes[k] = cpu::conv2d_bf16_workspace_bytes(d, Conv2dPass::backward_weight, Bf16Bias::none, layout);
     }
     std::vector<unsigned char> wsb(*std::max_element(bbytes + 1, bbytes + kWays));
     auto call = [&](int k) {
@@ -288,7 +300,8 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
         for (int64_t i = 0; i < nw; ++i) dwb[i] = bfloat16(dwf[i]);
       } else {
         cpu::set_bf16_wgrad_forced(ways[k]);
-        cpu::conv2d_bf16_backward_weight(d, xb.data(), dyb.data(), dwb.data(), nullptr, Bf16Bias::none, wsb.data());
+        cpu::conv2d_bf16_backward_weight(d, xb.data(), dyb.data(), dwb.data(), nullptr, Bf16Bias::none, wsb.data(),
+                                         layout);
       }
       return now_ms() - t0;
     };
@@ -320,9 +333,9 @@ int compare_bf16_wgrad(const std::vector<Conv2dDesc>& descs, const std::vector<c
     std::fflush(stdout);
   }
   std::printf("weighted by count: f32 staging %.1f ms, onednn %.1f ms (%.2fx), split %.1f ms (%.2fx), split by "
-              "channel %.1f ms (%.2fx), the rule's picks %.1f ms (%.2fx)\n",
-              tot[0], tot[1], tot[1] / tot[0], tot[2], tot[2] / tot[0], tot[3], tot[3] / tot[0], tot_rule,
-              tot_rule / tot[0]);
+              "channel %.1f ms (%.2fx), im2col %.1f ms (%.2fx), the rule's picks %.1f ms (%.2fx)\n",
+              tot[0], tot[1], tot[1] / tot[0], tot[2], tot[2] / tot[0], tot[3], tot[3] / tot[0], tot[4],
+              tot[4] / tot[0], tot_rule, tot_rule / tot[0]);
   return 0;
 }
 
@@ -335,7 +348,7 @@ int main(int argc, char** argv) {
   app.name("bench_conv_cpu");
   int threads = 2, reps = 3;
   int64_t batch = 8, size = 224;
-  bool no_peer = false, algos = false, bf16 = false, bf16_wgrad = false;
+  bool no_peer = false, algos = false, bf16 = false, bf16_wgrad = false, channels_last = false;
   std::string model = "resnet18";
   std::string only, pass;  // pass: empty = all three
   app.add_option("--threads", threads, "CPU threads")->check(CLI::PositiveNumber)->capture_default_str();
@@ -347,6 +360,8 @@ int main(int argc, char** argv) {
   app.add_flag("--algos", algos, "time every convolution algorithm kiln has for each shape");
   app.add_flag("--bf16", bf16, "time the bf16 kernels (oneDNN, KILN_CPU_ISA's path) against kiln's f32 ones");
   app.add_flag("--bf16-wgrad", bf16_wgrad, "time the bf16 weight gradient's five ways: f32 staging, oneDNN, split, split by channel, im2col + matmul");
+  app.add_flag("--channels-last", channels_last,
+               "--bf16 / --bf16-wgrad: the bf16 kernels on NHWC activations (as the channels-last step)");
   app.add_option("--model", model, "whose conv shapes")->check(CLI::IsMember({"resnet18", "small_cnn"}))
       ->capture_default_str();
   app.add_option("--pass", pass, "one pass only")->check(CLI::IsMember({"fwd", "bwd_in", "bwd_w"}));
@@ -371,8 +386,13 @@ int main(int argc, char** argv) {
   }
 
   if (algos) return compare_algos(descs, shapes, threads, reps);
-  if (bf16) return compare_bf16(descs, shapes, threads, reps);
-  if (bf16_wgrad) return compare_bf16_wgrad(descs, shapes, threads, reps);
+  const cpu::Bf16Layout layout = channels_last ? cpu::Bf16Layout::nhwc : cpu::Bf16Layout::nchw;
+  if (channels_last && !bf16 && !bf16_wgrad) {
+    std::fprintf(stderr, "bench_conv_cpu: --channels-last applies to --bf16 and --bf16-wgrad only\n");
+    return 2;
+  }
+  if (bf16) return compare_bf16(descs, shapes, threads, reps, layout);
+  if (bf16_wgrad) return compare_bf16_wgrad(descs, shapes, threads, reps, layout);
 
   // Peer first (its own process, run to completion), so the two never share the cores.
   std::vector<double> pf(descs.size(), -1), pb(descs.size(), -1);
