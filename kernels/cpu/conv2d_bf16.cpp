@@ -87,6 +87,21 @@ bool conv2d_bf16_uses_onednn(const Conv2dDesc& d) {
 constexpr int64_t kMinSplitReduction = 256;
 // A channel split's parts take whole blocks of 16 output channels (oneDNN's blocking on avx512).
 constexpr int64_t kChannelBlock = 16;
+// The numbers above are NCHW's (bench_conv_cpu --bf16-wgrad runs NCHW unless --channels-last). On NHWC
+// (--channels-last, the channels-last step's calls; 2 threads, two runs each at 8x224 and 32x64, load 1.8-2.9,
+// docs/cpu-bf16.md "The weight gradient on NHWC above one thread"), two changes:
+// - im2col + matmul (the im2col and oneDNN's matmul both on all threads) where im2col_pays on NHWC and K >=
+//   kNhwcIm2colMinK: 8x224 layer4.0 3x3/2 5.3-6.1 ms against the channel split's 8.2-10.0, layer4's 3x3
+//   10.6-12.2 against 11.5-14.1; 32x64 layer3.0 / layer4.0 3x3/2 and layer4's 3x3 1.3-5.6 against 3.2-12.5.
+//   With K = 128 (32x64 layer2.0 3x3/2) the im2col's copy (one per K products) weighs more: 3.9-4.7 ms against
+//   the image split's 1.2-2.6, so not there.
+// - A channel split from K >= kNhwcChannelSplitMinK on even where x is larger than dw's f32 partial: on NHWC
+//   the parts read x as it lies (no reorder repeated per part), so only the parts' width counts: 8x224
+//   layer3.0 3x3/2 7.0-7.9 ms against the image split's 7.7-10.2, the 1x1/2 downsamples of layer3 / layer4
+//   0.4-1.0 against 0.4-1.5 (32x64 layer3's 0.37 against 0.55); with K 64 / 128 (the stem, layer2.0, layer2's
+//   downsample at 8x224) the image split stays ahead (0.8-0.9x the channel split).
+constexpr int64_t kNhwcIm2colMinK = 256;
+constexpr int64_t kNhwcChannelSplitMinK = 256;
 
 // One thread, the weight gradient as im2col + one oneDNN matmul (Bf16Wgrad::im2col) against oneDNN 2.6's
 // direct bf16 kernel (jit_bf16:avx512_core_bf16), bench_conv_cpu --bf16-wgrad --threads 1 (docs/cpu-bf16.md,
@@ -155,10 +170,14 @@ Bf16Wgrad conv2d_bf16_wgrad(const Conv2dDesc& d, Bf16Layout layout) {
     // The same rule on NHWC (conv2d_bf16_im2col.h's NHWC im2col): oneDNN's jit kernel on NHWC was as slow
     // on those planes (ResNet18 32x64 layer4's 3x3s: 2-2.5x NCHW's im2col + matmul, docs/cpu-bf16.md).
     if (threads == 1) return im2col_pays(d, layout) ? Bf16Wgrad::im2col : Bf16Wgrad::onednn;
+    const bool nhwc = layout == Bf16Layout::nhwc;
+    if (nhwc && d.K >= kNhwcIm2colMinK && im2col_pays(d, layout)) return Bf16Wgrad::im2col;
     const bool images = d.N > 1 && d.N * d.out_h() * d.out_w() >= kMinSplitReduction;
-    // Each extra part of a channel split repeats x's reorder (N*C*H*W bf16 values); of an image split it
-    // writes and sums an f32 partial of dw (K*C*R*S values): the channel split where its repeat is no larger.
-    const bool channels = d.K >= 2 * kChannelBlock && (!images || d.N * d.H * d.W * 2 <= d.K * d.R * d.S * 4);
+    // Each extra part of a channel split repeats x's reorder (N*C*H*W bf16 values; none on NHWC, see above);
+    // of an image split it writes and sums an f32 partial of dw (K*C*R*S values): the channel split where its
+    // repeat is no larger.
+    const bool channels = d.K >= 2 * kChannelBlock && (!images || d.N * d.H * d.W * 2 <= d.K * d.R * d.S * 4 ||
+                                                       (nhwc && d.K >= kNhwcChannelSplitMinK));
     w = channels ? Bf16Wgrad::split_channels : images ? Bf16Wgrad::split : Bf16Wgrad::f32_staging;
   }
   // A split needs two threads and two images (channel split: two blocks of 16 output channels): one thread is

@@ -6,7 +6,8 @@
 // on the meta device making exactly the CPU run's allocation requests (sequence and peak) per path.
 // Channels-last (oneDNN on NHWC, cpu::Bf16Layout::nhwc): forward and both gradients against the same f64
 // bound and against the NCHW run, the outputs channels-last, at 1 and 2 threads with each weight-gradient
-// way (im2col + matmul on NHWC included); meta == cpu requests for channels-last inputs.
+// way (im2col + matmul on NHWC included; by the rule at 2 threads on K 256 shapes: im2col + matmul and the
+// channel split); meta == cpu requests for channels-last inputs (im2col + matmul at 2 threads included).
 // The direct kernel (kernels/cpu/conv2d_bf16_direct.h: the small CNN's 1->32 conv1 by rule, every groups-1
 // shape when forced): against f64, NaN/inf, the same bits at every ISA level and thread count, the rule and
 // its override, its op-trace spans, and meta == cpu allocation requests.
@@ -75,6 +76,11 @@ std::vector<Shape2> shapes() {
       // whole 16-channel blocks: K 40 -> 16 + 24 (the last part takes K % 16), K 48 -> 32 + 16.
       {desc(2, 8, 7, 9, 40, 3, 3, 2, 1, 1, 1), 1},       // strided, f32 bias: dbias rows per part
       {desc(1, 16, 6, 5, 48, 1, 1, 1, 1, 0, 0), 2},      // N = 1, 1x1, bf16 bias
+      // K 256 on NHWC at 2 threads (conv2d_bf16_wgrad): im2col + matmul on the small strided plane (2x2, its
+      // im2col and matmul on both threads), the channel split where NCHW splits by image (x larger than dw's
+      // f32 partial): by the rule in channels_last_case.
+      {desc(2, 16, 4, 4, 256, 3, 3, 2, 2, 1, 1), 1},     // 2x2 output, stride 2, f32 bias
+      {desc(2, 16, 24, 24, 256, 1, 1, 1, 1, 0, 0), 0},   // 1x1, N*OH*OW 1152, N*H*W*2 2304 > K*R*S*4 1024
   };
 }
 
@@ -225,7 +231,9 @@ void path_case(Bf16Path p, const char* name) {
   // partial; split by image from N*OH*OW >= 256 on and for N > 1; else through f32. The numerics run at 2
   // threads by the rule (these small shapes: f32 staging for K < 32, by channel for K 40 and 48) and with each
   // oneDNN way forced: split (N = 1 then stages through f32; N = 3 splits 2 + 1 images), split by channel
-  // (K < 32 then stages through f32) and oneDNN's one call.
+  // (K < 32 then stages through f32) and oneDNN's one call. On NHWC at 2 threads, K >= 256: im2col + matmul
+  // where im2col pays, else the channel split also where x is the larger (rule checks only here; the numerics
+  // of NHWC by the rule in channels_last_case, whose shapes() include two K 256 shapes).
   using cpu::Bf16Wgrad;
   for (int threads : {1, 2}) {
     cpu::ThreadScope ts(threads);
@@ -259,6 +267,18 @@ void path_case(Bf16Path p, const char* name) {
       CHECK(cpu::conv2d_bf16_wgrad(small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::f32_staging));
       CHECK(cpu::conv2d_bf16_wgrad(wide_small) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split_channels));
       CHECK(cpu::conv2d_bf16_wgrad(wide_big_x) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
+      // NHWC above one thread: im2col + matmul where im2col pays and K >= 256 (K 128 keeps the split); the
+      // channel split from K >= 256 on also where x is larger than dw's partial (NCHW: by image).
+      const Conv2dDesc deep2x2 = desc(2, 256, 4, 4, 256, 3, 3, 2, 2, 1, 1), deep2x2_k128 = desc(2, 256, 4, 4, 128, 3, 3, 2, 2, 1, 1);
+      const Conv2dDesc ds256 = desc(2, 32, 24, 24, 256, 1, 1, 1, 1, 0, 0), ds128 = desc(2, 32, 24, 24, 128, 1, 1, 1, 1, 0, 0);
+      const cpu::Bf16Layout nhwc = cpu::Bf16Layout::nhwc;
+      CHECK(cpu::conv2d_bf16_wgrad(deep2x2, nhwc) == Bf16Wgrad::im2col);
+      CHECK(cpu::conv2d_bf16_wgrad(deep2x2) == (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::split_channels));
+      CHECK(cpu::conv2d_bf16_wgrad(deep2x2_k128, nhwc) ==
+            (threads == 1 ? Bf16Wgrad::im2col : Bf16Wgrad::split_channels));
+      CHECK(cpu::conv2d_bf16_wgrad(ds256, nhwc) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split_channels));
+      CHECK(cpu::conv2d_bf16_wgrad(ds256) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
+      CHECK(cpu::conv2d_bf16_wgrad(ds128, nhwc) == (threads == 1 ? Bf16Wgrad::onednn : Bf16Wgrad::split));
     }
     check_numerics(p);
     if (!onednn) continue;
@@ -305,7 +325,8 @@ void memory_case(Bf16Path p, const char* name, MemoryFormat fmt = MemoryFormat::
   REQUIRE(cpu::bf16_path() == p);
   for (int threads : {1, 2})
   for (const Conv2dDesc& d : {desc(4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1), desc(2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3),
-                              desc(3, 32, 9, 9, 48, 3, 3, 2, 2, 1, 1), desc(1, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1)}) {
+                              desc(3, 32, 9, 9, 48, 3, 3, 2, 2, 1, 1), desc(1, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1),
+                              desc(2, 64, 4, 4, 256, 3, 3, 2, 2, 1, 1)}) {
     cpu::ThreadScope ts(threads);
     INFO("C " << d.C << " K " << d.K << " R " << d.R << " stride " << d.stride_h << " threads " << threads);
     const bool onednn = p != Bf16Path::portable;
@@ -314,11 +335,13 @@ void memory_case(Bf16Path p, const char* name, MemoryFormat fmt = MemoryFormat::
     // direct kernel. At 2 threads (the rule) the 64->64 and 32->48 stride-2 shapes split their weight gradient by output
     // channel (x no larger than dw's partial; N*OH*OW = 75), the stem (K 16) by image, the 32->16 one (N = 1,
     // K 16) stages it through f32: every way's allocations are compared. Channels-last: the same (im2col
-    // gathers NHWC rows, its workspace has no dy^T piece).
+    // gathers NHWC rows, its workspace has no dy^T piece), but the 64->256 stride-2 one (2x2 output) takes
+    // im2col + matmul at 2 threads too (its matmul's workspace sized for 2 threads; NCHW: by channel).
     if (onednn)
       CHECK(cpu::conv2d_bf16_wgrad(d, layout) ==
-            (threads == 1 ? (d.K == 48 ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
-             : d.K >= 48  ? cpu::Bf16Wgrad::split_channels
+            (threads == 1       ? (d.K == 48 || d.K == 256 ? cpu::Bf16Wgrad::im2col : cpu::Bf16Wgrad::onednn)
+             : d.K == 256 && cl ? cpu::Bf16Wgrad::im2col
+             : d.K >= 48        ? cpu::Bf16Wgrad::split_channels
              : d.C == 3   ? cpu::Bf16Wgrad::split
                           : cpu::Bf16Wgrad::f32_staging));
     const size_t fwd =
@@ -457,6 +480,9 @@ void channels_last_case(Bf16Path p, const char* name) {
                   << d.S << " stride " << d.stride_h << "," << d.stride_w << " bias " << sh.bias << " threads "
                   << threads << " wgrad " << std::string(cpu::bf16_wgrad_name(forced)));
         REQUIRE(cpu::conv2d_bf16_uses_onednn(d));
+        if (threads == 2 && forced == Bf16Wgrad::by_rule && d.K == 256)  // the NHWC rule's two ways above 1 thread
+          CHECK(cpu::conv2d_bf16_wgrad(d, cpu::Bf16Layout::nhwc) ==
+                (d.R == 3 ? Bf16Wgrad::im2col : Bf16Wgrad::split_channels));
         for (cpu::Conv2dPass pass : {cpu::Conv2dPass::forward, cpu::Conv2dPass::backward_input,
                                      cpu::Conv2dPass::backward_weight}) {
           const std::string impl = cpu::conv2d_bf16_impl_name(d, pass, cpu::Bf16Bias::none, cpu::Bf16Layout::nhwc);
