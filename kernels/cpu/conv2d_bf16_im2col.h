@@ -14,6 +14,7 @@
 #include "engine/core/half.h"
 #include "kernels/common/nn_desc.h"
 #include "kernels/cpu/conv2d_bf16.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace kiln::cpu {
 
@@ -26,6 +27,12 @@ size_t conv2d_bf16_wgrad_im2col_bytes(const Conv2dDesc& d, Bf16Layout layout = B
 // f32 in the same order in both layouts. groups 1.
 void conv2d_bf16_wgrad_im2col(const Conv2dDesc& d, const bfloat16* x, const bfloat16* dy, bfloat16* dw, void* dbias,
                               Bf16Bias bt, void* workspace, Bf16Layout layout = Bf16Layout::nchw);
+
+// The NHWC im2col alone (the rows the NHWC weight gradient multiplies): x (N, H, W, C) in memory -> col
+// (N*OH*OW, C*R*S), row (n, oh, ow) column c*R*S + r*S + s = x[n, ih, iw, c], 0 outside x (bf16 bits moved).
+// isa: at avx512 (cpu_isa_vector) 32 channels at a time by vector permutes where C >= 32 and R*S <= 16, else
+// one value at a time; the same col at every level. R*S <= 1024.
+void conv2d_bf16_im2col_nhwc(const Conv2dDesc& d, const bfloat16* x, bfloat16* col, CpuIsa isa);
 
 // The matmul's oneDNN implementation name ("brg:avx512_core_bf16", ...): tests print it.
 std::string conv2d_bf16_wgrad_im2col_impl(const Conv2dDesc& d, Bf16Layout layout = Bf16Layout::nchw);

@@ -31,6 +31,7 @@
 #include "kernels/cpu/bf16_path.h"
 #include "kernels/cpu/conv2d_bf16.h"
 #include "kernels/cpu/conv2d_bf16_direct.h"
+#include "kernels/cpu/conv2d_bf16_im2col.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/threads.h"
 #include "support/cpu_paths.h"
@@ -519,6 +520,53 @@ void channels_last_case(Bf16Path p, const char* name) {
 }
 
 }  // namespace
+
+// The NHWC im2col rows (conv2d_bf16_im2col_nhwc) against a direct gather, bit for bit (random 16-bit
+// patterns, NaN ones included: the rows move bits), at the baseline level and, where the CPU has it, avx512
+// (32 channels per vector permute step): C 40 and 33 (a 32-channel step and a scalar tail), C 64 with
+// stride 2 and padding, a 2x2 and a 3x5 dilated window, a 1x1, C 16 (below one step: scalar at every
+// level) and a 1x17 window (17 taps: scalar), at 1 and 2 threads.
+TEST_CASE("conv2d bf16 im2col NHWC: rows against a direct gather, the same at every ISA level") {
+  std::mt19937 g(37);
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  std::vector<CpuIsa> levels{CpuIsa::baseline};
+  if ((int)cpu::cpu_isa_supported() >= (int)CpuIsa::avx512) levels.push_back(CpuIsa::avx512);
+  int64_t vector_rows = 0;
+  for (const Conv2dDesc& d : {desc(2, 40, 7, 7, 8, 3, 3, 1, 1, 1, 1), desc(1, 64, 9, 8, 8, 3, 3, 2, 2, 1, 1),
+                              desc(2, 32, 5, 6, 8, 2, 2, 1, 1, 0, 0), desc(1, 48, 8, 9, 8, 3, 5, 1, 2, 2, 1, 2, 1),
+                              desc(1, 33, 4, 4, 8, 1, 1, 1, 1, 0, 0), desc(2, 16, 5, 5, 8, 3, 3, 1, 1, 1, 1),
+                              desc(1, 32, 3, 20, 8, 1, 17, 1, 1, 0, 0)}) {
+    const int64_t OH = d.out_h(), OW = d.out_w(), rs = d.R * d.S, crs = d.C * rs, npq = d.N * OH * OW;
+    std::vector<uint16_t> x((size_t)(d.N * d.H * d.W * d.C));  // NHWC
+    for (auto& v : x) v = (uint16_t)bits(g);
+    std::vector<uint16_t> want((size_t)(npq * crs));
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t c = 0; c < d.C; ++c)
+            for (int64_t r = 0; r < d.R; ++r)
+              for (int64_t s = 0; s < d.S; ++s) {
+                const int64_t ih = oh * d.stride_h - d.pad_h + r * d.dil_h, iw = ow * d.stride_w - d.pad_w + s * d.dil_w;
+                const bool in = ih >= 0 && ih < d.H && iw >= 0 && iw < d.W;
+                want[(size_t)(((n * OH + oh) * OW + ow) * crs + c * rs + r * d.S + s)] =
+                    in ? x[(size_t)(((n * d.H + ih) * d.W + iw) * d.C + c)] : 0;
+              }
+    for (CpuIsa isa : levels)
+      for (int threads : {1, 2}) {
+        cpu::ThreadScope ts(threads);
+        INFO("C " << d.C << " " << d.R << "x" << d.S << " stride " << d.stride_h << "," << d.stride_w << " level "
+                  << std::string(cpu::cpu_isa_name(isa)) << " threads " << threads);
+        std::vector<uint16_t> col((size_t)(npq * crs), 0x1234);
+        cpu::conv2d_bf16_im2col_nhwc(d, reinterpret_cast<const bfloat16*>(x.data()),
+                                     reinterpret_cast<bfloat16*>(col.data()), isa);
+        int64_t wrong = 0;
+        for (size_t i = 0; i < col.size(); ++i) wrong += col[i] != want[i];
+        CHECK(wrong == 0);
+        if (isa == CpuIsa::avx512 && d.C >= 32 && rs <= 16) vector_rows += npq;
+      }
+  }
+  MESSAGE("im2col NHWC: " << vector_rows << " rows on the avx512 permutes (0: this CPU has no AVX-512)");
+}
 
 TEST_CASE("conv2d bf16 channels-last onednn amx: NHWC forward and gradients against f64 and NCHW") {
   channels_last_case(Bf16Path::onednn_amx, "onednn amx");
