@@ -94,7 +94,9 @@ constexpr int64_t kChannelBlock = 16;
 //   kNhwcIm2colMinK: 8x224 layer4.0 3x3/2 5.3-6.1 ms against the channel split's 8.2-10.0, layer4's 3x3
 //   10.6-12.2 against 11.5-14.1; 32x64 layer3.0 / layer4.0 3x3/2 and layer4's 3x3 1.3-5.6 against 3.2-12.5.
 //   With K = 128 (32x64 layer2.0 3x3/2) the im2col's copy (one per K products) weighs more: 3.9-4.7 ms against
-//   the image split's 1.2-2.6, so not there.
+//   the image split's 1.2-2.6, so not there. With the AVX-512 NHWC im2col (conv2d_bf16_im2col.cpp; layer4's
+//   3x3 at 8x224 then 9.8-10.0 ms against the channel split's 12.0-12.2) that shape went either way (im2col
+//   ahead in 3 of 4 runs by 0.8-0.9x, behind by 1.3x in one): K >= 256 kept.
 // - A channel split from K >= kNhwcChannelSplitMinK on even where x is larger than dw's f32 partial: on NHWC
 //   the parts read x as it lies (no reorder repeated per part), so only the parts' width counts: 8x224
 //   layer3.0 3x3/2 7.0-7.9 ms against the image split's 7.7-10.2, the 1x1/2 downsamples of layer3 / layer4

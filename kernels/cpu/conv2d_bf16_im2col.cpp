@@ -78,6 +78,7 @@ void nhwc_row_scalar(const uint16_t* const* src, int64_t rs, int64_t c0, int64_t
 // output vectors, output vector j lane l = value e = 32j + l = (channel e / rs, tap e % rs): one index vector
 // per j (the channel) and one lane mask per (j, tap), rs masked vpermw per output vector. The scalar loop
 // writes the last C % 32 channels. Pure data movement: the scalar row's values at every ISA.
+#if KILN_CPU_ISA_CLONES
 constexpr int64_t kMaxVectorTaps = 16;
 struct Interleave {
   uint16_t idx[kMaxVectorTaps][32];
@@ -95,7 +96,6 @@ Interleave interleave_of(int64_t rs) {
   return il;
 }
 
-#if KILN_CPU_ISA_CLONES
 KILN_TARGET_AVX512 __attribute__((noinline)) void nhwc_row_avx512(const uint16_t* const* src, int64_t rs, int64_t C,
                                                                  uint16_t* o, const Interleave& il) {
   __m512i tap[kMaxVectorTaps];
