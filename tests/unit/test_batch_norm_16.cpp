@@ -311,7 +311,7 @@ TEST_CASE("batch_norm 16-bit CPU kernels: f32 lanes against an f64 reference on 
                          // rows (channels-last, batch_norm_rows16.inc): C 40 = two vectors and a tail of 8
                          // channels, an odd M (the last row alone), one part; M 1501 in 2 parts of the rows
                          // (an odd one), C 72 = blocks of 64 + 8 channels (tasks part-major: 2 threads take
-                         // rows, not blocks); M 9001 in 8 parts over many 64-pair flushes, C 72; M 40000 in 8
+                         // rows, not blocks); M 9001 in 2 parts over many 64-pair flushes, C 72; M 40000 in 8
                          // parts, C 20
                          Shape{"rows: M 301, C 40", 301, 40, 1}, Shape{"rows: M 1501, C 72", 1501, 72, 1},
                          Shape{"rows: M 9001, C 72", 9001, 72, 1}, Shape{"rows: M 40000, C 20", 40000, 20, 1}}) {
