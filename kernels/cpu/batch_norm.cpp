@@ -46,9 +46,14 @@ namespace rows16 {
 constexpr int64_t kRowChannels = 64;  // a task's block: 4 vectors of 16 channels (128 bytes of a bf16 row)
 constexpr int64_t kRowsPerPart = 4096;
 constexpr int64_t kMaxRowParts = 8;
-// The rows' parts: one per kRowsPerPart rows, at most kMaxRowParts; from M alone (the bits must not depend
-// on the thread count).
-inline int64_t row_parts(int64_t M) { return std::min(kMaxRowParts, std::max<int64_t>(1, M / kRowsPerPart)); }
+constexpr int64_t kSplitRows = 1024;
+// The rows' parts: one per kRowsPerPart rows, at most kMaxRowParts, and 2 from kSplitRows rows on; from M alone
+// (the bits must not depend on the thread count). The 2 parts of ResNet18's layer2-3 at 8x224 (M 6272, 1568) let 2
+// threads each take a half of the rows (the half their conv wrote, in their own L2) instead of each reading every
+// row's other half of the channels from the other core.
+inline int64_t row_parts(int64_t M) {
+  return M >= 2 * kRowsPerPart ? std::min(kMaxRowParts, M / kRowsPerPart) : M >= kSplitRows ? 2 : 1;
+}
 using bn16::F32h;
 using bn16::F32v;
 using bn16::F64h;

@@ -44,21 +44,22 @@ std::string desc_str(const Pool2dDesc& d) {
 }
 
 // One output row (n, oh) of the forward: for each output, the window's taps over runs of channels; the
-// winning tap's number (int32: the selects vectorize) becomes the index at the end.
-template <typename S>
+// winning tap's index within the plane (h * W + w, as I: int32 when the plane's indices fit, so the selects
+// vectorize with no division per value) is kept beside the best value and widened to int64 on store.
+template <typename I, typename S>
 inline __attribute__((always_inline)) void forward_row(const Pool2dDesc& d, const S* x, S* y, int64_t* indices,
                                                        int64_t row) {
   const int64_t OH = d.out_h(), OW = d.out_w(), C = d.C;
   const int64_t n = row / OH, oh = row % OH;
   const S* xn = x + n * d.H * d.W * C;
   float best[kRun];
-  int32_t tap[kRun];
+  I at[kRun];
   for (int64_t ow = 0; ow < OW; ++ow) {
     const int64_t h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
     const int64_t o = (row * OW + ow) * C;
     for (int64_t c0 = 0; c0 < C; c0 += kRun) {
       const int64_t nc = std::min(kRun, C - c0);
-      int32_t first = -1;  // the first tap inside starts (a window of -inf reports it)
+      bool inside = false;  // the first tap inside starts (a window of -inf reports it)
       for (int64_t j = 0; j < nc; ++j) best[j] = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < d.kh; ++i) {
         const int64_t h = h0 + i * d.dil_h;
@@ -66,24 +67,23 @@ inline __attribute__((always_inline)) void forward_row(const Pool2dDesc& d, cons
         for (int64_t t = 0; t < d.kw; ++t) {
           const int64_t w = w0 + t * d.dil_w;
           if (w < 0 || w >= d.W) continue;
-          const int32_t k = (int32_t)(i * d.kw + t);
+          const I e = (I)(h * d.W + w);
           const S* r = xn + (h * d.W + w) * C + c0;
-          if (first < 0) {
-            first = k;
-            for (int64_t j = 0; j < nc; ++j) tap[j] = k;
+          if (!inside) {
+            inside = true;
+            for (int64_t j = 0; j < nc; ++j) at[j] = e;
           }
           for (int64_t j = 0; j < nc; ++j) {
             const float v = widen(r, j);
             const bool m = (v > best[j]) | (v != v);
             best[j] = m ? v : best[j];
-            tap[j] = m ? k : tap[j];
+            at[j] = m ? e : at[j];
           }
         }
       }
       for (int64_t j = 0; j < nc; ++j) narrow(y + o + c0, j, best[j]);
       if (indices)
-        for (int64_t j = 0; j < nc; ++j)
-          indices[o + c0 + j] = first < 0 ? -1 : (h0 + (tap[j] / d.kw) * d.dil_h) * d.W + w0 + (tap[j] % d.kw) * d.dil_w;
+        for (int64_t j = 0; j < nc; ++j) indices[o + c0 + j] = inside ? (int64_t)at[j] : -1;
     }
   }
 }
@@ -129,8 +129,13 @@ inline __attribute__((always_inline)) void backward_row(const Pool2dDesc& d, con
 // f32 adds in one order).
 template <typename S>
 void forward_rows_baseline(const Pool2dDesc& d, const S* x, S* y, int64_t* ix) {
+  if (d.H * d.W <= std::numeric_limits<int32_t>::max()) {
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row(d, x, y, ix, row);
+    for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row<int32_t>(d, x, y, ix, row);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row<int64_t>(d, x, y, ix, row);
+  }
 }
 template <typename S>
 void backward_rows_baseline(const Pool2dDesc& d, const S* dy, const int64_t* ix, S* dx) {
@@ -140,8 +145,13 @@ void backward_rows_baseline(const Pool2dDesc& d, const S* dy, const int64_t* ix,
 #if KILN_CPU_ISA_CLONES
 template <typename S>
 KILN_TARGET_AVX2 void forward_rows_avx2(const Pool2dDesc& d, const S* x, S* y, int64_t* ix) {
+  if (d.H * d.W <= std::numeric_limits<int32_t>::max()) {
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row(d, x, y, ix, row);
+    for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row<int32_t>(d, x, y, ix, row);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row<int64_t>(d, x, y, ix, row);
+  }
 }
 template <typename S>
 KILN_TARGET_AVX2 void backward_rows_avx2(const Pool2dDesc& d, const S* dy, const int64_t* ix, S* dx) {
@@ -150,8 +160,13 @@ KILN_TARGET_AVX2 void backward_rows_avx2(const Pool2dDesc& d, const S* dy, const
 }
 template <typename S>
 KILN_TARGET_AVX512 void forward_rows_avx512(const Pool2dDesc& d, const S* x, S* y, int64_t* ix) {
+  if (d.H * d.W <= std::numeric_limits<int32_t>::max()) {
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row(d, x, y, ix, row);
+    for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row<int32_t>(d, x, y, ix, row);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < d.N * d.out_h(); ++row) forward_row<int64_t>(d, x, y, ix, row);
+  }
 }
 template <typename S>
 KILN_TARGET_AVX512 void backward_rows_avx512(const Pool2dDesc& d, const S* dy, const int64_t* ix, S* dx) {

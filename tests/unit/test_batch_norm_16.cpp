@@ -309,11 +309,12 @@ TEST_CASE("batch_norm 16-bit CPU kernels: f32 lanes against an f64 reference on 
                          Shape{"M 2", 2, 8, 1}, Shape{"HW 4 (a 2x2 plane)", 32, 8, 4}, Shape{"HW 49 (7x7)", 4, 8, 49},
                          Shape{"M 100352 (8x112x112)", 8, 8, 12544},
                          // rows (channels-last, batch_norm_rows16.inc): C 40 = two vectors and a tail of 8
-                         // channels, an odd M (the last row alone), one part; M 9001 in 2 parts of the rows
-                         // (an odd one), over many 64-pair flushes, C 72 = blocks of 64 + 8 channels; M 40000
-                         // in 8 parts, C 20
-                         Shape{"rows: M 301, C 40", 301, 40, 1}, Shape{"rows: M 9001, C 72", 9001, 72, 1},
-                         Shape{"rows: M 40000, C 20", 40000, 20, 1}}) {
+                         // channels, an odd M (the last row alone), one part; M 1501 in 2 parts of the rows
+                         // (an odd one), C 72 = blocks of 64 + 8 channels (tasks part-major: 2 threads take
+                         // rows, not blocks); M 9001 in 2 parts over many 64-pair flushes, C 72; M 40000 in 8
+                         // parts, C 20
+                         Shape{"rows: M 301, C 40", 301, 40, 1}, Shape{"rows: M 1501, C 72", 1501, 72, 1},
+                         Shape{"rows: M 9001, C 72", 9001, 72, 1}, Shape{"rows: M 40000, C 20", 40000, 20, 1}}) {
     KernelCase kc{sh.name, sh.N, sh.C, sh.HW, adversarial(sh.N, sh.C, sh.HW, rng, true), {}};
     // dy: normal, with a -0, and one NaN in channel 3's gradient too
     kc.dy = adversarial(sh.N, sh.C, sh.HW, rng, false);

@@ -18,7 +18,9 @@
 #include "engine/core/half.h"
 #include "engine/ops/op_trace.h"
 #include "engine/ops/ops.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/pool_nhwc.h"
 #include "kernels/cpu/threads.h"
 #include "support/cpu_paths.h"
 
@@ -257,4 +259,50 @@ TEST_CASE("max_pool2d 16-bit CPU op: the direct kernels run, the staged op's bit
     CHECK(ev[0] == ev[1]);
     CHECK(peak[0] == peak[1]);
   }
+}
+
+// The channels-last forward (kernels/cpu/pool_nhwc.h: the winner's plane index kept beside its value) against the
+// NCHW kernel on the same values: y's bits and the indices equal at every instruction set level and 1 / 2 threads,
+// C = 19 and 70 (runs of channels that are no multiple of a vector), windows of -inf only, NaN, ties.
+TEST_CASE("max_pool2d 16-bit CPU channels-last forward: the NCHW kernel's y bits and indices at every ISA level") {
+  std::mt19937 rng(7);
+  std::vector<cpu::CpuIsa> isas = {cpu::CpuIsa::baseline};
+  if ((int)cpu::cpu_isa_supported() >= (int)cpu::CpuIsa::avx2) isas.push_back(cpu::CpuIsa::avx2);
+  if ((int)cpu::cpu_isa_supported() >= (int)cpu::CpuIsa::avx512) isas.push_back(cpu::CpuIsa::avx512);
+  for (int64_t C : {19, 70})
+    for (const Pool2dDesc& d : {desc(2, C, 9, 11, 3, 2, 1, 1, false), desc(2, C, 8, 10, 2, 2, 0, 1, false),
+                                desc(2, C, 9, 11, 3, 2, 1, 2, true)}) {
+      const int64_t N = d.N, H = d.H, W = d.W, OH = d.out_h(), OW = d.out_w();
+      const std::vector<float> x32 = pool_input(N, C, H, W, rng);
+      std::vector<bfloat16> x((size_t)(N * C * H * W)), xl(x.size());
+      for (size_t i = 0; i < x.size(); ++i) x[i] = bfloat16(x32[i]);
+      for (int64_t n = 0; n < N; ++n)  // (N, C, H, W) -> (N, H, W, C)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t i = 0; i < H * W; ++i) xl[(size_t)((n * H * W + i) * C + c)] = x[(size_t)((n * C + c) * H * W + i)];
+      std::vector<bfloat16> y((size_t)(N * C * OH * OW));
+      std::vector<int64_t> ix(y.size());
+      cpu::max_pool2d_forward<bfloat16>(d, x.data(), y.data(), ix.data());
+      for (cpu::CpuIsa isa : isas)
+        for (int threads : {1, 2}) {
+          kiln::test::IsaGuard guard(isa);
+          cpu::ThreadScope ts(threads);
+          INFO("C " << C << " kernel " << d.kh << " dilation " << d.dil_h << " isa " << cpu::cpu_isa_name(isa)
+                    << " threads " << threads);
+          std::vector<bfloat16> yl(y.size());
+          std::vector<int64_t> il(y.size(), -7);
+          cpu::max_pool2d_forward_nhwc<bfloat16>(d, xl.data(), yl.data(), il.data());
+          int64_t bad_y = 0, bad_i = 0, nans = 0;
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t o = 0; o < OH * OW; ++o) {
+                const size_t a = (size_t)((n * C + c) * OH * OW + o), b = (size_t)((n * OH * OW + o) * C + c);
+                bad_y += bits16(y[a]) != bits16(yl[b]);
+                bad_i += ix[a] != il[b];
+                nans += std::isnan((float)yl[b]);
+              }
+          CHECK(bad_y == 0);
+          CHECK(bad_i == 0);
+          CHECK(nans > 0);  // the test sees NaNs win their windows
+        }
+    }
 }
